@@ -1,0 +1,90 @@
+"""Iteration time and the four-part breakdown of the Lumos paper, plus stream duty cycle.
+
+Over the iteration's GPU span (first start to last end of the GPU ops the
+iteration launched), every instant is one of:
+- exposed compute: some non-communication GPU op runs, no communication op does;
+- overlapped: both run;
+- exposed communication: only communication ops run;
+- other: no GPU op runs (host-bound gaps, launch latency, idle).
+Communication = NCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`) and other
+known collective kernels. Memcpy and memset count as compute: they are local
+GPU work, not collectives. Work queued by an earlier iteration that is still
+running inside the span counts too: the GPU is busy with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import intervals
+
+COMPONENTS = ("exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us")
+
+
+@dataclass
+class Breakdown:
+    iteration_us: float
+    exposed_compute_us: float
+    overlapped_us: float
+    exposed_comm_us: float
+    other_us: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in asdict(self).items()}
+
+    def components(self) -> np.ndarray:
+        return np.array([getattr(self, c) for c in COMPONENTS])
+
+
+def iteration_span(start: np.ndarray, end: np.ndarray, in_step: np.ndarray) -> tuple[float, float]:
+    if not np.any(in_step):
+        return 0.0, 0.0
+    return float(start[in_step].min()), float(end[in_step].max())
+
+
+def breakdown(start, end, is_gpu, comm, in_step) -> Breakdown:
+    """Breakdown of one rank's timeline (measured or replayed)."""
+    lo, hi = iteration_span(start, end, in_step & is_gpu)
+    total = hi - lo
+    if total <= 0:
+        return Breakdown(0.0, 0.0, 0.0, 0.0, 0.0)
+    comp = intervals.union(*intervals.clip(start[is_gpu & ~comm], end[is_gpu & ~comm], lo, hi))
+    com = intervals.union(*intervals.clip(start[is_gpu & comm], end[is_gpu & comm], lo, hi))
+    comp_len, com_len = float(np.sum(comp[1] - comp[0])), float(np.sum(com[1] - com[0]))
+    overlap = intervals.intersection_length(comp, com)
+    busy = comp_len + com_len - overlap
+    return Breakdown(iteration_us=total, exposed_compute_us=comp_len - overlap, overlapped_us=overlap,
+                     exposed_comm_us=com_len - overlap, other_us=max(total - busy, 0.0))
+
+
+def duty_cycle(start, end, is_gpu, in_step, bin_us: float = 1000.0) -> np.ndarray:
+    """Share of each `bin_us` bin of the iteration in which at least one stream is busy.
+
+    The paper calls this "SM utilization"; it is a stream-active duty cycle.
+    """
+    lo, hi = iteration_span(start, end, in_step & is_gpu)
+    if hi <= lo:
+        return np.zeros(0)
+    s, e = intervals.union(*intervals.clip(start[is_gpu], end[is_gpu], lo, hi))
+    edges = np.append(np.arange(lo, hi, bin_us), hi)
+    return np.diff(_busy_until(s, e, edges)) / np.diff(edges)
+
+
+def _busy_until(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time of disjoint sorted intervals (s, e) before each time in t."""
+    done_len = np.concatenate([[0.0], np.cumsum(e - s)])
+    k = np.searchsorted(s, t, side="left")  # intervals that started before t
+    last = np.maximum(k - 1, 0)
+    partial = np.where(k > 0, np.clip(np.minimum(t, e[last]) - s[last], 0.0, None), 0.0)
+    return done_len[last] + partial
+
+
+def relative_error_pct(predicted: float, actual: float) -> float:
+    return float("nan") if actual == 0 else 100.0 * (predicted - actual) / actual
+
+
+def component_l1_us(predicted: Breakdown, actual: Breakdown) -> float:
+    """Sum over the four components of |predicted - actual|."""
+    return float(np.sum(np.abs(predicted.components() - actual.components())))

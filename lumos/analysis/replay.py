@@ -1,0 +1,83 @@
+"""Replay a measured iteration and compare it with the measurement.
+
+The one place that runs trace -> graph -> sim -> breakdown for a rank or a
+run, so the CLI, the pipeline and the tests all measure the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass, Graph, build_graph
+from lumos.graph.model import TaskKind
+from lumos.sim import Schedule, simulate
+from lumos.trace import TraceTable
+
+from .breakdown import Breakdown, breakdown, relative_error_pct
+
+
+@dataclass
+class RankReplay:
+    rank: int
+    graph: Graph
+    schedule: Schedule
+    measured: Breakdown
+    replayed: Breakdown
+
+    @property
+    def error_pct(self) -> float:
+        return relative_error_pct(self.replayed.iteration_us, self.measured.iteration_us)
+
+    def as_dict(self) -> dict:
+        return {"rank": self.rank, "measured": self.measured.as_dict(), "replayed": self.replayed.as_dict(),
+                "error_pct": round(self.error_pct, 4), "graph": self.graph.summary}
+
+
+@dataclass
+class RunReplay:
+    ranks: list[RankReplay] = field(default_factory=list)
+
+    @property
+    def critical(self) -> RankReplay:
+        """The rank whose measured iteration is longest: it sets the run's iteration time."""
+        return max(self.ranks, key=lambda r: r.measured.iteration_us)
+
+    def as_dict(self) -> dict:
+        if len(self.ranks) == 1:
+            return self.ranks[0].as_dict()
+        crit = self.critical
+        errors = [abs(r.error_pct) for r in self.ranks]
+        return {"measured": crit.measured.as_dict(), "replayed": crit.replayed.as_dict(),
+                "error_pct": round(crit.error_pct, 4), "critical_rank": crit.rank,
+                "mean_abs_rank_error_pct": round(float(np.mean(errors)), 4),
+                "max_abs_rank_error_pct": round(float(np.max(errors)), 4),
+                "ranks": [r.as_dict() for r in self.ranks]}
+
+
+def measured_breakdown(graph: Graph) -> Breakdown:
+    gpu = graph.kind == TaskKind.GPU
+    return breakdown(graph.ts, graph.end, gpu, graph.comm, graph.in_step)
+
+
+def replayed_breakdown(graph: Graph, schedule: Schedule) -> Breakdown:
+    gpu = graph.kind == TaskKind.GPU
+    return breakdown(schedule.start, schedule.end, gpu, graph.comm, graph.in_step)
+
+
+def replay_graph(graph: Graph, engine: str = "auto") -> RankReplay:
+    schedule = simulate(graph, engine=engine)
+    return RankReplay(rank=int(graph.summary.get("rank", 0)), graph=graph, schedule=schedule,
+                      measured=measured_breakdown(graph), replayed=replayed_breakdown(graph, schedule))
+
+
+def replay_tables(tables: Iterable[TraceTable], step=None,
+                  edge_classes: Iterable[EdgeClass] = ALL_EDGE_CLASSES,
+                  gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, engine: str = "auto") -> RunReplay:
+    run = RunReplay()
+    for table in tables:
+        graph = build_graph(table, step=step, edge_classes=edge_classes, gap_threshold_us=gap_threshold_us)
+        run.ranks.append(replay_graph(graph, engine=engine))
+    return run

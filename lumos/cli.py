@@ -1,0 +1,57 @@
+"""The `lumos` command: one entry point, one subcommand per stage.
+
+Each stage registers its own subcommand (`register(subparsers)` in its
+command module). Only the module of the subcommand being run is imported, so
+`lumos replay` never loads the emulator or torch. Errors a user can fix (bad
+trace, missing file, bad override) print one line and exit 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "replay": ("lumos.commands.replay", "replay a measured iteration and compare with the measurement"),
+    "predict": ("lumos.transform.command", "predict a new configuration from a base trace (what-if)"),
+    "emulate": ("lumos.emulator.command", "emulate a GPU cluster iteration and write per-rank traces (emulated)"),
+    "capture": ("lumos.capture.command", "record a trace Lumos can use (needs torch)"),
+}
+
+
+class UserError(Exception):
+    """An error the user can fix; printed as one line, exit status 2."""
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lumos", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        if name == command:
+            importlib.import_module(module_name).register(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lumos.trace.errors import TraceError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else None)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.error(f"unknown command {args.command!r}")
+    try:
+        return int(args.func(args) or 0)
+    except (TraceError, UserError, FileNotFoundError) as exc:
+        print(f"lumos {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Build one rank's execution graph from a trace: tasks, then each edge class.
+
+`build_graph(table, step, edge_classes=...)` is also how an ablation drops a
+class: lags are fitted on the full graph first, then the dropped classes are
+removed, so no other edge silently absorbs what a dropped edge explained.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from lumos.trace import TraceTable, schema
+from lumos.trace.steps import Step, select_step
+
+from .context import BuildContext
+from .edges.inter_stream import inter_stream_edges
+from .edges.inter_thread import inter_thread_edges
+from .edges.launch import launch_edges
+from .edges.order import intra_stream_edges, intra_thread_edges
+from .edges.sync import sync_edges
+from .model import ALL_EDGE_CLASSES, EdgeClass, Graph, TaskKind, WaitKind
+from .tasks import select_tasks
+from .timing import fit_timing
+
+DEFAULT_GAP_THRESHOLD_US = 100.0
+
+
+def resolve_step(table: TraceTable, step) -> Step | None:
+    if isinstance(step, Step):
+        return step
+    from lumos.trace.steps import find_steps
+    if step is None and not find_steps(table):
+        return None  # a trace without iterations (a microbenchmark): use all of it
+    return select_step(table, step)
+
+
+def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] = ALL_EDGE_CLASSES,
+                gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US) -> Graph:
+    step = resolve_step(table, step)
+    sel = select_tasks(table, step)
+    ctx = BuildContext(table, sel)
+    keep = frozenset(EdgeClass(c) for c in edge_classes)
+
+    parts = [
+        (EdgeClass.INTRA_THREAD, intra_thread_edges(ctx)),
+        (EdgeClass.INTER_THREAD, inter_thread_edges(ctx, gap_threshold_us)),
+        (EdgeClass.LAUNCH, launch_edges(ctx)),
+        (EdgeClass.INTRA_STREAM, intra_stream_edges(ctx)),
+        (EdgeClass.INTER_STREAM, inter_stream_edges(ctx)),
+    ]
+    sync = sync_edges(ctx)
+    parts.append((EdgeClass.SYNC, sync.edges))
+    src = np.concatenate([np.asarray(e.src, dtype=np.int64) for _, e in parts])
+    dst = np.concatenate([np.asarray(e.dst, dtype=np.int64) for _, e in parts])
+    cls = np.concatenate([np.full(len(e), c, dtype=np.int8) for c, e in parts])
+    inferred = np.concatenate([np.asarray(e.inferred, dtype=bool) for _, e in parts])
+    how: dict[str, int] = {}
+    for _, e in parts:
+        for k, n in e.how.items():
+            how[k] = how.get(k, 0) + n
+
+    timing = fit_timing(ctx, src, dst, cls, sync.wait_kind, sync.wait_target, sel.carry_in)
+    violations_by_class = {c.label: int(np.sum(timing.violations & (cls == c))) for c in EdgeClass}
+
+    wait_kind = sync.wait_kind.copy()
+    if EdgeClass.SYNC not in keep:
+        wait_kind[:] = WaitKind.NONE
+    mask = np.isin(cls, [int(c) for c in keep])
+    release = timing.release.copy()
+    lost_all = np.ones(ctx.n, dtype=bool)
+    lost_all[dst[mask]] = False
+    lost_all &= ~np.isfinite(release)
+    release[lost_all] = sel.window[0]  # nothing orders it any more: free from the window start
+
+    rank = np.full(ctx.n, table.rank, dtype=np.int32)
+    graph = Graph(
+        name=ctx.name.copy(), kind=ctx.is_gpu.astype(np.int8), proc=ctx.proc, dur=timing.dur,
+        ts=timing.ts, release=release,
+        comm=ctx.is_gpu & np.array([schema.is_comm_kernel(n) for n in ctx.name], dtype=bool),
+        in_step=sel.in_step, rank=rank, stream_pos=ctx.stream_pos, wait_kind=wait_kind,
+        wait_target=np.where(sync.wait_kind == WaitKind.DEVICE, table.rank, sync.wait_target).astype(np.int32),
+        event=sel.event, layer=np.full(ctx.n, -1, np.int32), phase=np.full(ctx.n, -1, np.int8),
+        proc_kind=ctx.proc_kind, proc_rank=np.full(len(ctx.proc_kind), table.rank, np.int32),
+        proc_key=ctx.proc_key, proc_name=_proc_names(ctx),
+        src=src[mask], dst=dst[mask], cls=cls[mask], lag=timing.lag[mask], inferred=inferred[mask],
+    )
+    graph.summary = {
+        "trace": table.path,
+        "rank": table.rank,
+        "step": None if step is None else step.number,
+        "window_us": list(sel.window),
+        "tasks": int(ctx.n),
+        "cpu_tasks": int(np.sum(~ctx.is_gpu)),
+        "gpu_tasks": int(np.sum(ctx.is_gpu)),
+        "carry_in_gpu_ops": int(np.sum(sel.carry_in)),
+        "edges": graph.edge_counts(),
+        "edge_classes": sorted(c.label for c in keep),
+        "inferred_edges": int(np.sum(inferred[mask])),
+        "inferred_how": how,
+        "sync_waits": {"explicit": sync.explicit_waits, "inferred": sync.inferred_waits},
+        "violations": int(np.sum(timing.violations[mask])),
+        "violations_by_class": violations_by_class,
+        "gap_threshold_us": gap_threshold_us,
+    }
+    return graph
+
+
+def _proc_names(ctx: BuildContext) -> np.ndarray:
+    names = np.empty(len(ctx.proc_kind), dtype=object)
+    for p, (kind, key) in enumerate(zip(ctx.proc_kind, ctx.proc_key)):
+        hi, lo = int(key) >> 32, int(key) & 0xFFFFFFFF
+        if lo >= 1 << 31:
+            lo -= 1 << 32
+        names[p] = f"stream {lo} (GPU {hi})" if kind == TaskKind.GPU else f"thread {lo} (pid {hi})"
+    return names

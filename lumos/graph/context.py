@@ -1,0 +1,93 @@
+"""Shared lookups the edge builders need, computed once per graph build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lumos.trace import schema
+from lumos.trace.table import TraceTable
+
+from .tasks import TaskSelection
+
+
+@dataclass
+class EdgeList:
+    """Edges one builder found; `how` says how inferred edges were found."""
+    src: list = field(default_factory=list)
+    dst: list = field(default_factory=list)
+    inferred: list = field(default_factory=list)
+    how: dict = field(default_factory=dict)
+
+    def add(self, s: int, d: int, inferred: bool = False, how: str | None = None) -> None:
+        self.src.append(int(s))
+        self.dst.append(int(d))
+        self.inferred.append(bool(inferred))
+        if inferred and how:
+            self.how[how] = self.how.get(how, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+class BuildContext:
+    """Per-task fields and per-processor orders of one rank's selected tasks."""
+
+    def __init__(self, table: TraceTable, sel: TaskSelection):
+        self.table = table
+        self.sel = sel
+        ev = sel.event
+        self.n = len(ev)
+        self.name = table.name[ev]
+        self.cat = table.cat[ev]
+        self.corr = table.corr[ev]
+        self.ts = sel.ts
+        self.dur = sel.dur
+        self.end = sel.ts + sel.dur
+        self.is_gpu = sel.is_gpu
+        pid, tid = table.pid[ev], table.tid[ev]
+        stream, device = table.stream[ev], table.device[ev]
+        self.thread_key = np.where(self.is_gpu, -1, pid * (1 << 32) + (tid & 0xFFFFFFFF))
+        self.stream_key = np.where(self.is_gpu, device * (1 << 32) + (stream & 0xFFFFFFFF), -1)
+        self.stream = np.where(self.is_gpu, stream, -1)
+        self.device = np.where(self.is_gpu, device, -1)
+        self.tid = tid
+        # processors: threads then streams, numbered in key order
+        keys = np.where(self.is_gpu, self.stream_key, self.thread_key)
+        kinds = self.is_gpu.astype(np.int8)
+        uniq = sorted(set(zip(kinds.tolist(), keys.tolist())))
+        index = {k: i for i, k in enumerate(uniq)}
+        self.proc = np.array([index[(k, v)] for k, v in zip(kinds.tolist(), keys.tolist())], dtype=np.int32)
+        self.proc_kind = np.array([k for k, _ in uniq], dtype=np.int8)
+        self.proc_key = np.array([v for _, v in uniq], dtype=np.int64)
+        # tasks of each processor in measured order
+        order = np.lexsort((self.sel.event, self.ts, self.proc))
+        splits = np.flatnonzero(np.diff(self.proc[order])) + 1
+        self.proc_tasks: list[np.ndarray] = np.split(order, splits) if self.n else []
+        self.stream_pos = np.full(self.n, -1, dtype=np.int32)
+        for p, tasks in enumerate(self.proc_tasks):
+            if len(tasks) and self.proc_kind[self.proc[tasks[0]]] == 1:
+                self.stream_pos[tasks] = np.arange(len(tasks), dtype=np.int32)
+        # launcher of each GPU op (runtime task with the same correlation id)
+        self.launcher = np.full(self.n, -1, dtype=np.int64)
+        runtime = np.flatnonzero(~self.is_gpu & (self.cat == schema.RUNTIME) & (self.corr >= 0))
+        by_corr = {int(self.corr[i]): int(i) for i in runtime}
+        for g in np.flatnonzero(self.is_gpu):
+            self.launcher[g] = by_corr.get(int(self.corr[g]), -1)
+        self.runtime_by_corr = by_corr
+
+    def proc_of_stream(self, device: int, stream: int) -> int:
+        key = device * (1 << 32) + (stream & 0xFFFFFFFF)
+        hits = np.flatnonzero((self.proc_kind == 1) & (self.proc_key == key))
+        return int(hits[0]) if len(hits) else -1
+
+    def streams_of_device(self, device: int) -> np.ndarray:
+        return np.flatnonzero((self.proc_kind == 1) & ((self.proc_key >> 32) == device))
+
+    def enqueue_time(self) -> np.ndarray:
+        """Measured time each GPU op became visible to a sync: its launcher's end (-inf if none)."""
+        t = np.full(self.n, -np.inf)
+        has = self.launcher >= 0
+        t[has] = self.end[self.launcher[has]]
+        return t

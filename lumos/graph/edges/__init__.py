@@ -1,0 +1,1 @@
+"""One builder per edge class; each reads a BuildContext and returns an EdgeList."""

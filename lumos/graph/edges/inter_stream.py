@@ -1,0 +1,98 @@
+"""GPU -> GPU across streams: cudaEventRecord on one stream, cudaStreamWaitEvent on another.
+
+With `enable_cuda_sync_events` the trace carries, per wait, the waiting
+stream, the recording stream and the record call's correlation id: the edge
+runs from the op the event captured to the first op launched on the waiting
+stream after the wait. Older traces lack them; there the edge is inferred from
+the timeline: an op that started later than its launch and its stream
+predecessor allow, right after an op on another stream of the same device
+ended, and whose launching thread called cudaStreamWaitEvent just before
+launching it, waited for that op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lumos.trace import schema
+
+from ..context import BuildContext, EdgeList
+from .sync import recorded_op
+
+HOW = "timeline: delayed op after cudaStreamWaitEvent"
+TOLERANCE_US = 2.0   # a start this much later than its constraints is a delay
+WINDOW_US = 50.0     # the op waited for ended at most this long before the start
+
+
+def _explicit(ctx: BuildContext, out: EdgeList) -> int:
+    t = ctx.table
+    rows = np.flatnonzero((t.cat == schema.SYNC) & (t.wait_corr >= 0) & (t.stream >= 0))
+    n = 0
+    for r in rows:
+        if t.sync_kind[r] not in (None, "Stream Wait Event") and "Wait" not in str(t.name[r]):
+            continue
+        wait_call = ctx.runtime_by_corr.get(int(t.corr[r]), -1)
+        record_call = ctx.runtime_by_corr.get(int(t.wait_corr[r]), -1)
+        if wait_call < 0 or record_call < 0:
+            continue
+        dev = int(t.device[r])
+        src = recorded_op(ctx, record_call, ctx.proc_of_stream(dev, int(t.wait_stream[r])))
+        waiting = ctx.proc_of_stream(dev, int(t.stream[r]))
+        if src < 0 or waiting < 0:
+            continue
+        ops = ctx.proc_tasks[waiting]
+        launched = np.array([ctx.ts[ctx.launcher[g]] if ctx.launcher[g] >= 0 else -np.inf for g in ops])
+        after = np.flatnonzero(launched >= ctx.ts[wait_call])
+        if len(after):
+            out.add(src, ops[after[0]])
+            n += 1
+    return n
+
+
+def _inferred(ctx: BuildContext, out: EdgeList) -> None:
+    waits = np.flatnonzero(~ctx.is_gpu & np.isin(ctx.name, list(schema.STREAM_WAIT_CALLS)))
+    if not len(waits):
+        return
+    gpu = np.flatnonzero(ctx.is_gpu)
+    by_end = gpu[np.argsort(ctx.end[gpu], kind="stable")]
+    ends = ctx.end[by_end]
+    prev_on_stream = np.full(ctx.n, -1, dtype=np.int64)
+    for p, tasks in enumerate(ctx.proc_tasks):
+        if len(tasks) and ctx.proc_kind[p] == 1:
+            prev_on_stream[tasks[1:]] = tasks[:-1]
+    waits_by_thread: dict[int, np.ndarray] = {}
+    for w in waits:
+        waits_by_thread.setdefault(int(ctx.thread_key[w]), []).append(ctx.ts[w])
+    waits_by_thread = {k: np.sort(np.array(v)) for k, v in waits_by_thread.items()}
+    for g in gpu:
+        launcher = ctx.launcher[g]
+        if launcher < 0:
+            continue
+        bound = ctx.end[launcher] if ctx.ts[g] >= ctx.end[launcher] else ctx.ts[launcher]
+        p = prev_on_stream[g]
+        if p >= 0:
+            bound = max(bound, ctx.end[p])
+        if ctx.ts[g] - bound <= TOLERANCE_US:
+            continue
+        # did the launching thread call cudaStreamWaitEvent since its previous launch to this stream?
+        wts = waits_by_thread.get(int(ctx.thread_key[launcher]))
+        if wts is None:
+            continue
+        prev_launch_ts = ctx.ts[ctx.launcher[p]] if p >= 0 and ctx.launcher[p] >= 0 else -np.inf
+        k = np.searchsorted(wts, ctx.ts[launcher], side="right") - 1
+        if k < 0 or wts[k] < prev_launch_ts:
+            continue
+        hi = np.searchsorted(ends, ctx.ts[g] + 1.0, side="right")
+        lo = np.searchsorted(ends, ctx.ts[g] - WINDOW_US, side="left")
+        for j in range(hi - 1, lo - 1, -1):
+            u = by_end[j]
+            if ctx.proc[u] != ctx.proc[g] and ctx.device[u] == ctx.device[g]:
+                out.add(u, g, inferred=True, how=HOW)
+                break
+
+
+def inter_stream_edges(ctx: BuildContext) -> EdgeList:
+    out = EdgeList()
+    if _explicit(ctx, out) == 0:
+        _inferred(ctx, out)
+    return out

@@ -1,0 +1,147 @@
+"""Which events of a trace become tasks of one iteration's graph.
+
+CPU side: per thread, the leaves of the call tree (runtime calls always, CPU
+ops that contain no other op), so a thread is a chain of non-overlapping tasks
+and a parent op's self time becomes the gap between its children. Driver calls
+nested inside a runtime call are folded into it.
+
+GPU side: every kernel, memcpy and memset launched from inside the iteration,
+plus the "carry-in" ops still queued or running when the iteration began
+(launched in an earlier step, or before the profiler started, so without a
+launcher in the window). Carry-in ops are kept as tasks anchored at their
+measured start: they occupy their streams exactly as measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lumos.trace import schema
+from lumos.trace.steps import Step
+from lumos.trace.table import TraceTable
+
+POLLING_CALLS = frozenset({"cudaEventQuery", "cudaStreamQuery"})
+
+
+@dataclass
+class TaskSelection:
+    event: np.ndarray     # rows of the table, CPU tasks first then GPU tasks
+    is_gpu: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    in_step: np.ndarray   # GPU ops launched inside the step
+    carry_in: np.ndarray  # GPU ops not launched inside the step (anchored)
+    window: tuple[float, float]
+
+
+def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Leaf events of one thread (rows sorted by start) and their clipped durations."""
+    ts, dur, cat = table.ts[rows], table.dur[rows], table.cat[rows]
+    end = ts + dur
+    keep = np.zeros(len(rows), dtype=bool)
+    stack_end: list[float] = []
+    stack_idx: list[int] = []
+    inside_runtime = 0.0  # end of the runtime call we are inside, if any
+    for k in range(len(rows)):
+        while stack_end and ts[k] >= stack_end[-1]:
+            stack_end.pop()
+            stack_idx.pop()
+        if ts[k] < inside_runtime:
+            continue  # a driver call inside a runtime call: folded into it
+        if stack_idx:
+            parent = stack_idx[-1]
+            if cat[parent] != schema.RUNTIME:
+                keep[parent] = False  # it has a child: not a leaf
+        keep[k] = True
+        if cat[k] == schema.RUNTIME:
+            inside_runtime = end[k]
+        stack_end.append(end[k])
+        stack_idx.append(k)
+    leaves = rows[keep]
+    lts, ldur = ts[keep], dur[keep].copy()
+    # Clock granularity can make siblings overlap by a microsecond: clip so the
+    # thread stays a chain.
+    if len(leaves) > 1:
+        nxt = lts[1:]
+        over = lts[:-1] + ldur[:-1] > nxt
+        ldur[:-1][over] = np.maximum(nxt[over] - lts[:-1][over], 0.0)
+    return leaves, ldur
+
+
+def _clip_stream_overlaps(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """GPU op durations, each cut to end where the next op on its stream starts.
+
+    A stream runs one op at a time, but copy-engine and SM timestamps come from
+    different clocks: real traces show a memcpy starting a microsecond or two
+    before the kernel ahead of it ends. Cutting the earlier op keeps the stream
+    a chain without moving any start.
+    """
+    dur = table.dur[rows].astype(np.float64).copy()
+    if len(rows) < 2:
+        return dur
+    key = table.device[rows] * (1 << 32) + (table.stream[rows] & 0xFFFFFFFF)
+    order = np.lexsort((table.ts[rows], key))
+    ts_o, dur_o, key_o = table.ts[rows][order], dur[order], key[order]
+    same = key_o[1:] == key_o[:-1]
+    over = same & (ts_o[:-1] + dur_o[:-1] > ts_o[1:])
+    dur_o[:-1][over] = np.maximum(ts_o[1:][over] - ts_o[:-1][over], 0.0)
+    dur[order] = dur_o
+    return dur
+
+
+def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
+    """Tasks of `step` (or of the whole trace when `step` is None)."""
+    cpu_mask = np.isin(table.cat, (schema.CPU_OP, schema.RUNTIME))
+    if step is None:
+        w0, w1 = float(table.ts.min()), float(table.end.max())
+        cpu_pids = np.unique(table.pid[cpu_mask])
+    else:
+        w0, w1 = step.start, step.end
+        cpu_pids = np.array([step.pid])
+    in_win = cpu_mask & (table.ts >= w0) & (table.ts < w1) & np.isin(table.pid, cpu_pids)
+    cpu_rows = np.flatnonzero(in_win)
+    order = np.lexsort((-table.dur[cpu_rows], table.ts[cpu_rows], table.tid[cpu_rows], table.pid[cpu_rows]))
+    cpu_rows = cpu_rows[order]
+    keys = table.pid[cpu_rows] * (1 << 32) + (table.tid[cpu_rows] & 0xFFFFFFFF)
+    ev_parts, dur_parts = [], []
+    bounds = np.flatnonzero(np.diff(keys)) + 1
+    for rows in np.split(cpu_rows, bounds):
+        if len(rows):
+            leaves, ldur = _thread_leaves(table, rows)
+            ev_parts.append(leaves)
+            dur_parts.append(ldur)
+    cpu_ev = np.concatenate(ev_parts) if ev_parts else np.zeros(0, np.int64)
+    cpu_dur = np.concatenate(dur_parts) if dur_parts else np.zeros(0)
+
+    gpu_rows = np.flatnonzero(table.is_gpu())
+    runtime_in_win = in_win & (table.cat == schema.RUNTIME)
+    step_corr = np.unique(table.corr[runtime_in_win])
+    step_corr = step_corr[step_corr >= 0]
+    launched_here = np.isin(table.corr[gpu_rows], step_corr)
+    if step is None:
+        launched_here[:] = True
+    step_ops = gpu_rows[launched_here]
+    if len(step_ops):
+        last_end = float(table.end[step_ops].max())
+        # Launched after the window: the next iteration's work, not ours.
+        later_corr = np.unique(table.corr[(table.cat == schema.RUNTIME) & (table.ts >= w1)])
+        other = gpu_rows[~launched_here]
+        carry = other[(table.end[other] > w0) & (table.ts[other] < last_end)
+                      & ~np.isin(table.corr[other], later_corr)]
+    else:
+        carry = np.zeros(0, np.int64)
+    gpu_ev = np.concatenate([step_ops, carry])
+    n_cpu = len(cpu_ev)
+    event = np.concatenate([cpu_ev, gpu_ev]).astype(np.int64)
+    is_gpu = np.zeros(len(event), dtype=bool)
+    is_gpu[n_cpu:] = True
+    in_step = np.zeros(len(event), dtype=bool)
+    in_step[n_cpu:n_cpu + len(step_ops)] = True
+    carry_in = np.zeros(len(event), dtype=bool)
+    carry_in[n_cpu + len(step_ops):] = True
+    gpu_dur = _clip_stream_overlaps(table, gpu_ev)
+    dur = np.concatenate([cpu_dur, gpu_dur])
+    return TaskSelection(event=event, is_gpu=is_gpu, ts=table.ts[event].astype(np.float64),
+                         dur=dur.astype(np.float64), in_step=in_step, carry_in=carry_in, window=(w0, w1))

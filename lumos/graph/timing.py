@@ -1,0 +1,90 @@
+"""Edge lags, release times and sync durations, fitted once on the full graph.
+
+Replay must reproduce the measured timeline when nothing changes, and must
+keep each measured gap attached to the dependency that explains it when
+something does change. For every task the binding constraint in the measured
+timeline (the in-edge whose source ended last) carries the task's remaining
+slack as its lag: a host gap on the intra-thread edge, launch latency on the
+launch edge, a queue wait on the intra-stream edge. A task nothing constrains
+is anchored at its measured start. A blocking sync's duration is the part
+after the GPU work it waited for ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .context import BuildContext
+from .model import EdgeClass, WaitKind
+
+VIOLATION_TOLERANCE_US = 1.0
+
+
+@dataclass
+class Timing:
+    ts: np.ndarray        # effective measured start (after a sync's wait)
+    dur: np.ndarray
+    lag: np.ndarray
+    release: np.ndarray
+    violations: np.ndarray  # bool per edge: the measured timeline contradicts it
+
+
+def resolve_wait_targets(ctx: BuildContext, wait_kind, wait_target) -> np.ndarray:
+    """Measured end of the GPU work each run-time wait resolves to (-inf if none)."""
+    enq = ctx.enqueue_time()
+    out = np.full(ctx.n, -np.inf)
+    for v in np.flatnonzero(wait_kind != WaitKind.NONE):
+        if wait_kind[v] == WaitKind.STREAM:
+            procs = [int(wait_target[v])]
+        else:
+            procs = [p for p in range(len(ctx.proc_kind))
+                     if ctx.proc_kind[p] == 1 and (ctx.proc_key[p] >> 32) == wait_target[v]]
+        best = -np.inf
+        for p in procs:
+            ops = ctx.proc_tasks[p]
+            visible = np.flatnonzero(enq[ops] <= ctx.ts[v])
+            if len(visible):
+                best = max(best, ctx.end[ops[visible[-1]]])
+        out[v] = best
+    return out
+
+
+def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchored) -> Timing:
+    ts = ctx.ts.copy()
+    dur = ctx.dur.copy()
+    end = ts + dur
+    waited = resolve_wait_targets(ctx, wait_kind, wait_target)
+    # A static GPU -> CPU edge (event sync) blocks its call the same way.
+    static_sync = (cls == EdgeClass.SYNC) & ~ctx.is_gpu[dst]
+    np.maximum.at(waited, dst[static_sync], end[src[static_sync]])
+    blocked = waited > ts
+    ts[blocked] = np.minimum(waited[blocked], end[blocked])
+    dur[blocked] = end[blocked] - ts[blocked]
+
+    lag = np.zeros(len(src))
+    # A GPU op may start before its launch call returns: the launch edge then
+    # points at the moment of submission, not the call's end.
+    launch = cls == EdgeClass.LAUNCH
+    early = launch & (ts[dst] < end[src])
+    lag[early] = np.maximum(ts[dst[early]] - end[src[early]], -dur[src[early]])
+    ready_at = end[src] + lag
+    violations = ready_at > ts[dst] + VIOLATION_TOLERANCE_US
+
+    release = np.full(ctx.n, -np.inf)
+    has_in = np.zeros(ctx.n, dtype=bool)
+    has_in[dst] = True
+    roots = ~has_in | anchored
+    release[roots] = ts[roots]
+    if len(src):
+        order = np.lexsort((ready_at, dst))
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = dst[order][1:] != dst[order][:-1]
+        binding = order[last]
+        v = dst[binding]
+        bound = np.maximum(ready_at[binding], waited[v])
+        slack = ts[v] - bound
+        give = (slack > 0) & ~anchored[v] & (ready_at[binding] >= waited[v])
+        lag[binding[give]] += slack[give]
+    return Timing(ts=ts, dur=dur, lag=lag, release=release, violations=violations)

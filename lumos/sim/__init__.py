@@ -1,0 +1,40 @@
+"""Replay an execution graph (Algorithm 1) and return every task's start and end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lumos.graph.model import Graph
+
+from .arrays import SimArrays, prepare
+from .errors import SimulationError
+from .reference import simulate_reference
+
+
+@dataclass
+class Schedule:
+    start: np.ndarray
+    end: np.ndarray
+
+
+def simulate(graph: Graph, engine: str = "auto") -> Schedule:
+    """Replay `graph`. engine: 'reference' (pure Python), 'compiled' (numba) or 'auto'."""
+    arrays = prepare(graph)
+    run = simulate_reference
+    if engine in ("auto", "compiled"):
+        try:
+            from .compiled import simulate_compiled as run
+        except ImportError:
+            if engine == "compiled":
+                raise
+    start, end, done = run(arrays)
+    if not done.all():
+        stuck = np.flatnonzero(~done)
+        names = [f"#{i} {graph.name[i]}" for i in stuck[:8]]
+        raise SimulationError(names, len(stuck), graph.n_tasks)
+    return Schedule(start=start, end=end)
+
+
+__all__ = ["simulate", "Schedule", "SimulationError", "prepare", "SimArrays"]

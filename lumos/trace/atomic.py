@@ -1,0 +1,46 @@
+"""Atomic file output: write to a temporary name beside the target, then rename.
+
+A crash or an interrupted pipeline job never leaves a half-written result under
+the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb"):
+    """Open a temporary file next to `path`; rename it over `path` on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".gz" and "b" in mode:
+            # mtime=0 keeps gzip output byte-identical across runs (determinism tests).
+            raw = open(tmp, mode)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as fh:
+                yield fh
+            raw.close()
+        else:
+            with open(tmp, mode) as fh:
+                yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))

@@ -1,0 +1,77 @@
+"""The columnar event table every later stage reads.
+
+One row per complete ('X') event of a category Lumos uses; the columns are the
+fields the graph builder, the analysis and the what-if transforms need, and
+nothing else, so a 10^6-event trace stays a handful of numpy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import schema
+
+INT_COLUMNS = ("cat", "pid", "tid", "corr", "ext", "stream", "device",
+               "wait_stream", "wait_corr", "in_nelems", "out_nelems", "group_size")
+FLOAT_COLUMNS = ("ts", "dur")
+OBJECT_COLUMNS = ("name", "sync_kind", "coll_name", "dtype", "pg_ranks", "input_dims")
+
+
+@dataclass
+class TraceTable:
+    """Events of one rank's trace, as parallel arrays (row i is event i).
+
+    Times are microseconds (float64), as in the file. Integer fields that an
+    event lacks are -1; object fields it lacks are None.
+    """
+
+    path: str
+    name: np.ndarray
+    cat: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    corr: np.ndarray
+    ext: np.ndarray
+    stream: np.ndarray
+    device: np.ndarray
+    wait_stream: np.ndarray
+    wait_corr: np.ndarray
+    sync_kind: np.ndarray
+    coll_name: np.ndarray
+    in_nelems: np.ndarray
+    out_nelems: np.ndarray
+    group_size: np.ndarray
+    dtype: np.ndarray
+    pg_ranks: np.ndarray
+    input_dims: np.ndarray
+    rank: int = 0
+    world_size: int = 1
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def is_gpu(self) -> np.ndarray:
+        return np.isin(self.cat, schema.GPU_CATEGORIES)
+
+    def columns(self) -> tuple[str, ...]:
+        return INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS
+
+    def take(self, index: np.ndarray) -> "TraceTable":
+        """A new table holding the rows `index` (a boolean mask or integer indices)."""
+        kw = {c: getattr(self, c)[index] for c in self.columns()}
+        return TraceTable(path=self.path, rank=self.rank, world_size=self.world_size,
+                          metadata=self.metadata, **kw)
+
+    def category_counts(self) -> dict[str, int]:
+        codes, counts = np.unique(self.cat, return_counts=True)
+        return {schema.CATEGORY_NAMES[c]: int(n) for c, n in zip(codes, counts)}

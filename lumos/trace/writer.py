@@ -1,0 +1,36 @@
+"""Write Chrome/Kineto JSON traces that Perfetto, TensorBoard and `lumos.trace` open.
+
+The emulator writes its per-rank traces through here, and `lumos replay --out`
+writes replayed timelines through here, so both produce the same format.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping
+
+import orjson
+
+from .atomic import atomic_open
+
+
+def trace_document(events: Iterable[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None) -> dict:
+    """A Kineto-style top-level object: metadata keys beside `traceEvents`."""
+    doc: dict[str, Any] = {"schemaVersion": 1}
+    if metadata:
+        doc.update(metadata)
+    doc["traceEvents"] = list(events)
+    return doc
+
+
+def write_trace(path: str | os.PathLike, events: Iterable[Mapping[str, Any]],
+                metadata: Mapping[str, Any] | None = None) -> None:
+    """Write `events` (Chrome trace event dicts) to `path` (.json or .json.gz), atomically.
+
+    `metadata` holds top-level keys such as `distributedInfo` ({"rank", "world_size",
+    "backend"}), `deviceProperties` or `traceName`. Output is deterministic for the
+    same input (gzip mtime is fixed at 0).
+    """
+    data = orjson.dumps(trace_document(events, metadata), option=orjson.OPT_SERIALIZE_NUMPY)
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
