@@ -20,8 +20,7 @@ COMMANDS = {
 }
 
 
-class UserError(Exception):
-    """An error the user can fix; printed as one line, exit status 2."""
+from lumos.errors import UserError  # noqa: E402  (re-exported: commands raise lumos.cli.UserError)
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:

@@ -45,7 +45,14 @@ def iteration_span(start: np.ndarray, end: np.ndarray, in_step: np.ndarray) -> t
 
 
 def breakdown(start, end, is_gpu, comm, in_step) -> Breakdown:
-    """Breakdown of one rank's timeline (measured or replayed)."""
+    """Breakdown of one rank's timeline (measured or replayed).
+
+    A trace with no GPU op at all (a CPU-only capture) has no GPU span; its
+    iteration is the span of its CPU tasks, all of it "other".
+    """
+    if not np.any(is_gpu):
+        total = float(end.max() - start.min()) if len(start) else 0.0
+        return Breakdown(total, 0.0, 0.0, 0.0, total)
     lo, hi = iteration_span(start, end, in_step & is_gpu)
     total = hi - lo
     if total <= 0:
@@ -81,8 +88,9 @@ def _busy_until(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
     return done_len[last] + partial
 
 
-def relative_error_pct(predicted: float, actual: float) -> float:
-    return float("nan") if actual == 0 else 100.0 * (predicted - actual) / actual
+def relative_error_pct(predicted: float, actual: float) -> float | None:
+    """Signed error in percent; None (JSON null) when there is nothing to compare against."""
+    return None if actual == 0 else 100.0 * (predicted - actual) / actual
 
 
 def component_l1_us(predicted: Breakdown, actual: Breakdown) -> float:

@@ -28,12 +28,12 @@ class RankReplay:
     replayed: Breakdown
 
     @property
-    def error_pct(self) -> float:
+    def error_pct(self) -> float | None:
         return relative_error_pct(self.replayed.iteration_us, self.measured.iteration_us)
 
     def as_dict(self) -> dict:
         return {"rank": self.rank, "measured": self.measured.as_dict(), "replayed": self.replayed.as_dict(),
-                "error_pct": round(self.error_pct, 4), "graph": self.graph.summary}
+                "error_pct": _round(self.error_pct), "graph": self.graph.summary}
 
 
 @dataclass
@@ -49,12 +49,17 @@ class RunReplay:
         if len(self.ranks) == 1:
             return self.ranks[0].as_dict()
         crit = self.critical
-        errors = [abs(r.error_pct) for r in self.ranks]
+        errors = [abs(r.error_pct) for r in self.ranks if r.error_pct is not None]
+        errors = errors or [float("nan")]
         return {"measured": crit.measured.as_dict(), "replayed": crit.replayed.as_dict(),
-                "error_pct": round(crit.error_pct, 4), "critical_rank": crit.rank,
+                "error_pct": _round(crit.error_pct), "critical_rank": crit.rank,
                 "mean_abs_rank_error_pct": round(float(np.mean(errors)), 4),
                 "max_abs_rank_error_pct": round(float(np.max(errors)), 4),
                 "ranks": [r.as_dict() for r in self.ranks]}
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def measured_breakdown(graph: Graph) -> Breakdown:

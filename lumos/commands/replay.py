@@ -87,6 +87,6 @@ def format_table(result: RunReplay, path: str) -> str:
         d = result.as_dict()
         lines.append(f"run: critical rank {d['critical_rank']}, iteration error {d['error_pct']:+.3f}%, "
                      f"mean |rank error| {d['mean_abs_rank_error_pct']:.3f}%, max {d['max_abs_rank_error_pct']:.3f}%")
-    else:
+    elif result.ranks[0].error_pct is not None:
         lines.append(f"iteration time error: {result.ranks[0].error_pct:+.3f}%")
     return "\n".join(lines)

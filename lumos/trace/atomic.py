@@ -20,6 +20,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb"):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are meant to be shared
     try:
         if path.suffix == ".gz" and "b" in mode:
             # mtime=0 keeps gzip output byte-identical across runs (determinism tests).

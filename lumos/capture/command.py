@@ -1,0 +1,46 @@
+"""`lumos capture`: record a trace Lumos can replay (needs the `capture` extra, i.e. torch).
+
+    lumos capture gpt --layers 2 --hidden 64 --ffn 256 --heads 2 --seq 32 \\
+        --micro-batch 2 --steps 3 --out DIR
+
+runs `lumos.capture.gpt` (same flags as `python -m lumos.capture.gpt`) and
+writes DIR/rank{R}.json.gz. Registering the subcommand imports no torch; a
+missing torch is reported as a one-line error when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    from .gpt import add_arguments  # torch-free at import time
+
+    p = subparsers.add_parser(
+        "capture", help="record a PyTorch profiler trace Lumos can use (needs torch)",
+        description=__doc__.splitlines()[0])
+    which = p.add_subparsers(dest="capture_command", required=True, metavar="WORKLOAD")
+    g = which.add_parser("gpt", help="train a small self-contained GPT under the profiler",
+                         description="Train a small GPT under the profiler; write OUT/rank{R}.json.gz.")
+    add_arguments(g)
+    g.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lumos.cli import UserError
+
+    from . import CaptureUnavailable, INSTALL_HINT, require_torch
+
+    try:
+        require_torch()
+    except CaptureUnavailable:
+        raise UserError(INSTALL_HINT) from None
+    from .gpt import run_from_args
+
+    try:
+        run_from_args(args)
+    except CaptureUnavailable:
+        raise UserError(INSTALL_HINT) from None
+    except ValueError as exc:  # bad sizes, --device cuda without a CUDA device
+        raise UserError(str(exc)) from exc
+    return 0

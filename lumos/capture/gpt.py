@@ -1,0 +1,496 @@
+"""A small self-contained GPT training script for recording Lumos reference traces.
+
+Pure torch (no model libraries): token + position embedding, `layers`
+pre-norm transformer blocks (causal multi-head self-attention and a GELU MLP
+of width `ffn`), a final LayerNorm and an untied LM head; cross-entropy on
+random tokens; AdamW. It runs on CPU (torch's CPU build) or CUDA:
+
+    python -m lumos.capture.gpt --layers 2 --hidden 64 --ffn 256 --heads 2 \\
+        --seq 32 --micro-batch 2 --steps 3 --out traces/tiny
+    lumos capture gpt --layers 12 --hidden 2048 --ffn 8192 --heads 16 \\
+        --seq 2048 --micro-batch 4 --steps 3 --out traces/base     # same flags
+
+It profiles `wait` (1) + `warmup` + `steps` iterations through
+`lumos.capture.profile.lumos_profile` and writes `<out>/rank{R}.json.gz`.
+Under `torchrun` (WORLD_SIZE > 1) it joins a process group (NCCL on CUDA,
+gloo on CPU), trains data-parallel and all-reduces the gradient buckets.
+
+Annotations (`torch.profiler.record_function` ranges, category
+`user_annotation` in the trace) a predictor can key on, per iteration:
+
+- `ProfilerStep#N`             one training iteration (written by the profiler)
+- `forward`                    the whole forward pass, containing
+  - `embedding/forward`        token + position embedding
+  - `layer_{i}/forward`        transformer block i, i = 0 .. layers-1
+  - `head/forward`             final LayerNorm, LM head and loss
+- `backward`                   the whole backward pass (`loss.backward()`), containing
+  - `layer_{i}/backward`       block i's backward, i = layers-1 .. 0. Opened
+    when the gradient reaches the block's output and closed when it leaves
+    its input (identity autograd markers at both ends), so it holds every
+    autograd op of block i; on CUDA it lies on the autograd device thread.
+  - `grad_bucket_{i}/reduce`   the communication-like reduction of block i's
+    gradients, launched as soon as they are all accumulated (see below)
+- `grad_sync`                  the main stream waiting for the side stream
+- `optimizer_step`             AdamW step (contains torch's own
+                               `Optimizer.step#AdamW.step`)
+- `zero_grad`                  `optimizer.zero_grad(set_to_none=True)`
+- `loss_item`                  `loss.item()` (a device-to-host sync on CUDA)
+
+Side stream (CUDA only, `--no-side-stream` turns it off; never on CPU): every
+block's gradients form one bucket, reduced DDP-style while the backward of
+the earlier blocks continues. Per bucket: `cudaEventRecord` on the compute
+stream, `cudaStreamWaitEvent` on the side stream, then on the side stream
+flatten -> all-reduce (a real NCCL all-reduce when WORLD_SIZE > 1; with one
+GPU a stand-in: copy into a communication buffer, scale by 1/world_size, copy
+back) -> unflatten into the gradients. Before the optimizer step the compute
+stream waits for an event recorded on the side stream. The embedding and head
+parameters are reduced in one final bucket the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import require_torch
+
+
+@dataclass
+class GPTConfig:
+    layers: int = 2
+    hidden: int = 64
+    ffn: int = 256
+    heads: int = 2
+    seq: int = 32
+    micro_batch: int = 2
+    vocab: int = 1024
+    dropout: float = 0.0
+    attention: str = "sdpa"  # "sdpa" (fused kernel) or "math" (explicit bmm + softmax)
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "ffn", "heads", "seq", "micro_batch", "vocab"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.attention not in ("sdpa", "math"):
+            raise ValueError("attention must be 'sdpa' or 'math'")
+
+    def parameter_count(self) -> int:
+        h, f, v, s = self.hidden, self.ffn, self.vocab, self.seq
+        block = 2 * 2 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
+        return v * h + s * h + self.layers * block + 2 * h + h * v
+
+
+@functools.lru_cache(maxsize=None)
+def _model_classes():
+    """Define the nn.Modules on first use, so importing this module needs no torch."""
+    torch = require_torch()
+    nn = torch.nn
+    F = torch.nn.functional
+    record_function = torch.profiler.record_function
+
+    class _Range:
+        """A record_function range opened and closed from two autograd markers."""
+
+        def __init__(self, name: str):
+            self.name = name
+            self.rf = None
+
+        def open(self) -> None:
+            self.close()
+            self.rf = record_function(self.name)
+            self.rf.__enter__()
+
+        def close(self) -> None:
+            if self.rf is not None:
+                rf, self.rf = self.rf, None
+                rf.__exit__(None, None, None)
+
+    class _OpenInBackward(torch.autograd.Function):
+        """Identity; its backward (the gradient reaching a block's output) opens the range."""
+
+        @staticmethod
+        def forward(ctx, x, rng):
+            ctx.rng = rng
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            ctx.rng.open()
+            return grad, None
+
+    class _CloseInBackward(torch.autograd.Function):
+        """Identity; its backward (the gradient leaving a block's input) closes the range."""
+
+        @staticmethod
+        def forward(ctx, x, rng):
+            ctx.rng = rng
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            ctx.rng.close()
+            return grad, None
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, cfg: GPTConfig):
+            super().__init__()
+            self.heads = cfg.heads
+            self.head_dim = cfg.hidden // cfg.heads
+            self.attention = cfg.attention
+            self.dropout = cfg.dropout
+            self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
+            self.proj = nn.Linear(cfg.hidden, cfg.hidden)
+            if cfg.attention == "math":
+                mask = torch.ones(cfg.seq, cfg.seq, dtype=torch.bool).tril()
+                self.register_buffer("mask", mask, persistent=False)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = self.qkv(x).split(h, dim=2)
+            q, k, v = (t.view(b, s, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+            if self.attention == "sdpa":
+                y = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+                att = att.masked_fill(~self.mask[:s, :s], float("-inf"))
+                att = F.dropout(F.softmax(att, dim=-1), self.dropout, self.training)
+                y = att @ v
+            y = y.transpose(1, 2).contiguous().view(b, s, h)
+            return self.proj(y)
+
+    class Block(nn.Module):
+        def __init__(self, cfg: GPTConfig, index: int):
+            super().__init__()
+            self.index = index
+            self.ln1 = nn.LayerNorm(cfg.hidden)
+            self.attn = CausalSelfAttention(cfg)
+            self.ln2 = nn.LayerNorm(cfg.hidden)
+            self.fc1 = nn.Linear(cfg.hidden, cfg.ffn)
+            self.fc2 = nn.Linear(cfg.ffn, cfg.hidden)
+            self.drop = nn.Dropout(cfg.dropout)
+            self.bwd_range = _Range(f"layer_{index}/backward")
+
+        def forward(self, x):
+            mark = torch.is_grad_enabled() and x.requires_grad
+            with record_function(f"layer_{self.index}/forward"):
+                if mark:
+                    x = _CloseInBackward.apply(x, self.bwd_range)
+                x = x + self.drop(self.attn(self.ln1(x)))
+                x = x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+                if mark:
+                    x = _OpenInBackward.apply(x, self.bwd_range)
+            return x
+
+    class GPT(nn.Module):
+        def __init__(self, cfg: GPTConfig):
+            super().__init__()
+            self.cfg = cfg
+            self.tok = nn.Embedding(cfg.vocab, cfg.hidden)
+            self.pos = nn.Embedding(cfg.seq, cfg.hidden)
+            self.drop = nn.Dropout(cfg.dropout)
+            self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.layers))
+            self.ln_f = nn.LayerNorm(cfg.hidden)
+            self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+            self.apply(self._init)
+
+        @staticmethod
+        def _init(m) -> None:
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+        def forward(self, idx, targets):
+            b, s = idx.shape
+            with record_function("embedding/forward"):
+                pos = torch.arange(s, device=idx.device)
+                x = self.drop(self.tok(idx) + self.pos(pos))
+            for block in self.blocks:
+                x = block(x)
+            with record_function("head/forward"):
+                logits = self.head(self.ln_f(x))
+                loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+            return loss
+
+        def close_ranges(self) -> None:
+            """Close any backward range a failed backward left open."""
+            for block in self.blocks:
+                block.bwd_range.close()
+
+    return GPT
+
+
+def build_model(cfg: GPTConfig):
+    """A fresh GPT for `cfg` (on CPU, float32)."""
+    return _model_classes()(cfg)
+
+
+class GradBuckets:
+    """Reduce each block's gradients as soon as they are ready, DDP-style.
+
+    On CUDA with `side_stream=True` the reduction runs on a side stream,
+    ordered by cudaEventRecord / cudaStreamWaitEvent; otherwise it runs inline
+    (and only when WORLD_SIZE > 1, since a one-process CPU run has nothing to
+    reduce). `finish()` reduces what is left and makes the compute stream wait.
+    """
+
+    def __init__(self, model, device, side_stream: bool):
+        torch = require_torch()
+        self.torch = torch
+        self.device = device
+        self.dist = torch.distributed
+        self.world = self.dist.get_world_size() if self.dist.is_initialized() else 1
+        self.use_stream = side_stream and device.type == "cuda"
+        self.stream = torch.cuda.Stream(device=device) if self.use_stream else None
+        self.buckets: list[tuple[str, list]] = []
+        owned = set()
+        for i, block in enumerate(model.blocks):
+            params = [p for p in block.parameters() if p.requires_grad]
+            owned.update(id(p) for p in params)
+            self.buckets.append((f"grad_bucket_{i}", params))
+        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in owned]
+        self.rest = ("grad_bucket_rest", rest)
+        self.pending: dict[int, int] = {}
+        self.reduced: set[int] = set()
+        self.active = self.use_stream or self.world > 1
+        if self.active:
+            for b, (_, params) in enumerate(self.buckets):
+                for p in params:
+                    p.register_post_accumulate_grad_hook(functools.partial(self._ready, b))
+        self.reset()
+
+    def reset(self) -> None:
+        self.pending = {b: len(params) for b, (_, params) in enumerate(self.buckets)}
+        self.reduced = set()
+
+    def _ready(self, bucket: int, _param) -> None:
+        self.pending[bucket] -= 1
+        if self.pending[bucket] == 0 and bucket not in self.reduced:
+            self.reduced.add(bucket)
+            self._reduce(*self.buckets[bucket])
+
+    def _reduce(self, name: str, params: list) -> None:
+        torch = self.torch
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        with torch.profiler.record_function(f"{name}/reduce"):
+            if self.use_stream:
+                ready = torch.cuda.Event()
+                ready.record(torch.cuda.current_stream(grads[0].device))
+                self.stream.wait_event(ready)
+                ctx = torch.cuda.stream(self.stream)
+            else:
+                ctx = contextlib.nullcontext()
+            with ctx:
+                flat = _flatten_dense_tensors(grads)
+                if self.world > 1:
+                    self.dist.all_reduce(flat)
+                    flat.div_(self.world)
+                else:  # stand-in for a collective: through a communication buffer and back
+                    buf = torch.empty_like(flat)
+                    buf.copy_(flat, non_blocking=True)
+                    buf.mul_(1.0 / self.world)
+                    flat.copy_(buf, non_blocking=True)
+                for g, r in zip(grads, _unflatten_dense_tensors(flat, grads)):
+                    g.copy_(r)
+
+    def finish(self) -> None:
+        if not self.active:
+            return
+        torch = self.torch
+        for b, bucket in enumerate(self.buckets):  # a block whose grads never all arrived
+            if b not in self.reduced:
+                self.reduced.add(b)
+                self._reduce(*bucket)
+        self._reduce(*self.rest)
+        if self.use_stream:
+            with torch.profiler.record_function("grad_sync"):
+                done = torch.cuda.Event()
+                done.record(self.stream)
+                torch.cuda.current_stream(self.device).wait_event(done)
+        self.reset()
+
+
+def _resolve_device(name: str):
+    torch = require_torch()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def _init_distributed(device_arg: str):
+    """Join a process group under torchrun (WORLD_SIZE > 1).
+
+    Returns None when not distributed, else (rank, world_size, local_rank, created)
+    where `created` says whether this call initialized the group.
+    """
+    torch = require_torch()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or not torch.distributed.is_available():
+        return None
+    dist = torch.distributed
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device_arg != "cpu" and torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(local)
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return dist.get_rank(), dist.get_world_size(), local, created
+
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmup: int = 1,
+            wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
+            seed: int = 0, rank: int | None = None, log=print) -> Path:
+    """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path."""
+    require_torch()
+    dist_info = _init_distributed(device)
+    try:
+        return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
+                                  wait=wait, device=device, dtype=dtype, side_stream=side_stream,
+                                  seed=seed, rank=rank, log=log)
+    finally:
+        if dist_info is not None and dist_info[3]:
+            require_torch().distributed.destroy_process_group()
+
+
+def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
+                       side_stream, seed, rank, log) -> Path:
+    torch = require_torch()
+    from .profile import lumos_profile
+
+    if dist_info is not None and device in ("auto", "cuda") and torch.cuda.is_available():
+        dev = torch.device(f"cuda:{dist_info[2]}")  # one GPU per torchrun process
+    else:
+        dev = _resolve_device(device)
+    if dtype == "auto":
+        dtype = "bfloat16" if dev.type == "cuda" else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}")
+    torch_dtype = getattr(torch, dtype)
+
+    torch.manual_seed(seed)
+    model = build_model(cfg).to(device=dev, dtype=torch_dtype)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
+                            foreach=dev.type == "cuda" or None)
+    buckets = GradBuckets(model, dev, side_stream)
+    gen = torch.Generator(device="cpu").manual_seed(seed + (dist_info[0] if dist_info else 0))
+    batch = (cfg.micro_batch, cfg.seq)
+    idx = torch.randint(cfg.vocab, batch, generator=gen).to(dev)
+    targets = torch.randint(cfg.vocab, batch, generator=gen).to(dev)
+
+    def train_step() -> float:
+        try:
+            with torch.profiler.record_function("forward"):
+                loss = model(idx, targets)
+            with torch.profiler.record_function("backward"):
+                loss.backward()
+        finally:
+            model.close_ranges()
+        buckets.finish()
+        with torch.profiler.record_function("optimizer_step"):
+            opt.step()
+        with torch.profiler.record_function("zero_grad"):
+            opt.zero_grad(set_to_none=True)
+        with torch.profiler.record_function("loss_item"):
+            return loss.item()
+
+    meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
+            "dtype": dtype, "side_stream": buckets.use_stream,
+            "parameters": cfg.parameter_count()}
+    if dev.type == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name(dev)
+    with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
+                       metadata=meta) as cap:
+        for it in range(cap.total_iterations):
+            loss = train_step()
+            cap.step()
+            if log and cap.rank == 0:
+                log(f"iteration {it + 1}/{cap.total_iterations} loss {loss:.4f}")
+    if cap.path is None:  # pragma: no cover
+        raise RuntimeError("the profiler produced no trace")
+    return cap.path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The script's flags; shared by `python -m lumos.capture.gpt` and `lumos capture gpt`."""
+    d = GPTConfig()
+    p.add_argument("--layers", type=int, default=d.layers, help="transformer blocks (default %(default)s)")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="model width (default %(default)s)")
+    p.add_argument("--ffn", type=int, default=None, help="MLP width (default 4 x hidden)")
+    p.add_argument("--heads", type=int, default=d.heads, help="attention heads (default %(default)s)")
+    p.add_argument("--seq", type=int, default=d.seq, help="sequence length (default %(default)s)")
+    p.add_argument("--micro-batch", type=int, default=d.micro_batch,
+                   help="sequences per iteration (default %(default)s)")
+    p.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size (default %(default)s)")
+    p.add_argument("--attention", choices=("sdpa", "math"), default=d.attention,
+                   help="fused scaled_dot_product_attention or explicit bmm/softmax")
+    p.add_argument("--steps", type=int, default=3, help="profiled iterations (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="profiled-but-discarded iterations after the skipped first one (default %(default)s)")
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
+                   help="parameter dtype (auto: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
+                   help="reduce gradients on the compute stream (CUDA); CPU never uses one")
+    p.add_argument("--rank", type=int, default=None,
+                   help="rank for the file name when not under torchrun (default 0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="directory for rank{R}.json.gz")
+    p.add_argument("--quiet", action="store_true", help="no per-iteration log")
+
+
+def config_from_args(args: argparse.Namespace) -> GPTConfig:
+    return GPTConfig(layers=args.layers, hidden=args.hidden,
+                     ffn=args.ffn if args.ffn is not None else 4 * args.hidden,
+                     heads=args.heads, seq=args.seq, micro_batch=args.micro_batch,
+                     vocab=args.vocab, attention=args.attention)
+
+
+def run_from_args(args: argparse.Namespace) -> Path:
+    cfg = config_from_args(args)
+    if args.steps < 1 or args.warmup < 0:
+        raise ValueError("--steps must be >= 1 and --warmup >= 0")
+    path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
+                   device=args.device, dtype=args.dtype, side_stream=args.side_stream,
+                   seed=args.seed, rank=args.rank, log=None if args.quiet else print)
+    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lumos.capture.gpt",
+                                description="Train a small GPT under the profiler; write a Lumos trace.")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    from . import CaptureUnavailable
+
+    try:
+        run_from_args(args)
+    except CaptureUnavailable as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+    except ValueError as exc:
+        p.error(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

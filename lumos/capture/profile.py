@@ -1,0 +1,258 @@
+"""Profile steady-state training iterations with the settings Lumos needs.
+
+Two ways in; both write one gzip-compressed Kineto trace per rank,
+`<out_dir>/rank{R}.json.gz`, atomically (temporary name, then rename):
+
+    from lumos.capture.profile import profile_steps
+
+    def train_step():
+        loss = model(batch).loss
+        loss.backward()
+        opt.step(); opt.zero_grad(set_to_none=True)
+
+    path = profile_steps(train_step, steps=3, warmup=1, out_dir="traces/run1")
+
+or, for a loop you do not want to wrap in a function:
+
+    from lumos.capture.profile import lumos_profile
+
+    with lumos_profile("traces/run1", steps=3, warmup=1) as cap:
+        for _ in range(cap.total_iterations):
+            train_step()
+            cap.step()              # marks the iteration: ProfilerStep#N
+    print(cap.path)
+
+Settings, and why Lumos needs each (docs/capture.md has the longer version):
+
+- activities CPU and, when CUDA is available, CUDA: the replay graph needs the
+  host ops and runtime calls as well as the kernels they launch.
+- `record_shapes=True`: every `cpu_op` carries `Input Dims` / `Input type`, so
+  a what-if (hidden, FFN, micro-batch) can re-time GEMMs by shape.
+- `with_stack=False`: Python stacks bloat the trace and add profiler overhead
+  to every op; Lumos does not use them.
+- `schedule(wait=1, warmup=W, active=N)`: the first iteration (allocator
+  growth, cuDNN/cuBLAS autotuning, lazy init) is skipped, W more run with the
+  profiler on but discarded, and N steady-state iterations are recorded.
+- `_ExperimentalConfig(enable_cuda_sync_events=True)` where the installed
+  torch supports it: `cudaStreamWaitEvent` then carries `wait_on_stream` and
+  `wait_on_cuda_event_record_corr_id`, the cross-stream happens-before links.
+- `prof.step()` after every iteration, so `ProfilerStep#N` ranges delimit the
+  iterations in the trace.
+- one file per rank, `rank{R}.json.gz`; R is `torch.distributed.get_rank()`
+  when a process group is initialized, else the `rank` argument, else 0. When
+  torch writes no `distributedInfo` block (no process group), one is added
+  (`{"backend": null, "rank": R, "world_size": W}`, W the `world_size`
+  argument, else R + 1) so the reader knows the rank of every file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from . import require_torch
+
+#: Top-level key under which the capture settings are recorded in each trace.
+CAPTURE_METADATA_KEY = "lumosCapture"
+
+
+def trace_path_for_rank(out_dir: str | os.PathLike, rank: int) -> Path:
+    """The file a rank's trace is written to: `<out_dir>/rank{rank}.json.gz`."""
+    return Path(out_dir) / f"rank{int(rank)}.json.gz"
+
+
+def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
+    """(rank, world_size, distributed): the process group wins, then the arguments."""
+    torch = require_torch()
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size()), True
+    r = 0 if rank is None else int(rank)
+    # Without a world size, assume the smallest one this rank fits in.
+    ws = int(world_size) if world_size is not None else r + 1
+    if r < 0 or ws <= r:
+        raise ValueError(f"rank {r} does not fit world_size {ws}")
+    return r, ws, False
+
+
+def experimental_config():
+    """`_ExperimentalConfig(enable_cuda_sync_events=True)`, or None where torch lacks it."""
+    torch = require_torch()
+    cls = getattr(getattr(getattr(torch, "_C", None), "_profiler", None), "_ExperimentalConfig", None)
+    if cls is None:
+        warnings.warn("this torch has no _ExperimentalConfig; cudaStreamWaitEvent will carry no "
+                      "wait_on_stream links and Lumos falls back to inferring them", stacklevel=3)
+        return None
+    try:
+        return cls(enable_cuda_sync_events=True)
+    except TypeError:
+        warnings.warn("this torch's _ExperimentalConfig has no enable_cuda_sync_events; "
+                      "cudaStreamWaitEvent will carry no wait_on_stream links", stacklevel=3)
+        return None
+
+
+def default_activities() -> list:
+    """CPU always; CUDA when a CUDA device is available."""
+    torch = require_torch()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts
+
+
+def _finite(obj):
+    """Replace NaN/Infinity (which json accepts but orjson, and the reader, do not) by null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _json_dumps(doc) -> bytes:
+    return json.dumps(_finite(doc), separators=(",", ":")).encode("utf-8")
+
+
+def _finish_trace(raw: bytes, rank: int, world_size: int,
+                  metadata: Mapping[str, Any] | None) -> bytes:
+    """Add `distributedInfo` (when torch omitted it) and the capture settings."""
+    try:
+        import orjson
+
+        doc = orjson.loads(raw)
+        dumps = orjson.dumps
+    except ImportError:  # pragma: no cover - orjson is a core dependency
+        doc = json.loads(raw)
+        dumps = _json_dumps
+    except ValueError:
+        # Some torch builds write JSON orjson rejects (NaN, lone surrogates); json is
+        # lenient, and _json_dumps writes what orjson (the project's reader) accepts.
+        doc = json.loads(raw.decode("utf-8", errors="replace"))
+        dumps = _json_dumps
+    info = doc.get("distributedInfo")
+    if not isinstance(info, dict):
+        doc["distributedInfo"] = {"backend": None, "rank": rank, "world_size": world_size}
+    else:
+        info.setdefault("rank", rank)
+        info.setdefault("world_size", world_size)
+    if metadata:
+        doc[CAPTURE_METADATA_KEY] = dict(metadata)
+    try:
+        return dumps(doc)
+    except TypeError:  # orjson refuses e.g. non-str keys; json does not
+        return _json_dumps(doc)
+
+
+class LumosCapture:
+    """Handle yielded by `lumos_profile`: call `step()` after every iteration.
+
+    Attributes: `profiler` (the torch.profiler.profile), `total_iterations`
+    (wait + warmup + steps: how many iterations the loop must run), `rank`,
+    `world_size`, and `path` (the written trace; None until the active
+    iterations are done).
+    """
+
+    def __init__(self, profiler, total_iterations: int, rank: int, world_size: int, target: Path):
+        self.profiler = profiler
+        self.total_iterations = total_iterations
+        self.rank = rank
+        self.world_size = world_size
+        self.target = target
+        self.path: Path | None = None
+
+    def step(self) -> None:
+        self.profiler.step()
+
+
+@contextlib.contextmanager
+def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1, wait: int = 1,
+                  rank: int | None = None, world_size: int | None = None,
+                  activities: list | None = None,
+                  metadata: Mapping[str, Any] | None = None) -> Iterator[LumosCapture]:
+    """Profile `steps` steady-state iterations; write `<out_dir>/rank{R}.json.gz`.
+
+    The loop inside must run `cap.total_iterations` (= wait + warmup + steps)
+    iterations and call `cap.step()` after each. `metadata` is stored in the
+    trace under `lumosCapture` beside the capture settings.
+    """
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    if warmup < 0 or wait < 0:
+        raise ValueError("warmup and wait must be >= 0")
+    torch = require_torch()
+    from lumos.trace.atomic import write_bytes_atomic
+
+    r, ws, distributed = _resolve_rank(rank, world_size)
+    target = trace_path_for_rank(out_dir, r)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    acts = list(activities) if activities is not None else default_activities()
+    exp = experimental_config()
+    settings = {
+        "steps": steps, "warmup": warmup, "wait": wait,
+        "record_shapes": True, "with_stack": False,
+        "enable_cuda_sync_events": exp is not None,
+        "activities": sorted(str(a).rsplit(".", 1)[-1] for a in acts),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "distributed": distributed,
+    }
+    if metadata:
+        settings.update(metadata)
+    cap: LumosCapture
+
+    def on_trace_ready(prof) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".export.json", dir=target.parent)
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            raw = Path(tmp).read_bytes()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        # write_bytes_atomic gzips for a .gz target, with a fixed mtime.
+        write_bytes_atomic(target, _finish_trace(raw, r, ws, settings))
+        cap.path = target
+
+    kwargs: dict[str, Any] = dict(
+        activities=acts,
+        schedule=torch.profiler.schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
+        on_trace_ready=on_trace_ready,
+        record_shapes=True,
+        with_stack=False,
+    )
+    if exp is not None:
+        kwargs["experimental_config"] = exp
+    with torch.profiler.profile(**kwargs) as prof:
+        cap = LumosCapture(prof, wait + warmup + steps, r, ws, target)
+        yield cap
+
+
+def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
+                  out_dir: str | os.PathLike = ".", rank: int | None = None, *,
+                  wait: int = 1, world_size: int | None = None,
+                  activities: list | None = None,
+                  metadata: Mapping[str, Any] | None = None) -> Path:
+    """Run `step_fn()` wait + warmup + steps times under the profiler; return the trace path.
+
+    `step_fn` is one full training iteration (forward, backward, optimizer
+    step) taking no arguments. The first `wait` (default 1) iterations run
+    unprofiled, the next `warmup` are profiled and discarded, the last `steps`
+    are written to `<out_dir>/rank{R}.json.gz`, each inside a `ProfilerStep#N`
+    range.
+    """
+    with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
+                       world_size=world_size, activities=activities, metadata=metadata) as cap:
+        for _ in range(cap.total_iterations):
+            step_fn()
+            cap.step()
+    if cap.path is None:  # pragma: no cover - the schedule always fires on the last step
+        raise RuntimeError("the profiler produced no trace")
+    return cap.path

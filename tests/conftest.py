@@ -1,0 +1,28 @@
+"""Shared paths and small trace builders for the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "resources" / "traces" / "real"
+SYNC_FIXTURES = REAL / "hta" / "sync_fixtures"
+DLRM = REAL / "param" / "dlrm_8rank" / "kineto"
+
+# Every shipped real training trace (one rank each; DLRM as its 8 rank files).
+TRAINING_TRACES = sorted(DLRM.glob("*.json.gz")) + [
+    REAL / "param" / "resnet_1gpu" / "resnet_kineto.json.gz",
+    REAL / "hta" / "negative_queue_length_values_check__rank0.json.gz",
+    REAL / "hta" / "trace_diff__control__control.json.gz",
+    REAL / "hta" / "nccl_parser_config__nccl_data.json.gz",
+    REAL / "kineto" / "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
+]
+ALL_TRACES = TRAINING_TRACES + sorted(SYNC_FIXTURES.glob("*.json.gz"))
+
+
+@pytest.fixture(scope="session")
+def real_tables():
+    from lumos.trace import load_trace
+    return {p: load_trace(p) for p in ALL_TRACES}
