@@ -32,7 +32,7 @@ class Breakdown:
     other_us: float
 
     def as_dict(self) -> dict[str, float]:
-        return {k: round(v, 3) for k, v in asdict(self).items()}
+        return {k: round(float(v), 3) for k, v in asdict(self).items()}
 
     def components(self) -> np.ndarray:
         return np.array([getattr(self, c) for c in COMPONENTS])

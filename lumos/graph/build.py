@@ -78,7 +78,7 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
     graph = Graph(
         name=ctx.name.copy(), kind=ctx.is_gpu.astype(np.int8), proc=ctx.proc, dur=timing.dur,
         ts=timing.ts, release=release,
-        comm=ctx.is_gpu & np.array([schema.is_comm_kernel(n) for n in ctx.name], dtype=bool),
+        comm=ctx.is_gpu & comm_names(ctx.name),
         in_step=sel.in_step, rank=rank, stream_pos=ctx.stream_pos, wait_kind=wait_kind,
         wait_target=np.where(sync.wait_kind == WaitKind.DEVICE, table.rank, sync.wait_target).astype(np.int32),
         event=sel.event, layer=np.full(ctx.n, -1, np.int32), phase=np.full(ctx.n, -1, np.int8),
@@ -105,6 +105,14 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "gap_threshold_us": gap_threshold_us,
     }
     return graph
+
+
+def comm_names(names: np.ndarray) -> np.ndarray:
+    """is_comm_kernel per row, evaluated once per distinct name."""
+    if len(names) == 0:
+        return np.zeros(0, dtype=bool)
+    uniq, inverse = np.unique(names.astype(str), return_inverse=True)
+    return np.array([schema.is_comm_kernel(n) for n in uniq], dtype=bool)[inverse]
 
 
 def _proc_names(ctx: BuildContext) -> np.ndarray:

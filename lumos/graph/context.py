@@ -76,18 +76,51 @@ class BuildContext:
         for g in np.flatnonzero(self.is_gpu):
             self.launcher[g] = by_corr.get(int(self.corr[g]), -1)
         self.runtime_by_corr = by_corr
+        self._suffix_min: dict[tuple[str, int], np.ndarray] = {}
+        self._prefix_max: dict[tuple[str, int], np.ndarray] = {}
 
     def proc_of_stream(self, device: int, stream: int) -> int:
-        key = device * (1 << 32) + (stream & 0xFFFFFFFF)
-        hits = np.flatnonzero((self.proc_kind == 1) & (self.proc_key == key))
-        return int(hits[0]) if len(hits) else -1
+        if not hasattr(self, "_stream_procs"):
+            self._stream_procs = {int(k): p for p, (kind, k) in enumerate(zip(self.proc_kind, self.proc_key)) if kind == 1}
+        return self._stream_procs.get(device * (1 << 32) + (stream & 0xFFFFFFFF), -1)
 
     def streams_of_device(self, device: int) -> np.ndarray:
         return np.flatnonzero((self.proc_kind == 1) & ((self.proc_key >> 32) == device))
 
     def enqueue_time(self) -> np.ndarray:
         """Measured time each GPU op became visible to a sync: its launcher's end (-inf if none)."""
-        t = np.full(self.n, -np.inf)
-        has = self.launcher >= 0
-        t[has] = self.end[self.launcher[has]]
-        return t
+        if not hasattr(self, "_enq"):
+            t = np.full(self.n, -np.inf)
+            has = self.launcher >= 0
+            t[has] = self.end[self.launcher[has]]
+            self._enq = t
+        return self._enq
+
+    def launch_time(self) -> np.ndarray:
+        """When each GPU op's launch call started (-inf if it has no launcher in the window)."""
+        if not hasattr(self, "_launch_ts"):
+            t = np.full(self.n, -np.inf)
+            has = self.launcher >= 0
+            t[has] = self.ts[self.launcher[has]]
+            self._launch_ts = t
+        return self._launch_ts
+
+    def last_on_stream(self, proc: int, which: str, t: float) -> int:
+        """The op furthest along stream `proc` whose enqueue (which='enq') or launch
+        (which='launch') time is <= t, or -1. Exact even when those times are not
+        monotone along the stream (suffix minimum + binary search)."""
+        key = (which, proc)
+        if key not in self._suffix_min:
+            values = (self.enqueue_time() if which == "enq" else self.launch_time())[self.proc_tasks[proc]]
+            self._suffix_min[key] = np.minimum.accumulate(values[::-1])[::-1]
+        k = int(np.searchsorted(self._suffix_min[key], t, side="right")) - 1
+        return int(self.proc_tasks[proc][k]) if k >= 0 else -1
+
+    def first_launched_after(self, proc: int, t: float) -> int:
+        """The first op on stream `proc` whose launch call started at or after t, or -1."""
+        key = ("launch", proc)
+        if key not in self._prefix_max:
+            self._prefix_max[key] = np.maximum.accumulate(self.launch_time()[self.proc_tasks[proc]])
+        k = int(np.searchsorted(self._prefix_max[key], t, side="left"))
+        ops = self.proc_tasks[proc]
+        return int(ops[k]) if k < len(ops) else -1

@@ -23,6 +23,9 @@ from lumos.trace.steps import Step
 from lumos.trace.table import TraceTable
 
 POLLING_CALLS = frozenset({"cudaEventQuery", "cudaStreamQuery"})
+# Timestamps are microseconds printed with nanosecond digits; sums of them differ in
+# the last float bit. Back-to-back events closer than this do not nest.
+CLOCK_EPS_US = 1e-3
 
 
 @dataclass
@@ -45,10 +48,10 @@ def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.
     stack_idx: list[int] = []
     inside_runtime = 0.0  # end of the runtime call we are inside, if any
     for k in range(len(rows)):
-        while stack_end and ts[k] >= stack_end[-1]:
+        while stack_end and ts[k] >= stack_end[-1] - CLOCK_EPS_US:
             stack_end.pop()
             stack_idx.pop()
-        if ts[k] < inside_runtime:
+        if ts[k] < inside_runtime - CLOCK_EPS_US:
             continue  # a driver call inside a runtime call: folded into it
         if stack_idx:
             parent = stack_idx[-1]

@@ -33,7 +33,6 @@ class Timing:
 
 def resolve_wait_targets(ctx: BuildContext, wait_kind, wait_target) -> np.ndarray:
     """Measured end of the GPU work each run-time wait resolves to (-inf if none)."""
-    enq = ctx.enqueue_time()
     out = np.full(ctx.n, -np.inf)
     for v in np.flatnonzero(wait_kind != WaitKind.NONE):
         if wait_kind[v] == WaitKind.STREAM:
@@ -43,10 +42,9 @@ def resolve_wait_targets(ctx: BuildContext, wait_kind, wait_target) -> np.ndarra
                      if ctx.proc_kind[p] == 1 and (ctx.proc_key[p] >> 32) == wait_target[v]]
         best = -np.inf
         for p in procs:
-            ops = ctx.proc_tasks[p]
-            visible = np.flatnonzero(enq[ops] <= ctx.ts[v])
-            if len(visible):
-                best = max(best, ctx.end[ops[visible[-1]]])
+            last = ctx.last_on_stream(p, "enq", ctx.ts[v])
+            if last >= 0:
+                best = max(best, ctx.end[last])
         out[v] = best
     return out
 

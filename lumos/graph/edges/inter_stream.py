@@ -40,11 +40,9 @@ def _explicit(ctx: BuildContext, out: EdgeList) -> int:
         waiting = ctx.proc_of_stream(dev, int(t.stream[r]))
         if src < 0 or waiting < 0:
             continue
-        ops = ctx.proc_tasks[waiting]
-        launched = np.array([ctx.ts[ctx.launcher[g]] if ctx.launcher[g] >= 0 else -np.inf for g in ops])
-        after = np.flatnonzero(launched >= ctx.ts[wait_call])
-        if len(after):
-            out.add(src, ops[after[0]])
+        dst = ctx.first_launched_after(waiting, ctx.ts[wait_call])
+        if dst >= 0:
+            out.add(src, dst)
             n += 1
     return n
 

@@ -45,10 +45,7 @@ def recorded_op(ctx: BuildContext, record_task: int, stream_proc: int) -> int:
     """The op an event captured: the last op on `stream_proc` launched before the record call."""
     if stream_proc < 0:
         return -1
-    ops = ctx.proc_tasks[stream_proc]
-    enq_start = np.array([ctx.ts[ctx.launcher[g]] if ctx.launcher[g] >= 0 else -np.inf for g in ops])
-    before = np.flatnonzero(enq_start <= ctx.ts[record_task])
-    return int(ops[before[-1]]) if len(before) else -1
+    return ctx.last_on_stream(stream_proc, "launch", ctx.ts[record_task])
 
 
 def _finished_during(ctx: BuildContext, v: int, enq: np.ndarray, gpu: np.ndarray) -> int:
@@ -71,10 +68,10 @@ def _infer_stream(ctx: BuildContext, v: int, enq: np.ndarray) -> int:
     for p, ops in enumerate(ctx.proc_tasks):
         if not len(ops) or ctx.proc_kind[p] != 1:
             continue
-        visible = np.flatnonzero(enq[ops] <= ctx.ts[v])
-        if not len(visible):
+        last = ctx.last_on_stream(p, "enq", ctx.ts[v])
+        if last < 0:
             continue
-        e = ctx.end[ops[visible[-1]]]
+        e = ctx.end[last]
         if e > ctx.end[v] + 1.0:
             continue
         consistent.append(p)
