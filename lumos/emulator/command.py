@@ -1,0 +1,53 @@
+"""`lumos emulate`: one emulated iteration written as per-rank Kineto traces plus a manifest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "emulate", help="emulate a Megatron GPT iteration on an H100 cluster; write per-rank Kineto traces",
+        description="Emulate (not measure) one training iteration. Hydra-style overrides, e.g. "
+                    "model=gpt3_15b parallel.tp=2 parallel.pp=2 parallel.dp=4 seed=3 out=DIR "
+                    "[ranks=stage|all] [trace.legacy=true] [emulator.granularity=coarse]")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of config/emulate.yaml")
+    p.add_argument("--calibrate", action="store_true",
+                   help="print the calibration table (175B vs the paper's Fig. 1, 15B seed spread, scaling)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lumos.cli import UserError
+
+    from .settings import SettingsError
+
+    if args.calibrate:
+        from .calibrate import main as calibrate_main
+
+        return calibrate_main(list(args.overrides))
+    try:
+        from lumos.config import compose
+
+        cfg = compose("emulate", list(args.overrides))
+    except Exception as exc:  # Hydra's override errors are user errors
+        if type(exc).__module__.startswith(("hydra", "omegaconf")):
+            raise UserError(str(exc).splitlines()[0]) from None
+        raise
+    if not cfg.get("out"):
+        raise UserError("missing out=DIR (where to write rank{R}.json.gz and manifest.json)")
+    from .emulate import emulate_config, write_result
+
+    try:
+        result = emulate_config(cfg, progress=None if not args.quiet else False)
+    except SettingsError as exc:
+        raise UserError(str(exc)) from None
+    paths = write_result(result, cfg.out)
+    if not args.quiet:
+        s = result.settings
+        print(f"emulated {s.model.name} tp={s.tp} pp={s.pp} dp={s.dp} seed={s.seed}: "
+              f"iteration {result.iteration_us / 1e3:.1f} ms (emulated), {len(paths)} rank trace(s) in {cfg.out}",
+              file=sys.stderr)
+    return 0

@@ -1,0 +1,96 @@
+"""Noise-free durations: a roofline for kernels and an alpha-beta model for hierarchical collectives.
+
+These are the emulator's private physics. Jitter, slowness, SM contention and NIC
+sharing are applied on top at run time (see engine.py), so the trace never states them.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class KernelCosts:
+    """Roofline durations (us) with shape-dependent GEMM efficiency and wave quantization."""
+
+    def __init__(self, cluster, compute):
+        self.peak = cluster.peak_bf16_tflops * 1e6      # flop per us
+        self.hbm = cluster.hbm_tb_s * 1e6                 # bytes per us
+        self.pcie = cluster.pcie_gb_s * 1e3
+        self.sms = cluster.num_sms
+        self.c = compute
+
+    def gemm(self, m: int, n: int, k: int) -> float:
+        c = self.c
+        flops = 2.0 * m * n * k
+        tiles = math.ceil(m / c.gemm_tile_m) * math.ceil(n / c.gemm_tile_n)
+        waves = tiles / self.sms
+        wave_eff = waves / math.ceil(waves)
+        eff = c.gemm_eff_max * wave_eff * k / (k + c.gemm_k_half)
+        t_math = flops / (self.peak * eff)
+        t_mem = 2.0 * (m * k + k * n + m * n) / (self.hbm * c.mem_eff)
+        return max(t_math, t_mem) + c.gemm_fixed_us
+
+    def attention(self, b: int, s: int, heads: int, d: int, backward: bool) -> float:
+        # causal flash attention: half of the 4*b*s^2*h FLOPs; backward does 2.5x the forward
+        flops = 2.0 * b * s * s * heads * d * (2.5 if backward else 1.0)
+        eff = self.c.attn_bwd_eff if backward else self.c.attn_fwd_eff
+        return flops / (self.peak * eff) + self.c.gemm_fixed_us
+
+    def elementwise(self, nbytes: float) -> float:
+        return nbytes / (self.hbm * self.c.mem_eff) + self.c.elem_fixed_us
+
+    def memset(self, nbytes: float) -> float:
+        return nbytes / (self.hbm * 0.9) + 1.5
+
+    def h2d(self, nbytes: float) -> float:
+        return nbytes / self.pcie + 2.0
+
+    def d2h(self, nbytes: float) -> float:
+        return nbytes / self.pcie + 1.5
+
+
+class CommCosts:
+    """Transfer time (us) of a collective once every peer has arrived.
+
+    Inside a host: ring over NVLink. Across hosts: hierarchical (reduce-scatter on
+    NVLink, ring or tree across hosts on each GPU's own NIC, all-gather on NVLink),
+    with the NIC shared by concurrent flows and congestion growing with host count.
+    """
+
+    def __init__(self, cluster, comm, job_hosts: int):
+        self.nvl = cluster.nvlink_busbw_gb_s * 1e3 * comm.nvlink_eff    # bytes per us
+        self.nvl_p2p = cluster.nvlink_p2p_gb_s * 1e3 * comm.nvlink_eff
+        self.nvl_lat = cluster.nvlink_step_latency_us
+        self.net_lat = cluster.net_step_latency_us
+        self.nic = cluster.nic_gbps / 8.0 * 1e3             # bytes per us per GPU (one NIC each)
+        self.c = comm
+        self.congestion = 1.0 + comm.congestion * math.log2(max(job_hosts, 1))
+
+    def nic_bw(self, flows: int) -> float:
+        return self.nic * self.c.nic_eff / (1 + flows) / self.congestion
+
+    def collective(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int, flows: int) -> float:
+        c = self.c
+        if kind in ("send", "recv"):
+            if hosts <= 1:
+                return c.nccl_fixed_us + self.nvl_lat + nbytes / self.nvl_p2p
+            return c.nccl_fixed_us + self.net_lat + nbytes / self.nic_bw(flows)
+        if n <= 1:
+            return c.nccl_fixed_us
+        both = kind == "allreduce"       # all-reduce = reduce-scatter + all-gather
+        if hosts <= 1:
+            steps = (n - 1) * (2 if both else 1)
+            vol = (n - 1) / n * nbytes * (2 if both else 1)
+            return c.nccl_fixed_us + steps * self.nvl_lat + vol / self.nvl
+        k = max(per_host, 1)
+        t = c.nccl_fixed_us
+        if k > 1:   # intra-host phase(s) on NVLink
+            t += ((k - 1) / k * nbytes / self.nvl + (k - 1) * self.nvl_lat) * (2 if both else 1)
+        shard = nbytes / k
+        ring_steps = (hosts - 1) * (2 if both else 1)
+        if both and nbytes < c.tree_threshold_bytes:
+            steps = 2 * math.ceil(math.log2(hosts))
+        else:
+            steps = ring_steps
+        vol = (hosts - 1) / hosts * shard * (2 if both else 1)
+        return t + steps * self.net_lat + vol / self.nic_bw(flows)

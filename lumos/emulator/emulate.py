@@ -1,0 +1,156 @@
+"""Run one emulated iteration end to end: build the cluster, run the simulation, write traces."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import orjson
+import simpy
+from omegaconf import DictConfig, OmegaConf
+
+from .costs import CommCosts, KernelCosts
+from .engine import Device, Fabric, Rand
+from .program import Program
+from .progress import Progress
+from .rank import RankProgram
+from .recorder import Recorder
+from .settings import Settings, from_config
+from .topology import Topology
+
+
+class EmulationError(RuntimeError):
+    """The emulated program could not finish (a schedule that deadlocks)."""
+
+
+@dataclass
+class EmulationResult:
+    settings: Settings
+    config: dict
+    ranks: list
+    stage_of_rank: dict
+    recorders: dict
+    iteration_us: float
+    wall_s: float
+    topo: Topology = field(repr=False, default=None)
+
+    def events(self, rank: int) -> list[dict]:
+        return self.recorders[rank].events(self.settings.base_ts_us, self.settings.legacy)
+
+    def metadata(self, rank: int) -> dict:
+        s, c = self.settings, self.settings.cluster
+        return {
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": s.world_size,
+                                "pg_count": len(self.topo.pg_config(rank)),
+                                "pg_config": self.topo.pg_config(rank), "nccl_version": "2.21.5"},
+            "deviceProperties": [{"id": d, "name": c.gpu_name, "totalGlobalMem": c.total_mem_bytes,
+                                  "computeMajor": 9, "computeMinor": 0, "numSms": c.num_sms,
+                                  "warpSize": 32, "maxThreadsPerBlock": 1024}
+                                 for d in range(min(c.gpus_per_host, s.world_size))],
+            "traceName": f"emulated_{s.model.name}_tp{s.tp}_pp{s.pp}_dp{s.dp}_seed{s.seed}_rank{rank}.json.gz",
+            "displayTimeUnit": "ms",
+            "emulated": True,
+        }
+
+
+class _Emu:
+    """Shared state the rank programs read (settings, topology, kernel costs)."""
+
+    def __init__(self, settings: Settings, topo: Topology, kcost: KernelCosts):
+        self.settings, self.topo, self.kcost = settings, topo, kcost
+
+
+def _slowness(settings: Settings, rng: np.random.Generator) -> np.ndarray:
+    """Persistent per-rank compute speed for this iteration (1 = nominal), all ranks."""
+    r = settings.knobs.rank
+    w = settings.world_size
+    slow = np.exp(r.slowness_sigma * rng.standard_normal(w))
+    strag = rng.random(w) < r.straggler_prob
+    return slow * np.where(strag, 1.0 + r.straggler_slowdown, 1.0)
+
+
+def emulate_config(cfg: DictConfig, progress: bool | None = None) -> EmulationResult:
+    """Emulate the iteration described by a composed `emulate` config (no files written)."""
+    t_wall = time.perf_counter()
+    s = from_config(cfg)
+    topo = Topology(s.tp, s.pp, s.dp, s.cluster.gpus_per_host)
+    ranks = list(range(s.world_size)) if s.ranks == "all" else topo.stage_reps()
+    topo.set_emulated(ranks)
+    root = np.random.SeedSequence([s.seed, 0x1A705])
+    seeds = root.spawn(3)
+    slowness = _slowness(s, np.random.default_rng(seeds[0]))
+    kcost = KernelCosts(s.cluster, s.knobs.compute)
+    ccost = CommCosts(s.cluster, s.knobs.comm, topo.hosts)
+    env = simpy.Environment()
+    fabric = Fabric(env, topo, slowness, s.knobs, ccost, np.random.default_rng(seeds[1]))
+    program = Program(s, kcost)
+    emu = _Emu(s, topo, kcost)
+    rank_seeds = seeds[2].spawn(s.world_size)
+    total = len(ranks) * 2 * s.model.num_microbatches
+    if progress is None:
+        progress = s.progress != "false" and s.progress != "False" and sys.stderr.isatty()
+    bar = Progress(total, enabled=bool(progress), desc=f"emulate {s.model.name} {s.tp}x{s.pp}x{s.dp}")
+    recorders, programs = {}, []
+    for r in ranks:
+        rand = Rand(np.random.default_rng(rank_seeds[r]))
+        rec = Recorder(r, r % s.cluster.gpus_per_host, 10000 + r)
+        dev = Device(env, r, float(slowness[r]), s.knobs, rand, rec, fabric)
+        rp = RankProgram(emu, r, dev, rand, rec, program, bar.update)
+        env.process(rp.run())
+        recorders[r] = rec
+        programs.append(rp)
+    env.run()
+    bar.close()
+    stuck = [rp.rank for rp in programs if not rp.finished]
+    if stuck:
+        raise EmulationError(f"emulated ranks {stuck} never finished the iteration (pending collectives: "
+                             f"{sorted(map(str, fabric.pending))[:5]})")
+    step_end = max(max(e for _, e, *_ in rec.cpu) for rec in recorders.values())
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return EmulationResult(settings=s, config=config, ranks=ranks,
+                           stage_of_rank={r: topo.coords(r)[0] for r in ranks}, recorders=recorders,
+                           iteration_us=round(step_end, 3), wall_s=time.perf_counter() - t_wall, topo=topo)
+
+
+def emulate(overrides: Sequence[str] = (), progress: bool | None = None) -> EmulationResult:
+    """Compose `config/emulate.yaml` with Hydra-style overrides and emulate it."""
+    from lumos.config import compose
+
+    return emulate_config(compose("emulate", list(overrides)), progress=progress)
+
+
+def write_result(result: EmulationResult, out: str | os.PathLike) -> list[Path]:
+    """Write rank{R}.json.gz per emulated rank and manifest.json, each atomically."""
+    from lumos.trace.atomic import write_text_atomic
+    from lumos.trace.writer import write_trace
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    paths = []
+    for r in result.ranks:
+        p = out / f"rank{r}.json.gz"
+        write_trace(p, result.events(r), result.metadata(r))
+        paths.append(p)
+    s = result.settings
+    manifest = {
+        "emulated": True,
+        "config": result.config,
+        "seed": s.seed,
+        "ranks": result.ranks,
+        "stage_of_rank": {str(r): st for r, st in result.stage_of_rank.items()},
+        "world_size": s.world_size,
+        "parallel": {"tp": s.tp, "pp": s.pp, "dp": s.dp},
+        "num_microbatches": s.model.num_microbatches,
+        "global_batch_size": s.model.global_batch_size,
+        "iteration_us": result.iteration_us,
+        "wall_s": round(result.wall_s + time.perf_counter() - t0, 3),
+    }
+    write_text_atomic(out / "manifest.json",
+                      orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n")
+    return paths

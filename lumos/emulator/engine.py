@@ -1,0 +1,219 @@
+"""The GPU side: streams as FIFO simpy processes, and the fabric where collective peers meet.
+
+A kernel's duration is decided when it starts: roofline base x rank slowness x
+lognormal jitter x SM contention (an NCCL kernel active on the same device). A
+collective kernel starts when its stream reaches it and ends when the transfer,
+which begins only once the slowest peer has arrived, is done.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+COMPUTE, COMM, WAIT = 0, 1, 2
+
+
+class Rand:
+    """Buffered draws from one numpy Generator (scalar draws are slow in Python)."""
+
+    def __init__(self, rng: np.random.Generator, size: int = 8192):
+        self.rng, self.size = rng, size
+        self._n = self._u = None
+        self._ni = self._ui = size
+
+    def normal(self) -> float:
+        if self._ni >= self.size:
+            self._n = self.rng.standard_normal(self.size).tolist()
+            self._ni = 0
+        self._ni += 1
+        return self._n[self._ni - 1]
+
+    def uniform(self) -> float:
+        if self._ui >= self.size:
+            self._u = self.rng.random(self.size).tolist()
+            self._ui = 0
+        self._ui += 1
+        return self._u[self._ui - 1]
+
+    def lognormal(self, sigma: float) -> float:
+        return math.exp(sigma * self.normal()) if sigma else 1.0
+
+
+class Item:
+    __slots__ = ("kind", "ready", "spec", "corr", "ext", "done", "wait_on", "comm", "stream")
+
+    def __init__(self, kind, ready, spec=None, corr=0, ext=0, wait_on=None, comm=None):
+        self.kind, self.ready, self.spec, self.corr, self.ext = kind, ready, spec, corr, ext
+        self.wait_on, self.comm = wait_on, comm
+        self.done = None
+
+
+class Comm:
+    """One collective or point-to-point call as seen by one rank."""
+    __slots__ = ("group", "kind", "nbytes", "key", "args", "src", "dst")
+
+    def __init__(self, group, kind, nbytes, key, args, src=-1, dst=-1):
+        self.group, self.kind, self.nbytes, self.key, self.args = group, kind, nbytes, key, args
+        self.src, self.dst = src, dst
+
+
+class Stream:
+    def __init__(self, device, sid: int):
+        self.dev, self.sid, self.env = device, sid, device.env
+        self.items: deque = deque()
+        self.wake = None
+        self.last_done = None
+        self.data_ready = 0.0     # when the data the next collective sends was produced
+        self.env.process(self._run())
+
+    def submit(self, item: Item) -> None:
+        item.done = self.env.event()
+        self.items.append(item)
+        self.last_done = item.done
+        if self.wake is not None:
+            w, self.wake = self.wake, None
+            w.succeed()
+
+    def _run(self):
+        env, dev, items = self.env, self.dev, self.items
+        rec, sid = dev.recorder, self.sid
+        while True:
+            if not items:
+                self.wake = env.event()
+                yield self.wake
+                continue
+            it = items.popleft()
+            if it.ready > env.now:
+                yield env.timeout(it.ready - env.now)
+            if it.kind == WAIT:
+                w = it.wait_on
+                if w is not None and w.callbacks is not None:
+                    yield w
+                self.data_ready = max(it.ready, w.value) if w is not None else it.ready
+                it.done.succeed(env.now)
+                continue
+            start = env.now
+            spec = it.spec
+            if it.kind == COMM:
+                dev.active_comm += 1
+                yield dev.fabric.arrive(dev, it.comm, start, max(self.data_ready, it.ready))
+                dev.active_comm -= 1
+                extra = it.comm.args
+            else:
+                dur = spec.base_us * dev.slowness * dev.rand.lognormal(dev.jitter)
+                if dev.active_comm:
+                    dur *= dev.contention
+                dev.busy += dur
+                yield env.timeout(dur)
+                extra = {"bytes": spec.nbytes} if spec.nbytes else None
+            rec.gpu.append((start, env.now, spec.cat, spec.name, sid, it.corr, it.ext, extra))
+            it.done.succeed(env.now)
+
+
+class Device:
+    """One emulated GPU: its streams, its speed, and whether NCCL currently holds SMs."""
+
+    STREAMS = (7, 20, 24, 28, 32)
+
+    def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric):
+        self.env, self.rank, self.slowness = env, rank, slowness
+        self.jitter = knobs.compute.jitter_sigma
+        self.contention = 1.0 + knobs.compute.comm_slowdown
+        self.rand, self.recorder, self.fabric = rand, recorder, fabric
+        self.active_comm = 0
+        self.busy = 0.0           # compute time so far: peers drift apart only while computing
+        self.streams = {sid: Stream(self, sid) for sid in self.STREAMS}
+
+
+class _Meeting:
+    __slots__ = ("arrivals", "event", "expected")
+
+    def __init__(self, env, expected):
+        self.arrivals = []
+        self.event = env.event()
+        self.expected = expected
+
+
+class Fabric:
+    """Rendezvous of collective peers, with statistical stand-ins for ranks not emulated in full.
+
+    A peer that is not emulated has the same data ready at ref_ready + lag, where the lag
+    grows with the compute time since the group last synchronized: (its slowness / ours
+    - 1) * compute plus a random walk of its own kernel jitter. DP peers live in other
+    pipelines (whose pace is set by their slowest rank), so their drift accumulates over
+    the whole iteration.
+    """
+
+    def __init__(self, env, topo, slowness, knobs, comm_costs, rng):
+        self.env, self.topo, self.slow = env, topo, slowness
+        # pace of each rank's pipeline replica: its slowest member
+        dp_idx = np.array([topo.coords(r)[1] for r in range(topo.world)])
+        rep = np.array([slowness[dp_idx == d].max() for d in range(topo.dp)])
+        self.replica_slow = rep[dp_idx]
+        self.costs, self.rand = comm_costs, Rand(rng)
+        self.comm_sigma = knobs.comm.jitter_sigma
+        self.peer_sigma = knobs.peers.noise_sigma
+        self.peer_tau = knobs.peers.noise_tau_us
+        self.pending: dict = {}
+        self.last_busy: dict = {}
+        self.nic: dict[int, list] = {}
+        self.emulated = set(topo.emulated)
+        self.rng = rng
+
+    def arrive(self, dev, comm: Comm, t: float, ready: float):
+        rank = dev.rank
+        m = self.pending.get(comm.key)
+        if m is None:
+            g = comm.group
+            if g.kind == "pp":
+                expected = sum(1 for r in (comm.src, comm.dst) if r in self.emulated)
+            else:
+                expected = len(g.real)
+            m = _Meeting(self.env, expected)
+            self.pending[comm.key] = m
+        m.arrivals.append((t, rank, ready, dev.busy))
+        if len(m.arrivals) >= m.expected:
+            del self.pending[comm.key]
+            self._resolve(m, comm)
+        return m.event
+
+    def _resolve(self, m: _Meeting, comm: Comm) -> None:
+        g = comm.group
+        t_real, ref, ready, busy = max(m.arrivals)
+        t_sync = t_real
+        if g.kind == "pp":
+            virtual = [r for r in (comm.src, comm.dst) if r not in self.emulated]
+            virtual = np.array(virtual, dtype=np.int64)
+        else:
+            virtual = g.virtual
+        if len(virtual):
+            if g.kind == "dp":
+                work = busy
+                ratio = self.replica_slow[virtual] / self.replica_slow[ref] - 1.0
+            else:
+                work = max(busy - self.last_busy.get((g.key, ref), 0.0), 0.0)
+                ratio = self.slow[virtual] / self.slow[ref] - 1.0
+            z = self.rng.standard_normal(len(virtual))
+            lag = work * ratio + z * self.peer_sigma * math.sqrt(work * self.peer_tau)
+            t_sync = max(t_sync, ready + float(lag.max()))
+        for a in m.arrivals:
+            self.last_busy[(g.key, a[1])] = a[3]
+        inter = g.hosts > 1
+        flows = 0
+        if inter:
+            for a in m.arrivals:
+                lst = self.nic.get(a[1])
+                if lst:
+                    lst[:] = [e for e in lst if e > t_sync]
+                    flows = max(flows, len(lst))
+        dur = self.costs.collective(comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host, flows)
+        t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma)
+        if inter:
+            for a in m.arrivals:
+                self.nic.setdefault(a[1], []).append(t_end)
+        ev = m.event
+        tmo = self.env.timeout(t_end - self.env.now)
+        tmo.callbacks.append(lambda _e, ev=ev: ev.succeed())

@@ -1,0 +1,223 @@
+"""What one rank runs: the ops of a transformer layer, embedding and loss head, with shapes.
+
+Megatron-LM + Transformer Engine granularity: per layer forward ~11 compute kernels
+and 2 tensor-parallel all-reduces (after the row-parallel attention projection and
+FC2); backward ~20 kernels and 2 all-reduces (after the column-parallel QKV and
+FC1 dgrad, overlapped with their wgrad GEMMs). Durations here are noise-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .costs import KernelCosts
+
+BF16 = "c10::BFloat16"
+
+
+@dataclass(frozen=True)
+class KSpec:
+    """One GPU op launched by a CPU op."""
+    name: str
+    base_us: float
+    cat: str = "kernel"                 # kernel | gpu_memcpy | gpu_memset
+    runtime: str = "cudaLaunchKernel"   # the launching runtime call
+    nbytes: int = 0
+    compute: bool = True                # False: gemm/attention-free small op
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """A CPU op (cpu_op event) and the GPU ops it launches."""
+    name: str
+    dims: tuple
+    types: tuple
+    kernels: tuple
+    gemm: bool = False
+    heavy: bool = False                 # GEMM or attention (kept at coarse granularity)
+
+
+@dataclass(frozen=True)
+class TPAllReduce:
+    nelems: int
+    overlap: bool = False               # launched async; a TPWait comes later
+
+
+@dataclass(frozen=True)
+class TPWait:
+    pass
+
+
+def _gemm_name(m: int, n: int, layout: str) -> str:
+    tile = "128x256x64" if n >= 256 and m >= 128 else "128x128x64"
+    return (f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize2x1x1_"
+            f"execute_segment_k_off_kernel__5x_cublas")
+
+
+ELEM = {
+    "layer_norm": "void transformer_engine::normalization::ln_fwd_tuned_kernel<__nv_bfloat16, __nv_bfloat16, float, 6144>(transformer_engine::normalization::FwdParams)",
+    "layer_norm_bwd": "void transformer_engine::normalization::ln_bwd_tuned_kernel<__nv_bfloat16, __nv_bfloat16, float, 6144>(transformer_engine::normalization::BwdParams)",
+    "copy": "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#8}::operator()() const::{lambda(c10::BFloat16)#1}> >(int, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#8}::operator()() const::{lambda(c10::BFloat16)#1}>)",
+    "bda": "void megatron::fused_kernels::bias_dropout_add_fused_kernel<c10::BFloat16>(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, float, long)",
+    "gelu": "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2>)",
+    "gelu_bwd": "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16, c10::BFloat16)#1}, at::detail::Array<char*, 3> >(int, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16, c10::BFloat16)#1}, at::detail::Array<char*, 3>)",
+    "add": "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)",
+    "mul": "void at::native::vectorized_elementwise_kernel<4, at::native::binary_internal::MulFunctor<c10::BFloat16>, at::detail::Array<char*, 3> >(int, at::native::binary_internal::MulFunctor<c10::BFloat16>, at::detail::Array<char*, 3>)",
+    "embedding": "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)",
+    "embedding_bwd": "void at::native::(anonymous namespace)::compute_grad_weight<c10::BFloat16, float>(long const*, c10::BFloat16 const*, long const*, long, long, long, long, long, at::GenericPackedTensorAccessor<float, 1, at::DefaultPtrTraits, long>)",
+    "ce": "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)",
+    "ce_bwd": "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, c10::BFloat16, float, c10::BFloat16, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, long)",
+    "reduce": "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MaxOps<float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MaxOps<float>, unsigned int, float, 4>)",
+    "l2norm": "void multi_tensor_apply_kernel<TensorListMetadata<1>, L2NormFunctor<float>, float*, float*, int*, bool, int>(long, int volatile*, TensorListMetadata<1>, L2NormFunctor<float>, float*, float*, int*, bool, int)",
+    "adam": "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float)",
+}
+FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_fwd_params)"
+FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"
+
+
+class Program:
+    """Op lists for one pipeline stage of the configured model (shared by every rank of the stage)."""
+
+    def __init__(self, settings, costs: KernelCosts):
+        m = settings.model
+        self.s, self.b, self.h, self.f = m.seq_length, m.micro_batch_size, m.hidden, m.ffn_hidden
+        self.t = settings.tp
+        self.heads, self.d, self.v = m.num_heads, m.head_dim, m.vocab_size
+        self.T = self.s * self.b
+        self.k = costs
+        self.coarse = settings.knobs.granularity == "coarse"
+        self.layer_fwd = self._finish(self._layer_fwd())
+        self.layer_bwd = self._finish(self._layer_bwd())
+        self.embed_fwd = self._finish(self._embed_fwd())
+        self.embed_bwd = self._finish(self._embed_bwd())
+        self.head_fwd = self._finish(self._head_fwd())
+        self.head_bwd = self._finish(self._head_bwd())
+        h, f, t = self.h, self.f, self.t
+        self.layer_params = (4 * h * h + 2 * h * f) // t + (3 * h + f) // t + 6 * h
+        self.embed_params = self.v * h // t + self.s * h
+
+    # -- op builders -------------------------------------------------------
+    def mm(self, m: int, k: int, n: int, layout: str, dims=None) -> OpSpec:
+        ks = KSpec(_gemm_name(m, n, layout), self.k.gemm(m, n, k))
+        return OpSpec("aten::mm", dims or ((m, k), (k, n)), (BF16, BF16), (ks,), gemm=True, heavy=True)
+
+    def elem(self, op: str, kernel: str, dims: tuple, nbytes: float) -> OpSpec:
+        ks = KSpec(ELEM[kernel], self.k.elementwise(nbytes), compute=False)
+        return OpSpec(op, dims, (BF16,) * len(dims), (ks,))
+
+    def _layer_fwd(self):
+        T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
+        a, d = self.heads // t, self.d
+        qkv = (b, s, a, d)
+        return [
+            self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
+            self.mm(T, h, 3 * h // t, "tn"),
+            self.elem("aten::copy_", "copy", ((s, b, 3 * h // t),), 4 * T * 3 * h // t),
+            OpSpec("aten::_flash_attention_forward", (qkv, qkv, qkv), (BF16,) * 3,
+                   (KSpec(FLASH_FWD, self.k.attention(b, s, a, d, False)),), heavy=True),
+            self.mm(T, h // t, h, "tn"),
+            TPAllReduce(T * h),
+            self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
+            self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
+            self.mm(T, h, f // t, "tn"),
+            self.elem("aten::gelu", "gelu", ((s, b, f // t),), 4 * T * f // t),
+            self.mm(T, f // t, h, "tn"),
+            TPAllReduce(T * h),
+            self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
+        ]
+
+    def _layer_bwd(self):
+        T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
+        a, d = self.heads // t, self.d
+        qkv = (b, s, a, d)
+        return [
+            self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
+            self.mm(T, h, f // t, "nn"),                                   # FC2 dgrad
+            self.mm(h, T, f // t, "nt", dims=((h, T), (T, f // t))),       # FC2 wgrad
+            self.elem("aten::gelu_backward", "gelu_bwd", ((s, b, f // t), (s, b, f // t)), 6 * T * f // t),
+            self.mm(T, f // t, h, "nn"),                                   # FC1 dgrad
+            TPAllReduce(T * h, overlap=True),
+            self.mm(f // t, T, h, "nt", dims=((f // t, T), (T, h))),       # FC1 wgrad overlaps the all-reduce
+            TPWait(),
+            self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
+            self.elem("aten::add_", "add", ((s, b, h), (s, b, h)), 6 * T * h),
+            self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
+            self.mm(T, h, h // t, "nn"),                                   # proj dgrad
+            self.mm(h, T, h // t, "nt", dims=((h, T), (T, h // t))),       # proj wgrad
+            OpSpec("aten::_flash_attention_backward", ((b, s, a, d),) + (qkv,) * 4, (BF16,) * 5,
+                   (KSpec(FLASH_BWD, self.k.attention(b, s, a, d, True)),), heavy=True),
+            self.elem("aten::copy_", "copy", ((s, b, 3 * h // t),), 4 * T * 3 * h // t),
+            self.mm(T, 3 * h // t, h, "nn"),                               # QKV dgrad
+            TPAllReduce(T * h, overlap=True),
+            self.mm(3 * h // t, T, h, "nt", dims=((3 * h // t, T), (T, h))),  # QKV wgrad overlaps
+            TPWait(),
+            self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
+            self.elem("aten::add_", "add", ((s, b, h), (s, b, h)), 6 * T * h),
+        ]
+
+    def _embed_fwd(self):
+        T, s, b, h = self.T, self.s, self.b, self.h
+        tokens = OpSpec("aten::copy_", ((b, s), (b, s)), ("long int", "long int"),
+                        (KSpec("Memcpy HtoD (Pinned -> Device)", self.k.h2d(16 * T), cat="gpu_memcpy",
+                               runtime="cudaMemcpyAsync", nbytes=16 * T, compute=False),))
+        return [
+            tokens,
+            self.elem("aten::embedding", "embedding", ((self.v // self.t, h), (b, s)), 4 * T * h),
+            TPAllReduce(T * h),
+            self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
+        ]
+
+    def _embed_bwd(self):
+        T, s, b, h = self.T, self.s, self.b, self.h
+        return [self.elem("aten::embedding_dense_backward", "embedding_bwd", ((s, b, h), (b, s)), 12 * T * h)]
+
+    def _head_fwd(self):
+        T, s, b, h, vt = self.T, self.s, self.b, self.h, self.v // self.t
+        return [
+            self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
+            self.mm(T, h, vt, "tn"),
+            self.elem("aten::max", "reduce", ((s, b, vt),), 2 * T * vt),
+            TPAllReduce(T),
+            self.elem("aten::_log_softmax", "ce", ((s, b, vt),), 4 * T * vt),
+            TPAllReduce(T),
+            TPAllReduce(T),
+        ]
+
+    def _head_bwd(self):
+        T, s, b, h, vt = self.T, self.s, self.b, self.h, self.v // self.t
+        return [
+            self.elem("aten::_log_softmax_backward_data", "ce_bwd", ((s, b, vt), (s, b, vt)), 6 * T * vt),
+            self.mm(T, vt, h, "nn"),
+            self.mm(vt, T, h, "nt", dims=((vt, T), (T, h))),
+            self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
+        ]
+
+    def _finish(self, steps):
+        """At coarse granularity, fold element-wise ops into the neighbouring GEMM/attention op."""
+        if not self.coarse:
+            return tuple(steps)
+        out, pending = [], 0.0
+        for st in steps:
+            if isinstance(st, OpSpec) and not st.heavy and st.kernels[0].cat == "kernel":
+                prev = next((i for i in range(len(out) - 1, -1, -1)
+                             if isinstance(out[i], OpSpec) and out[i].heavy), None)
+                if prev is None:
+                    pending += st.kernels[0].base_us
+                else:
+                    o = out[prev]
+                    k0 = replace(o.kernels[0], base_us=o.kernels[0].base_us + st.kernels[0].base_us)
+                    out[prev] = replace(o, kernels=(k0,) + o.kernels[1:])
+                continue
+            if pending and isinstance(st, OpSpec) and st.heavy:
+                k0 = replace(st.kernels[0], base_us=st.kernels[0].base_us + pending)
+                st, pending = replace(st, kernels=(k0,) + st.kernels[1:]), 0.0
+            out.append(st)
+        return tuple(out)
+
+    def optimizer_kernels(self, params: int, knobs) -> tuple[KSpec, KSpec, int]:
+        """(grad-norm kernel, one Adam chunk kernel, number of chunks) for `params` parameters."""
+        c = knobs.compute
+        norm = KSpec(ELEM["l2norm"], self.k.elementwise(2.0 * params))
+        chunks = max(int(c.optimizer_chunks), 1)
+        adam = KSpec(ELEM["adam"], self.k.elementwise(c.optimizer_bytes_per_param * params / chunks))
+        return norm, adam, chunks

@@ -1,0 +1,342 @@
+"""The CPU side of one rank: a main thread (forward, pipeline p2p, optimizer) and an autograd
+thread (backward), launching onto the device's streams under a Megatron 1F1B schedule.
+
+Each thread keeps its own clock and only yields to the simulation where the real
+program would block (stream synchronize), so host overhead, launch latency and
+stalls shape the timeline without costing a simulation event each.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .engine import COMM, COMPUTE, WAIT, Comm, Item
+from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
+
+COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
+
+
+def _nccl_name(kind: str, nbytes: float, inter: bool) -> str:
+    if kind in ("send", "recv"):
+        return "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+    proto = "LL" if nbytes < 65536 else ("LL128" if nbytes < 8 << 20 else "SIMPLE")
+    algo = "TREE" if (inter and nbytes < 262144) else "RING"
+    base = {"allreduce": "AllReduce_Sum_bf16", "allgather": "AllGather",
+            "reduce_scatter": "ReduceScatter_Sum_bf16"}[kind]
+    return f"ncclDevKernel_{base}_{algo}_{proto}(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+class Thread:
+    __slots__ = ("t", "tid", "pre", "gap", "stack")
+
+    def __init__(self, tid, pre, gap):
+        self.t, self.tid, self.pre, self.gap = 0.0, tid, pre, gap
+        self.stack = []
+
+
+class RankProgram:
+    def __init__(self, emu, rank: int, device, rand, recorder, program, progress):
+        self.emu, self.rank, self.dev, self.rand, self.rec = emu, rank, device, rand, recorder
+        self.env = device.env
+        self.p = program
+        self.progress = progress
+        s = emu.settings
+        self.legacy = s.legacy
+        self.h = s.knobs.host
+        self.topo = emu.topo
+        self.stage, self.dpi, self.tpi = self.topo.coords(rank)
+        self.pp, self.m = s.pp, s.model.num_microbatches
+        self.layers_per_stage = s.model.num_layers // s.pp
+        self.first_layer = self.stage * self.layers_per_stage
+        self.is_first, self.is_last = self.stage == 0, self.stage == s.pp - 1
+        pid = recorder.pid
+        self.main = Thread(pid, self.h.op_pre_us, self.h.op_gap_us)
+        self.ag = Thread(pid + 1, self.h.autograd_pre_us, self.h.autograd_gap_us)
+        recorder.threads[pid] = "python main thread"
+        recorder.threads[pid + 1] = "autograd thread (device 0)"
+        self.tp_group = self.topo.tp_group(rank)
+        self.dp_group = self.topo.dp_group(rank)
+        self.seq: dict = {}
+        self.act_elems = s.model.seq_length * s.model.micro_batch_size * s.model.hidden
+        self.grad_bytes = s.knobs.comm.grad_dtype_bytes
+        self.bucket = s.knobs.comm.bucket_mparams * 1e6
+        self.stage_params = self.layers_per_stage * program.layer_params + \
+            (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
+        self.ready_params = 0.0
+        self.launched_params = 0.0
+        self.pending_tp = []
+        self.dp_done = []
+        self.finished = False
+
+    # -- host primitives ------------------------------------------------------
+    def _jit(self, x: float) -> float:
+        return x * self.rand.lognormal(self.h.jitter_sigma)
+
+    def op_begin(self, th: Thread, name: str, args: dict) -> tuple:
+        th.t += self._jit(th.gap)
+        if self.rand.uniform() < self.h.stall_prob:   # GC pause, page fault, preemption
+            th.t += self.h.stall_median_us * self.rand.lognormal(self.h.stall_sigma)
+        ext = self.rec.next_ext()
+        args["External id"] = ext
+        frame = (th.t, "cpu_op", name, args, ext)
+        th.stack.append(frame)
+        th.t += self._jit(th.pre)
+        return frame
+
+    def op_end(self, th: Thread) -> None:
+        ts, cat, name, args, _ = th.stack.pop()
+        if cat == "cpu_op":
+            th.t += self._jit(self.h.op_post_us)
+        self.rec.cpu.append((ts, th.t, cat, name, th.tid, args))
+
+    def ann_begin(self, th: Thread, name: str) -> None:
+        ext = self.rec.next_ext()
+        th.stack.append((th.t, "user_annotation", name, {"External id": ext}, ext))
+
+    def _ext(self, th: Thread) -> int:
+        return th.stack[-1][4] if th.stack else 0
+
+    def _runtime(self, th: Thread, name: str, dur: float) -> tuple[int, int, float]:
+        corr, ext, ts = self.rec.next_corr(), self._ext(th), th.t
+        th.t += self._jit(dur)
+        self.rec.rt.append((ts, th.t, name, th.tid, corr, ext))
+        return corr, ext, ts
+
+    def launch(self, th: Thread, sid: int, spec: KSpec, comm: Comm | None = None) -> None:
+        if comm is not None:
+            name, dur = "cudaLaunchKernelExC", self.h.nccl_launch_us
+        elif spec.runtime == "cudaMemcpyAsync":
+            name, dur = "cudaMemcpyAsync", self.h.memcpy_call_us
+        else:
+            name, dur = spec.runtime, self.h.launch_us
+        corr, ext, ts = self._runtime(th, name, dur)
+        item = Item(COMM if comm is not None else COMPUTE, ts + self.h.gpu_launch_latency_us,
+                    spec, corr, ext, comm=comm)
+        self.dev.streams[sid].submit(item)
+
+    def record(self, th: Thread, sid: int) -> tuple:
+        corr, _, _ = self._runtime(th, "cudaEventRecord", self.h.event_record_us)
+        return corr, sid, self.dev.streams[sid].last_done
+
+    def wait(self, th: Thread, sid: int, rec: tuple) -> None:
+        rcorr, rsid, done = rec
+        corr, ext, ts = self._runtime(th, "cudaStreamWaitEvent", self.h.stream_wait_us)
+        self.dev.streams[sid].submit(Item(WAIT, ts, wait_on=done))
+        self.rec.sync.append((ts, th.t, sid, {
+            "External id": ext, "cuda_sync_kind": "Stream Wait Event", "wait_on_stream": rsid,
+            "wait_on_cuda_event_record_corr_id": rcorr, "stream": sid, "correlation": corr,
+            "device": self.dev.rank % 8}))
+
+    def stream_sync(self, th: Thread, sid: int):
+        """cudaStreamSynchronize: the thread blocks until the last op on `sid` is done."""
+        ts, corr, ext = th.t, self.rec.next_corr(), self._ext(th)
+        if th.t > self.env.now:
+            yield self.env.timeout(th.t - self.env.now)
+        done = self.dev.streams[sid].last_done
+        if done is not None and done.callbacks is not None:
+            yield done
+        th.t = max(self.env.now + self._jit(self.h.sync_return_us), ts + 1.0)
+        self.rec.rt.append((ts, th.t, "cudaStreamSynchronize", th.tid, corr, ext))
+        self.rec.sync.append((ts, th.t, sid, {"External id": ext, "cuda_sync_kind": "Stream Sync",
+                                              "stream": sid, "correlation": corr,
+                                              "device": self.dev.rank % 8}))
+
+    # -- communication ------------------------------------------------------------
+    def _comm(self, group, kind: str, nelems: int, src=-1, dst=-1) -> Comm:
+        if kind in ("send", "recv"):
+            ck = (group.key, src, dst)
+        else:
+            ck = (group.key, kind)
+        n = self.seq.get(ck, 0)
+        self.seq[ck] = n + 1
+        nbytes = nelems * 2.0 if kind != "allreduce" or group.kind != "dp" else nelems * self.grad_bytes
+        args = {"Collective name": kind, "In msg nelems": nelems if kind != "recv" else 0,
+                "Out msg nelems": nelems if kind != "send" else 0, "Group size": len(group.ranks),
+                "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
+                "Process Group Name": group.name, "Process Group Description": f"{group.kind}_group",
+                "Process Group Ranks": group.ranks_str}
+        return Comm(group, kind, nbytes, ck + (n,), args, src, dst)
+
+    def _comm_op(self, th: Thread, sid: int, comm: Comm, name: str):
+        """c10d op > record_param_comms > [record on compute, wait, NCCL launch, record end]."""
+        self.op_begin(th, name, {"Input Dims": [[comm.args["In msg nelems"] or comm.args["Out msg nelems"]]],
+                                 "Input type": [BF16]})
+        a = dict(comm.args)
+        a["Input Dims"] = [[a["In msg nelems"] or a["Out msg nelems"]]]
+        self.op_begin(th, "record_param_comms", a)
+        self.wait(th, sid, self.record(th, COMPUTE_S))
+        spec = KSpec(_nccl_name(comm.kind, comm.nbytes, comm.group.hosts > 1), 0.0)
+        self.launch(th, sid, spec, comm)
+        end = self.record(th, sid)
+        self.op_end(th)
+        self.op_end(th)
+        return end
+
+    def tp_allreduce(self, th: Thread, nelems: int, overlap: bool) -> None:
+        end = self._comm_op(th, TP_S, self._comm(self.tp_group, "allreduce", nelems), "c10d::allreduce_")
+        if overlap:
+            self.pending_tp.append(end)
+        else:
+            self._wait_op(th, [end])
+
+    def _wait_op(self, th: Thread, ends: list) -> None:
+        self.op_begin(th, "aten::wait", {"Input Dims": [[]], "Input type": [""]})
+        for e in ends:
+            self.wait(th, COMPUTE_S, e)
+        self.op_end(th)
+
+    # -- model steps ------------------------------------------------------------
+    def run_steps(self, th: Thread, steps) -> None:
+        for st in steps:
+            if isinstance(st, OpSpec):
+                self.op_begin(th, st.name, {"Input Dims": [list(d) for d in st.dims],
+                                            "Input type": list(st.types)})
+                if st.gemm and th is self.main:
+                    th.t += self._jit(self.h.gemm_extra_us)
+                for k in st.kernels:
+                    self.launch(th, COMPUTE_S, k)
+                self.op_end(th)
+            elif isinstance(st, TPAllReduce):
+                self.tp_allreduce(th, st.nelems, st.overlap)
+            elif isinstance(st, TPWait):
+                self._wait_op(th, [self.pending_tp.pop(0)])
+
+    def _annotated(self, th: Thread, name: str, steps) -> None:
+        self.ann_begin(th, name)
+        self.run_steps(th, steps)
+        self.op_end(th)
+
+    def forward(self, i: int) -> None:
+        th = self.main
+        th.t += self._jit(self.h.forward_step_us)   # Megatron forward_step python: get_batch, masks, timers
+        if self.is_first:
+            self._annotated(th, f"embedding/forward/mb{i}", self.p.embed_fwd)
+        for l in range(self.layers_per_stage):
+            self._annotated(th, f"layer_{self.first_layer + l}/forward/mb{i}", self.p.layer_fwd)
+        if self.is_last:
+            self._annotated(th, f"head/forward/mb{i}", self.p.head_fwd)
+        self.progress(1)
+
+    def backward(self, i: int) -> None:
+        """Runs on the autograd thread while the main thread waits (inline: no simulation yield needed)."""
+        th, last_mb = self.ag, i == self.m - 1
+        self.main.t += self._jit(self.h.backward_step_us)   # backward_step python before autograd
+        th.t = max(th.t, self.main.t + self._jit(self.h.handoff_us))
+        if self.is_last:
+            self._annotated(th, f"head/backward/mb{i}", self.p.head_bwd)
+            if last_mb:
+                self._grads_ready(th, self.p.embed_params)
+        for l in reversed(range(self.layers_per_stage)):
+            self._annotated(th, f"layer_{self.first_layer + l}/backward/mb{i}", self.p.layer_bwd)
+            if last_mb:
+                self._grads_ready(th, self.p.layer_params)
+        if self.is_first:
+            self._annotated(th, f"embedding/backward/mb{i}", self.p.embed_bwd)
+            if last_mb:
+                self._grads_ready(th, self.p.embed_params)
+        if last_mb:
+            self._grads_ready(th, 0.0, flush=True)
+        self.main.t = max(self.main.t, th.t + self._jit(self.h.handoff_us))
+        self.progress(1)
+
+    def _grads_ready(self, th: Thread, params: float, flush: bool = False) -> None:
+        """Overlapped DP gradient all-reduce: launch every bucket that is now full."""
+        self.ready_params += params
+        while self.ready_params - self.launched_params >= self.bucket or (
+                flush and self.ready_params - self.launched_params > 0):
+            n = min(self.bucket, self.ready_params - self.launched_params)
+            self.launched_params += n
+            if self.topo.dp == 1:
+                continue
+            comm = self._comm(self.dp_group, "allreduce", int(n))
+            self.dp_done.append(self._comm_op(th, DP_S, comm, "c10d::allreduce_"))
+
+    # -- pipeline p2p --------------------------------------------------------------
+    def p2p(self, send_fwd=False, recv_fwd=False, send_bwd=False, recv_bwd=False):
+        """A batched isend/irecv with the neighbouring stages, then Megatron's batch_p2p_sync."""
+        th, topo = self.main, self.topo
+        prev = topo.rank(self.stage - 1, self.dpi, self.tpi) if not self.is_first else None
+        nxt = topo.rank(self.stage + 1, self.dpi, self.tpi) if not self.is_last else None
+        ops = []
+        if send_fwd and nxt is not None:
+            ops.append(("send", nxt, self.rank, nxt))
+        if recv_bwd and nxt is not None:
+            ops.append(("recv", nxt, nxt, self.rank))
+        if send_bwd and prev is not None:
+            ops.append(("send", prev, self.rank, prev))
+        if recv_fwd and prev is not None:
+            ops.append(("recv", prev, prev, self.rank))
+        if not ops:
+            return
+        self.op_begin(th, "c10d::batch_isend_irecv", {"Input Dims": [[]], "Input type": [""]})
+        ends = []
+        for kind, peer, src, dst in ops:
+            comm = self._comm(topo.pp_channel(self.rank, peer), kind, self.act_elems, src, dst)
+            sid = SEND_S if kind == "send" else RECV_S
+            ends.append(self._comm_op(th, sid, comm, "c10d::send" if kind == "send" else "c10d::recv_"))
+        self._wait_op(th, ends)
+        if self.emu.settings.knobs.schedule.p2p_sync:
+            for sid in sorted({SEND_S if k == "send" else RECV_S for k, *_ in ops}):
+                yield from self.stream_sync(th, sid)
+        self.op_end(th)
+
+    # -- the iteration ------------------------------------------------------------
+    def run(self):
+        th, m, rec = self.main, self.m, self.rec
+        self.ann_begin(th, f"ProfilerStep#{self.emu.settings.step}")
+        th.t += self._jit(self.h.step_start_us)   # iteration setup python (timers, data iterator)
+        self.op_begin(th, "aten::zero_", {"Input Dims": [[int(self.stage_params)]], "Input type": [BF16]})
+        nbytes = int(self.stage_params * self.grad_bytes)
+        self.launch(th, COMPUTE_S, KSpec("Memset (Device)", self.emu.kcost.memset(nbytes), cat="gpu_memset",
+                                         runtime="cudaMemsetAsync", nbytes=nbytes))
+        self.op_end(th)
+        w = min(self.pp - self.stage - 1, m)
+        rem = m - w
+        for i in range(w):
+            yield from self.p2p(recv_fwd=True)
+            self.forward(i)
+            yield from self.p2p(send_fwd=True)
+        if rem > 0:
+            yield from self.p2p(recv_fwd=True)
+        for j in range(rem):
+            self.forward(j + w)
+            yield from self.p2p(send_fwd=True, recv_bwd=True)
+            self.backward(j)
+            if j == rem - 1:
+                yield from self.p2p(send_bwd=True)
+            else:
+                yield from self.p2p(send_bwd=True, recv_fwd=True)
+        for k in range(w):
+            yield from self.p2p(recv_bwd=True)
+            self.backward(rem + k)
+            yield from self.p2p(send_bwd=True)
+        yield from self.optimizer()
+        self.op_end(th)   # ProfilerStep
+        self.finished = True
+
+    def optimizer(self):
+        th = self.main
+        self.ann_begin(th, "optimizer")
+        if self.dp_done:   # finish_grad_sync: compute waits for every bucket
+            self._wait_op(th, self.dp_done)
+        norm, adam, chunks = self.p.optimizer_kernels(int(self.stage_params), self.emu.settings.knobs)
+        self.op_begin(th, "aten::_foreach_norm", {"Input Dims": [[int(self.stage_params)]], "Input type": ["float"]})
+        self.launch(th, COMPUTE_S, norm)
+        self.op_end(th)
+        self.tp_allreduce(th, 1, overlap=False)
+        yield from self._item(th)
+        th.t += self._jit(self.h.optimizer_python_us)   # clip factor, param groups, lr schedule
+        for c in range(chunks):
+            self.op_begin(th, "Optimizer.step#FusedAdam.step" if c == 0 else "aten::_fused_adam_",
+                          {"Input Dims": [[int(self.stage_params / chunks)]], "Input type": ["float"]})
+            self.launch(th, COMPUTE_S, adam)
+            self.op_end(th)
+        yield from self._item(th)   # loss.item(): the step ends when the GPU is done
+        self.op_end(th)
+
+    def _item(self, th: Thread):
+        self.op_begin(th, "aten::item", {"Input Dims": [[]], "Input type": ["float"]})
+        self.launch(th, COMPUTE_S, KSpec("Memcpy DtoH (Device -> Pinned)", self.emu.kcost.d2h(4), cat="gpu_memcpy",
+                                         runtime="cudaMemcpyAsync", nbytes=4, compute=False))
+        yield from self.stream_sync(th, COMPUTE_S)
+        self.op_end(th)

@@ -1,0 +1,94 @@
+"""Typed, validated view of the composed Hydra config, so the hot loops read attributes, not dicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class SettingsError(ValueError):
+    """A configuration the emulator cannot run (printed as one line by the CLI)."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    num_layers: int
+    hidden: int
+    ffn_hidden: int
+    num_heads: int
+    head_dim: int
+    vocab_size: int
+    seq_length: int
+    micro_batch_size: int
+    num_microbatches: int
+    global_batch_size: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: ModelShape
+    tp: int
+    pp: int
+    dp: int
+    seed: int
+    ranks: str
+    legacy: bool
+    step: int
+    base_ts_us: float
+    cluster: SimpleNamespace
+    knobs: SimpleNamespace  # emulator/default.yaml, nested namespaces
+    progress: str
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def _ns(obj):
+    if isinstance(obj, dict):
+        return SimpleNamespace(**{k: _ns(v) for k, v in obj.items()})
+    return obj
+
+
+def from_config(cfg: DictConfig) -> Settings:
+    """Check the parallel layout against the model and derive micro-batch counts."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    m, par = c["model"], c["parallel"]
+    tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
+    if min(tp, pp, dp) < 1:
+        raise SettingsError(f"parallel degrees must be >= 1, got tp={tp} pp={pp} dp={dp}")
+    gph = int(c["cluster"]["gpus_per_host"])
+    if gph % tp:
+        raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} (TP stays inside a host)")
+    if m["num_layers"] % pp:
+        raise SettingsError(f"pp={pp} must divide num_layers={m['num_layers']}")
+    for key in ("hidden", "ffn_hidden", "vocab_size", "num_heads"):
+        if m[key] % tp:
+            raise SettingsError(f"tp={tp} must divide model.{key}={m[key]}")
+    mbs = int(m["micro_batch_size"])
+    if m.get("global_batch_size"):
+        gbs = int(m["global_batch_size"])
+        if gbs % (mbs * dp):
+            raise SettingsError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp={mbs * dp}")
+        nmb = gbs // (mbs * dp)
+    else:
+        nmb = int(m["num_microbatches"])
+        gbs = nmb * mbs * dp
+    if nmb < 1:
+        raise SettingsError("need at least one micro-batch per pipeline")
+    ranks = str(c.get("ranks", "stage"))
+    if ranks not in ("stage", "all"):
+        raise SettingsError(f"ranks must be 'stage' or 'all', got {ranks!r}")
+    shape = ModelShape(name=str(m["name"]), num_layers=int(m["num_layers"]), hidden=int(m["hidden"]),
+                       ffn_hidden=int(m["ffn_hidden"]), num_heads=int(m["num_heads"]),
+                       head_dim=int(m["head_dim"]), vocab_size=int(m["vocab_size"]),
+                       seq_length=int(m["seq_length"]), micro_batch_size=mbs, num_microbatches=nmb,
+                       global_batch_size=gbs)
+    tr = c.get("trace", {})
+    return Settings(model=shape, tp=tp, pp=pp, dp=dp, seed=int(c.get("seed", 0)), ranks=ranks,
+                    legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
+                    base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
+                    knobs=_ns(c["emulator"]), progress=str(c.get("progress", "auto")))

@@ -1,0 +1,101 @@
+"""Where each rank sits (host, TP/DP/PP coordinates) and which process groups it belongs to.
+
+Megatron order: TP innermost, then DP, then PP, so a TP group never leaves a host
+and a DP group spans hosts once tp*dp > gpus_per_host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Group:
+    """A NCCL communicator: its ranks, how many hosts it spans, and who is emulated in full."""
+
+    kind: str                 # tp | dp | pp (2-rank pipeline channel)
+    key: tuple
+    name: str                 # "Process Group Name" (a number, as PyTorch writes it)
+    ranks: tuple
+    hosts: int
+    per_host: int
+    real: tuple = ()          # emulated ranks in this group
+    virtual: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def ranks_str(self) -> str:
+        return "[" + ", ".join(str(r) for r in self.ranks) + "]"
+
+
+class Topology:
+    def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int):
+        self.tp, self.pp, self.dp, self.gph = tp, pp, dp, gpus_per_host
+        self.world = tp * pp * dp
+        self.hosts = -(-self.world // gpus_per_host)
+        self._groups: dict[tuple, Group] = {}
+        self.emulated: tuple = ()
+
+    def rank(self, pp_idx: int, dp_idx: int, tp_idx: int) -> int:
+        return pp_idx * self.tp * self.dp + dp_idx * self.tp + tp_idx
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pp_idx, dp_idx, tp_idx)"""
+        per_stage = self.tp * self.dp
+        return rank // per_stage, (rank % per_stage) // self.tp, rank % self.tp
+
+    def host(self, rank: int) -> int:
+        return rank // self.gph
+
+    def stage_reps(self) -> list[int]:
+        return [self.rank(s, 0, 0) for s in range(self.pp)]
+
+    def set_emulated(self, ranks) -> None:
+        self.emulated = tuple(sorted(ranks))
+        self._groups.clear()
+
+    def _make(self, kind: str, key: tuple, ranks: tuple, number: int) -> Group:
+        g = self._groups.get(key)
+        if g is None:
+            hosts = sorted({self.host(r) for r in ranks})
+            em = set(self.emulated)
+            real = tuple(r for r in ranks if r in em)
+            virt = np.array([r for r in ranks if r not in em], dtype=np.int64)
+            g = Group(kind=kind, key=key, name=str(number), ranks=ranks, hosts=len(hosts),
+                      per_host=-(-len(ranks) // len(hosts)), real=real, virtual=virt)
+            self._groups[key] = g
+        return g
+
+    # Group names are numbered like PyTorch numbers process groups: 0 is WORLD,
+    # then all TP groups, all DP groups, then the pipeline channels.
+    def tp_group(self, rank: int) -> Group:
+        s, d, _ = self.coords(rank)
+        ranks = tuple(self.rank(s, d, t) for t in range(self.tp))
+        return self._make("tp", ("tp", s, d), ranks, 1 + s * self.dp + d)
+
+    def dp_group(self, rank: int) -> Group:
+        s, _, t = self.coords(rank)
+        ranks = tuple(self.rank(s, d, t) for d in range(self.dp))
+        return self._make("dp", ("dp", s, t), ranks, 1 + self.pp * self.dp + s * self.tp + t)
+
+    def pp_channel(self, rank: int, peer: int) -> Group:
+        """The 2-rank communicator between neighbouring stages (same dp and tp index)."""
+        lo, hi = min(rank, peer), max(rank, peer)
+        s, d, t = self.coords(lo)
+        base = 1 + self.pp * self.dp + self.pp * self.tp
+        number = base + (d * self.tp + t) * max(self.pp - 1, 1) + s
+        return self._make("pp", ("pp", lo, hi), (lo, hi), number)
+
+    def pg_config(self, rank: int) -> list[dict]:
+        out = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                "pg_size": self.world, "ranks": list(range(self.world))}]
+        groups = [self.tp_group(rank), self.dp_group(rank)]
+        s, d, t = self.coords(rank)
+        for nb in (s - 1, s + 1):
+            if 0 <= nb < self.pp:
+                groups.append(self.pp_channel(rank, self.rank(nb, d, t)))
+        for g in groups:
+            out.append({"pg_name": g.name, "pg_desc": f"{g.kind}_group", "backend_config": "cuda:nccl",
+                        "pg_size": len(g.ranks), "ranks": list(g.ranks)})
+        return out
