@@ -20,23 +20,6 @@ from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .edges.cross_rank import CommOp, add_rendezvous, match_ops, parse_ranks
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph, TaskKind
 
-ABUT_EPS_US = 5e-4
-
-
-def guard_abutting_events(table: TraceTable) -> TraceTable:
-    """Shorten every event by 0.5 ns so that `ts + dur` never exceeds the next event's `ts`.
-
-    Traces store times on a nanosecond grid, but `ts + dur` in float64 can land
-    1e-7 us past a back-to-back successor's `ts`; `lumos/graph/tasks.py` then
-    takes the successor for a call nested inside the previous runtime call and
-    drops it (on emulated traces: NCCL launches after cudaStreamWaitEvent, so
-    replay deadlocks). Until tasks.py compares with a tolerance, callers that
-    build graphs of such traces pass them through here. Mutates and returns `table`.
-    """
-    table.dur = np.maximum(table.dur - ABUT_EPS_US, 0.0)
-    return table
-
-
 def concat_graphs(graphs: Sequence[Graph]) -> tuple[Graph, np.ndarray]:
     """One graph holding all of `graphs` (task and processor ids renumbered); task offsets."""
     offsets = np.cumsum([0] + [g.n_tasks for g in graphs])

@@ -1,0 +1,77 @@
+"""`lumos predict BASE --tp T --pp P --dp D [...]`: predict a configuration from a base run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lumos.analysis import COMPONENTS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="predict a new configuration from a base trace (what-if)",
+                       description=__doc__)
+    p.add_argument("base", help="directory of the base run (one trace per pipeline stage)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (must equal the base's)")
+    p.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
+    p.add_argument("--dp", type=int, default=None, help="data-parallel degree")
+    p.add_argument("--layers", type=int, default=None, help="number of transformer layers")
+    p.add_argument("--hidden", type=int, default=None, help="hidden size")
+    p.add_argument("--ffn", type=int, default=None, help="FFN hidden size")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="global batch (sequences); default: keep the base's micro-batches per iteration")
+    p.add_argument("--micro-batch", type=int, default=None, help="micro-batch size (must equal the base's)")
+    p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
+    p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
+    p.add_argument("--out", default=None, help="write the prediction JSON here")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from lumos.cli import UserError
+    from lumos.trace import load_run
+    from lumos.trace.atomic import write_text_atomic
+
+    from .predict import predict, read_manifest
+
+    base = load_run(args.base)
+    actual = load_run(args.actual) if args.actual else None
+    target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
+              "hidden": args.hidden, "ffn": args.ffn}
+    try:
+        doc = predict(base, target, global_batch=args.global_batch, micro_batch=args.micro_batch,
+                      actual_tables=actual, actual_manifest=read_manifest(args.actual) if args.actual else None,
+                      base_name=str(args.base), engine=args.engine, step=args.step)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    text = json.dumps(doc, indent=1)
+    if args.out:
+        write_text_atomic(args.out, text + "\n")
+    if args.format == "json":
+        sys.stdout.write(text + "\n")
+    else:
+        print(format_table(doc))
+    return 0
+
+
+def format_table(doc: dict) -> str:
+    t = doc["target"]
+    lines = [f"{doc['base']} -> tp{t['tp']} pp{t['pp']} dp{t['dp']} layers {t['layers']} hidden {t['hidden']} "
+             f"ffn {t['ffn']} ({doc['microbatches']} micro-batches)"]
+    have = "measured" in doc
+    label = "actual (emulated) ms" if doc.get("emulated_actual") else "actual ms"
+    lines.append(f"  {'':<18}{'predicted ms':>14}" + (f"{label:>22}{'error %':>9}" if have else ""))
+    for key in ("iteration_us",) + COMPONENTS:
+        p = doc["predicted"][key]
+        row = f"  {key[:-3].replace('_', ' '):<18}{p / 1e3:>14.3f}"
+        if have:
+            m = doc["measured"][key]
+            err = f"{100 * (p - m) / m:+.2f}" if m else "-"
+            row += f"{m / 1e3:>22.3f}{err:>9}"
+        lines.append(row)
+    for n in doc.get("notes", []):
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)

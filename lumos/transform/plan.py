@@ -1,0 +1,77 @@
+"""The state a chain of transforms passes along: a run graph plus what the transforms need to know.
+
+Per task: the collective's kind, process group, message bytes and role (tp, dp,
+pp), the launching op and its Input Dims; per run: the model shape and the
+parallel layout; and the send/recv pairs still to be joined by rendezvous.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lumos.graph.model import Graph
+
+from .structure import ModelShape, RunStructure
+from .suppliers import AlphaBeta, ComputeModel
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    st: RunStructure            # blocks and per-task facts, aligned with graph tasks
+    role: np.ndarray            # object per task: 'tp' | 'dp' | 'pp' | None
+    shape: ModelShape
+    tp: int
+    pp: int
+    dp: int
+    layers: int
+    microbatches: int
+    ranks: list                 # global rank of each stage's representative
+    collectives: AlphaBeta
+    compute: ComputeModel
+    pairs: list = field(default_factory=list)   # rendezvous groups not yet in the graph
+    notes: list = field(default_factory=list)   # assumptions taken from flags/config, said aloud
+
+    def clone(self) -> "Plan":
+        p = copy.copy(self)
+        p.graph = self.graph.copy()
+        p.st = copy.copy(self.st)
+        for f in ("coll", "group", "nbytes", "op_name", "op_dims", "task_block"):
+            setattr(p.st, f, getattr(self.st, f).copy())
+        p.role = self.role.copy()
+        p.shape = copy.copy(self.shape)
+        p.pairs = [list(g) for g in self.pairs]
+        p.notes = list(self.notes)
+        return p
+
+
+def stage_ranks(pp: int, tp: int, dp: int) -> list[int]:
+    """Megatron rank layout (TP innermost, then DP, then PP): rank of (stage s, dp 0, tp 0)."""
+    return [s * tp * dp for s in range(pp)]
+
+
+def dp_group(rank: int, tp: int, dp: int) -> tuple:
+    return tuple(rank + d * tp for d in range(dp))
+
+
+def tp_group(rank: int, tp: int) -> tuple:
+    return tuple(range(rank, rank + tp))
+
+
+def comm_roles(st: RunStructure) -> np.ndarray:
+    """tp / dp / pp per communication task, from its group's size and stride."""
+    role = np.empty(len(st.coll), dtype=object)
+    for t in np.flatnonzero(st.coll != None):  # noqa: E711
+        g = st.group[t] or ()
+        if st.coll[t] in ("send", "recv"):
+            role[t] = "pp"
+        elif len(g) == st.tp and st.tp > 1 and (len(g) < 2 or g[1] - g[0] == 1):
+            role[t] = "tp"
+        elif len(g) == st.dp and st.dp > 1:
+            role[t] = "dp"
+        else:
+            role[t] = "other"
+    return role

@@ -1,0 +1,445 @@
+"""Re-sequence a run's blocks into a new pipeline: new stage count, layer count or micro-batches.
+
+Each target stage's program is the 1F1B schedule (`schedule.py`) expanded into
+blocks, each a copy of a template block of the base run (the same layer,
+phase and micro-batch where the base has it; else layer l mod L). A copy keeps
+the template's tasks, durations and internal edges: its CPU launch chain,
+streams, inter-stream waits, TP collectives. Edges from outside the block are
+re-pointed by processor: "the last task on that thread/stream before this
+block" (program order, FIFO streams, event waits on earlier work); a change of
+thread (forward on the main thread, backward on the autograd thread) gets the
+base run's hand-off edge. Data-parallel gradient buckets are re-issued after
+the last micro-batch's backward layers as parameters become ready (bucket size
+as observed in the base); sends and receives of neighbouring stages are paired
+for rendezvous.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
+
+from .plan import Plan, comm_roles, dp_group, stage_ranks
+from .schedule import layers_of_stage, one_f_one_b
+from .structure import Block, RunStructure
+from .suppliers import CollectiveSpec, ComputeSpec
+
+
+class _Templates:
+    """Template blocks of the input plan, looked up by role, with their edges pre-split."""
+
+    def __init__(self, plan: Plan):
+        g, st = plan.graph, plan.st
+        self.plan = plan
+        self.layer, self.embed, self.head, self.p2p = {}, {}, {}, defaultdict(list)
+        self.dp, self.optimizer, self.prologue = [], {}, {}
+        first_main = {}
+        for i, b in enumerate(st.blocks):
+            if b.kind == "layer":
+                self.layer.setdefault((b.layer, b.phase, b.mb), i)
+            elif b.kind == "embedding":
+                self.embed.setdefault((b.phase, b.mb), i)
+            elif b.kind == "head":
+                self.head.setdefault((b.phase, b.mb), i)
+            elif b.kind == "p2p":
+                self.p2p[tuple(sorted(b.shape))].append(i)
+            elif b.kind == "dp":
+                self.dp.append(i)
+            elif b.kind == "optimizer":
+                self.optimizer.setdefault(b.rank, []).append(i)
+            if b.kind in ("p2p", "layer", "embedding", "head") and b.rank not in first_main:
+                first_main[b.rank] = b.start
+        for i, b in enumerate(st.blocks):
+            if b.kind == "glue" and b.start < first_main.get(b.rank, np.inf):
+                self.prologue.setdefault(b.rank, []).append(i)
+            elif b.kind == "glue":
+                self.optimizer.setdefault(b.rank, []).append(i)   # trailing glue goes with the optimizer
+        for r in self.optimizer:
+            self.optimizer[r].sort(key=lambda i: st.blocks[i].start)
+        self.base_layers = 1 + max(k[0] for k in self.layer) if self.layer else 0
+        self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
+        self.ranks = sorted({b.rank for b in st.blocks})
+        # per block: tasks, internal edges (local ids), external in-edges (by source processor)
+        keep = g.cls != EdgeClass.CROSS_RANK
+        src, dst = g.src[keep], g.dst[keep]
+        cls, lag = g.cls[keep], g.lag[keep]
+        blk = st.task_block
+        order = np.argsort(blk[dst], kind="stable")
+        bounds = np.searchsorted(blk[dst][order], np.arange(len(st.blocks) + 1))
+        self.edges = []
+        self.switch_lag = []     # lag of the hand-off into the block in the base (None: none)
+        self.lead_lag = []       # (intra-thread, inter-thread) lag into the block's first task
+        for i, b in enumerate(st.blocks):
+            e = order[bounds[i]:bounds[i + 1]]
+            local = {int(t): k for k, t in enumerate(b.tasks)}
+            inside = blk[src[e]] == i
+            ei, ee = e[inside], e[~inside]
+            intra = (np.array([local[int(t)] for t in src[ei]], np.int64),
+                     np.array([local[int(t)] for t in dst[ei]], np.int64), cls[ei], lag[ei])
+            lead = np.array([local[int(t)] == 0 for t in dst[ee]], bool)
+            lead_intra = lag[ee[lead & (cls[ee] == EdgeClass.INTRA_THREAD)]]
+            lead_inter = lag[ee[lead & (cls[ee] == EdgeClass.INTER_THREAD)]]
+            self.lead_lag.append((float(lead_intra.max()) if len(lead_intra) else None,
+                                  float(lead_inter.max()) if len(lead_inter) else None))
+            ext_ok = cls[ee] != EdgeClass.INTER_THREAD
+            hand_lags = lag[ee[~ext_ok]]
+            self.switch_lag.append(float(hand_lags.max()) if len(hand_lags) else None)
+            ee = ee[ext_ok]
+            ext = (g.proc_kind[g.proc[src[ee]]], st.proc_role[g.proc[src[ee]]],
+                   np.array([local[int(t)] for t in dst[ee]], np.int64), cls[ee], lag[ee])
+            self.edges.append((intra, ext))
+        # hand-off lags between threads, from the base's inter-thread edges
+        it = np.flatnonzero(g.cls == EdgeClass.INTER_THREAD)
+        hand = defaultdict(list)
+        for k in it:
+            a, c = st.proc_role[g.proc[g.src[k]]], st.proc_role[g.proc[g.dst[k]]]
+            hand[(int(a), int(c))].append(float(g.lag[k]))
+        self.handoff = {k: float(np.median(v)) for k, v in hand.items()}
+        # host time before a forward / backward step starts, and between blocks inside a step
+        self.step_lead = {}
+        interior = defaultdict(list)
+        seen = set()
+        for i in sorted(range(len(st.blocks)), key=lambda i: st.blocks[i].start):
+            bl = st.blocks[i]
+            if bl.kind not in ("layer", "embedding", "head"):
+                continue
+            key = (bl.rank, bl.phase, bl.mb)
+            if key in seen:
+                if self.lead_lag[i][0] is not None:
+                    interior[bl.phase].append(self.lead_lag[i][0])
+                continue
+            seen.add(key)
+            self.step_lead[key] = self.lead_lag[i]
+        self.interior_lag = {ph: float(np.median(v)) for ph, v in interior.items()}
+        # DP bucket: the largest data-parallel all-reduce observed
+        self.bucket_bytes = 0.0
+        self.dp_template = None
+        for i in self.dp:
+            ts = [t for t in st.blocks[i].tasks if st.coll[t] is not None]
+            if ts and st.nbytes[ts[0]] > self.bucket_bytes:
+                self.bucket_bytes, self.dp_template = float(st.nbytes[ts[0]]), i
+
+    def stage_param_count(self, rank: int, fallback: float) -> float:
+        """Parameters of a base stage, as its gradient-zeroing / grad-norm op's Input Dims say."""
+        st = self.plan.st
+        for i in self.prologue.get(rank, []) + self.optimizer.get(rank, []):
+            for t in st.blocks[i].tasks:
+                d = st.op_dims[t]
+                if st.op_name[t] in ("aten::zero_", "aten::_foreach_norm") and d and len(d) == 1 \
+                        and isinstance(d[0], tuple) and len(d[0]) == 1:
+                    return float(d[0][0])
+        return fallback
+
+    def layer_block(self, layer: int, phase: str, mb: int) -> int:
+        key = (layer % self.base_layers, phase, mb % self.base_mb)
+        return self.layer[key]
+
+    def role_block(self, table: dict, phase: str, mb: int) -> int | None:
+        return table.get((phase, mb % self.base_mb))
+
+    def base_rank_for(self, stage: int, pp: int) -> int:
+        """The base rank whose stage plays the same role (first, last, or middle -> first)."""
+        if stage == pp - 1 and pp > 1:
+            return self.ranks[-1]
+        return self.ranks[0]
+
+
+class _Builder:
+    """Accumulates the new run graph's tasks, processors and edges."""
+
+    def __init__(self, plan: Plan):
+        self.g, self.st = plan.graph, plan.st
+        self.t_parts: dict[str, list] = defaultdict(list)
+        self.m_parts: dict[str, list] = defaultdict(list)
+        self.e_src, self.e_dst, self.e_cls, self.e_lag = [], [], [], []
+        self.procs: list[tuple] = []          # (kind, rank, key, name, role)
+        self.proc_index: dict[tuple, int] = {}
+        self.blocks: list[Block] = []
+        self.n = 0
+
+    def proc(self, rank: int, kind: int, role: int) -> int:
+        key = (rank, int(kind), int(role))
+        p = self.proc_index.get(key)
+        if p is None:
+            p = len(self.procs)
+            self.proc_index[key] = p
+            pkey = (rank << 32) | role if kind == TaskKind.GPU else ((10000 + rank) << 32) | (10000 + rank + role)
+            name = f"stream {role} (rank {rank})" if kind == TaskKind.GPU else f"thread {role} (rank {rank})"
+            self.procs.append((int(kind), rank, pkey, name, int(role)))
+        return p
+
+    def edge(self, s, d, c, lag):
+        self.e_src.append(np.atleast_1d(np.asarray(s, np.int64)))
+        self.e_dst.append(np.atleast_1d(np.asarray(d, np.int64)))
+        self.e_cls.append(np.atleast_1d(np.asarray(c, np.int8)))
+        self.e_lag.append(np.atleast_1d(np.asarray(lag, np.float64)))
+
+
+def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
+            microbatches: int | None = None) -> Plan:
+    """A plan for `pp` stages, `layers` layers and `microbatches` per iteration, from `plan`'s blocks."""
+    pp = pp or plan.pp
+    layers = layers or plan.layers
+    m = microbatches or plan.microbatches
+    tm = _Templates(plan)
+    if not tm.layer:
+        raise ValueError("the base run has no layer ranges: cannot rebuild its pipeline")
+    g, st = plan.graph, plan.st
+    b = _Builder(plan)
+    ranks = stage_ranks(pp, plan.tp, plan.dp)
+    pairs: dict[tuple, list] = defaultdict(list)
+    shape = plan.shape
+    params_layer, params_embed = shape.layer_params(), shape.embed_params()
+    base_stage_params = {}
+    for i, r in enumerate(tm.ranks):
+        nl = len({bl.layer for bl in st.blocks if bl.rank == r and bl.kind == "layer"})
+        base_stage_params[r] = nl * params_layer + params_embed * (
+            (i == 0) + (i == len(tm.ranks) - 1))
+    for s in range(pp):
+        rank = ranks[s]
+        base_rank = tm.base_rank_for(s, pp)
+        my_layers = list(layers_of_stage(s, pp, layers))
+        first, last = s == 0, s == pp - 1
+        stage_params = len(my_layers) * params_layer + params_embed * (first + last)
+        ratio = stage_params / tm.stage_param_count(base_rank, base_stage_params[base_rank])
+        state = {"last_on": {}, "thread": None, "counters": defaultdict(int), "ready": 0.0, "launched": 0.0,
+                 "clock": 0.0}
+
+        def emit(bi: int, scale_params: float | None = None, p2p_ops=None, dp_bytes=None, lead=None,
+                 layer=None):
+            _emit(plan, tm, b, state, bi, rank, s, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes, lead,
+                  layer)
+
+        def step_blocks(phase: str, mb: int, blocks: list) -> None:
+            """Emit one forward/backward step: base step-start lags first, interior lags after."""
+            src_rank = (tm.ranks[0] if first else tm.ranks[-1]) if phase == "forward" else \
+                (tm.ranks[-1] if last else tm.ranks[0])
+            start = tm.step_lead.get((src_rank, phase, mb % tm.base_mb))
+            for k, (bi, after, layer) in enumerate(blocks):
+                if k == 0:
+                    lead = start
+                else:
+                    lead = (tm.interior_lag.get(phase), None)
+                emit(bi, lead=lead, layer=layer)
+                if after is not None:
+                    after()
+
+        for bi in tm.prologue.get(base_rank, []):
+            emit(bi, scale_params=ratio)
+        for act in one_f_one_b(s, pp, m):
+            if act[0] == "p2p":
+                ops = act[1]
+                tb = tm.p2p.get(tuple(sorted(k for k, _ in ops)))
+                if not tb:
+                    raise ValueError(f"the base run has no pipeline exchange of shape {ops}")
+                emit(tb[state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))] % len(tb)], p2p_ops=ops)
+                state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))] += 1
+            elif act[0] == "F":
+                mb = act[1]
+                seq = []
+                if first and (bi := tm.role_block(tm.embed, "forward", mb)) is not None:
+                    seq.append((bi, None, None))
+                seq += [(tm.layer_block(l, "forward", mb), None, l) for l in my_layers]
+                if last and (bi := tm.role_block(tm.head, "forward", mb)) is not None:
+                    seq.append((bi, None, None))
+                step_blocks("forward", mb, seq)
+            else:
+                mb = act[1]
+                grads = mb == m - 1 and plan.dp > 1 and tm.dp_template is not None
+
+                def ready(params):
+                    return (lambda: _grads(state, params, tm, emit)) if grads else None
+                seq = []
+                if last and (bi := tm.role_block(tm.head, "backward", mb)) is not None:
+                    seq.append((bi, ready(params_embed), None))
+                seq += [(tm.layer_block(l, "backward", mb), ready(params_layer), l) for l in reversed(my_layers)]
+                if first and (bi := tm.role_block(tm.embed, "backward", mb)) is not None:
+                    seq.append((bi, ready(params_embed), None))
+                step_blocks("backward", mb, seq)
+                if grads:
+                    _grads(state, 0.0, tm, emit, flush=True)
+        for bi in tm.optimizer.get(base_rank, []):
+            emit(bi, scale_params=ratio)
+    graph, stt = _assemble(plan, b)
+    groups = [v for v in pairs.values() if len(v) == 2]
+    out = plan.clone()
+    out.graph, out.st = graph, stt
+    out.role = comm_roles(stt)
+    out.pp, out.layers, out.microbatches, out.ranks = pp, layers, m, ranks
+    out.pairs = groups
+    return out
+
+
+def _grads(state, params: float, tm: _Templates, emit, flush: bool = False) -> None:
+    """Issue every gradient bucket that is now full (all remaining ones with `flush`)."""
+    state["ready"] += params
+    bucket = tm.bucket_bytes / 2.0     # elements (BF16 gradients)
+    while state["ready"] - state["launched"] >= bucket or (flush and state["ready"] - state["launched"] > 1e-9):
+        n = min(bucket, state["ready"] - state["launched"])
+        state["launched"] += n
+        emit(tm.dp_template, dp_bytes=2.0 * n)
+
+
+def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes,
+          lead=None, layer=None):
+    g, st = plan.graph, plan.st
+    blk = st.blocks[bi]
+    layer = blk.layer if layer is None else layer
+    T = blk.tasks
+    n = len(T)
+    ids = b.n + np.arange(n, dtype=np.int64)
+    procs = np.array([b.proc(rank, g.proc_kind[g.proc[t]], st.proc_role[g.proc[t]]) for t in T], np.int64)
+    # external in-edges: last task on the same (kind, role) processor of this stage
+    (isrc, idst, icls, ilag), (ekind, erole, edst, ecls, elag) = tm.edges[bi]
+    if len(isrc):
+        b.edge(ids[isrc], ids[idst], icls, ilag)
+    for k in range(len(edst)):
+        src = state["last_on"].get((int(ekind[k]), int(erole[k])))
+        if src is not None:
+            lg = elag[k]
+            if lead is not None and edst[k] == 0 and ecls[k] == EdgeClass.INTRA_THREAD and lead[0] is not None:
+                lg = lead[0]
+            b.edge(src, ids[edst[k]], ecls[k], lg)
+    cpu = np.flatnonzero(g.kind[T] == TaskKind.CPU)
+    if len(cpu):
+        role = blk.thread_role
+        prev = state["thread"]
+        if prev is not None and prev != role:
+            src = state["last_on"].get((TaskKind.CPU, prev))
+            if src is not None:
+                lag = tm.switch_lag[bi]
+                if lead is not None and lead[1] is not None:
+                    lag = lead[1]
+                if lag is None:
+                    lag = tm.handoff.get((prev, role), 0.0)
+                b.edge(src, ids[cpu[0]], EdgeClass.INTER_THREAD, lag)
+        state["thread"] = role
+    # tasks
+    ts = state["clock"] + (g.ts[T] - blk.start)
+    state["clock"] = float(ts.max() + g.dur[T][np.argmax(ts)]) if n else state["clock"]
+    dur = g.dur[T].copy()
+    coll = st.coll[T].copy()
+    group = st.group[T].copy()
+    nbytes = st.nbytes[T].copy()
+    dims = st.op_dims[T].copy()
+    if scale_params is not None:
+        for k, t in enumerate(T):
+            d = dims[k]
+            if (g.kind[t] == TaskKind.GPU and coll[k] is None and d and len(d) == 1
+                    and isinstance(d[0], tuple) and len(d[0]) == 1 and d[0][0] > 1e6):
+                new = ((int(round(d[0][0] * scale_params)),),)
+                dur[k] = plan.compute.retime(dur[k], ComputeSpec(str(st.op_name[t]), d),
+                                             ComputeSpec(str(st.op_name[t]), new))
+                dims[k] = new
+    comm_k = [k for k in range(n) if coll[k] is not None]
+    for k in comm_k:
+        t = T[k]
+        role = plan.role[t]
+        if role == "tp":
+            group[k] = tuple(range(rank, rank + plan.tp))
+        elif role == "dp":
+            old = CollectiveSpec("allreduce", nbytes[k], group[k])
+            group[k] = dp_group(rank, plan.tp, plan.dp)
+            if dp_bytes is not None:
+                nbytes[k] = dp_bytes
+            dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec("allreduce", nbytes[k], group[k]))
+    if p2p_ops is not None:
+        p2p_k = sorted([k for k in comm_k if coll[k] in ("send", "recv")], key=lambda k: g.ts[T[k]])
+        avail = {"send": [k for k in p2p_k if coll[k] == "send"], "recv": [k for k in p2p_k if coll[k] == "recv"]}
+        for kind, direction in p2p_ops:
+            k = avail[kind].pop(0)
+            to_next = (kind, direction) in (("send", "fwd"), ("recv", "bwd"))
+            peer_stage = stage + 1 if to_next else stage - 1
+            lo = min(stage, peer_stage)
+            c = state["counters"]
+            key = (direction, lo, c[(kind, direction)])
+            c[(kind, direction)] += 1
+            old = CollectiveSpec(kind, nbytes[k], group[k])
+            group[k] = (min(rank, ranks[peer_stage]), max(rank, ranks[peer_stage]))
+            dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(kind, nbytes[k], group[k]))
+            pairs[key].append(int(ids[k]))
+    wk = g.wait_kind[T].copy()
+    wt = g.wait_target[T].astype(np.int64).copy()
+    for k in np.flatnonzero(wk == WaitKind.STREAM):
+        p = wt[k]
+        wt[k] = b.proc(rank, TaskKind.GPU, st.proc_role[p])
+    wt[wk == WaitKind.DEVICE] = rank
+    parts = b.t_parts
+    parts["name"].append(g.name[T])
+    parts["kind"].append(g.kind[T])
+    parts["proc"].append(procs)
+    parts["dur"].append(dur)
+    parts["ts"].append(ts)
+    parts["comm"].append(g.comm[T])
+    parts["in_step"].append(g.kind[T] == TaskKind.GPU)
+    parts["rank"].append(np.full(n, rank, np.int32))
+    parts["wait_kind"].append(wk)
+    parts["wait_target"].append(wt)
+    parts["event"].append(g.event[T])
+    parts["layer"].append(np.full(n, layer, np.int32))
+    parts["phase"].append(np.full(n, {"forward": 0, "backward": 1}.get(blk.phase, 2 if blk.kind == "optimizer" else -1), np.int8))
+    mp = b.m_parts
+    mp["coll"].append(coll)
+    mp["group"].append(group)
+    mp["nbytes"].append(nbytes)
+    mp["op_name"].append(st.op_name[T])
+    mp["op_dims"].append(dims)
+    mp["block"].append(np.full(n, len(b.blocks), np.int64))
+    nb = Block(kind=blk.kind, phase=blk.phase, layer=layer, mb=blk.mb, shape=blk.shape, rank=rank,
+               thread_role=blk.thread_role, tasks=ids, start=float(ts.min()) if n else 0.0)
+    b.blocks.append(nb)
+    # the block's last task on each processor becomes "last on" for the next block
+    for k in np.argsort(ts, kind="stable"):
+        t = T[k]
+        state["last_on"][(int(g.proc_kind[g.proc[t]]), int(st.proc_role[g.proc[t]]))] = int(ids[k])
+    b.n += n
+
+
+def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
+    cat = np.concatenate
+    tp = {k: cat(v) for k, v in b.t_parts.items()}
+    n = len(tp["dur"])
+    src = cat(b.e_src) if b.e_src else np.zeros(0, np.int64)
+    dst = cat(b.e_dst) if b.e_dst else np.zeros(0, np.int64)
+    cls = cat(b.e_cls) if b.e_cls else np.zeros(0, np.int8)
+    lag = cat(b.e_lag) if b.e_lag else np.zeros(0)
+    # stream order = emission order on each stream
+    stream_pos = np.full(n, -1, np.int32)
+    gpu = np.flatnonzero(tp["kind"] == TaskKind.GPU)
+    order = gpu[np.lexsort((gpu, tp["proc"][gpu]))]
+    if len(order):
+        p = tp["proc"][order]
+        starts = np.r_[0, np.flatnonzero(np.diff(p)) + 1]
+        pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+        stream_pos[order] = pos
+    has_in = np.zeros(n, bool)
+    has_in[dst] = True
+    release = np.where(has_in, -np.inf, 0.0)
+    procs = b.procs
+    names = np.empty(len(procs), dtype=object)
+    names[:] = [p[3] for p in procs]
+    tname = tp["name"].astype(object)
+    graph = Graph(name=tname, kind=tp["kind"].astype(np.int8), proc=tp["proc"].astype(np.int32),
+                  dur=tp["dur"].astype(np.float64), ts=tp["ts"].astype(np.float64), release=release,
+                  comm=tp["comm"].astype(bool), in_step=tp["in_step"].astype(bool),
+                  rank=tp["rank"].astype(np.int32), stream_pos=stream_pos,
+                  wait_kind=tp["wait_kind"].astype(np.int8), wait_target=tp["wait_target"].astype(np.int32),
+                  event=np.full(n, -2, np.int64), layer=tp["layer"], phase=tp["phase"],
+                  proc_kind=np.array([p[0] for p in procs], np.int8),
+                  proc_rank=np.array([p[1] for p in procs], np.int32),
+                  proc_key=np.array([p[2] for p in procs], np.int64), proc_name=names,
+                  src=src.astype(np.int64), dst=dst.astype(np.int64), cls=cls.astype(np.int8),
+                  lag=lag.astype(np.float64), inferred=np.zeros(len(src), bool))
+    graph.summary = {"tasks": n, "edges": graph.edge_counts(), "predicted": True}
+    mp = {k: cat(v) for k, v in b.m_parts.items()}
+    st0 = plan.st
+    role = np.zeros(len(procs), np.int64)
+    role[:] = [p[4] for p in procs]
+    st = RunStructure(blocks=b.blocks, task_block=mp["block"], coll=mp["coll"], group=mp["group"],
+                      nbytes=mp["nbytes"].astype(np.float64), op_name=mp["op_name"], op_dims=mp["op_dims"],
+                      proc_role=role, shape=plan.shape, tp=plan.tp, pp=0, dp=plan.dp,
+                      layers=0, microbatches=0, stage_of_rank={}, stage_params={})
+    return graph, st

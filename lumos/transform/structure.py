@@ -1,0 +1,300 @@
+"""Find the training program's structure in a base run: blocks, their roles, the model's shape.
+
+A block is a contiguous stretch of one CPU thread's tasks that does one thing,
+with the GPU ops those tasks launched:
+- a layer / embedding / loss-head forward or backward of one micro-batch, from
+  `user_annotation` ranges named `layer_{L}/forward/mb{i}`, `embedding/...`,
+  `head/...` (Megatron/NeMo-style NVTX ranges; see docs/prediction.md);
+- a pipeline exchange: one `c10d::batch_isend_irecv` op (its send/recv kernels);
+- a data-parallel gradient all-reduce issued outside any layer range;
+- the `optimizer` range; anything else is glue (e.g. `aten::zero_` at the start).
+The model shape (hidden, FFN, sequence, micro-batch, vocabulary, heads, TP) is
+read from the GEMM, layer-norm, attention and embedding ops' Input Dims.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lumos.graph.edges.cross_rank import parse_ranks
+from lumos.graph.model import Graph, TaskKind
+from lumos.trace import TraceTable, schema
+
+ANN = re.compile(r"^(?:layer_(\d+)|(embedding)|(head))/(forward|backward)/mb(\d+)$")
+P2P_OP = "c10d::batch_isend_irecv"
+DTYPE_BYTES = {"BFloat16": 2, "Half": 2, "Float": 4, "float": 4, "c10::BFloat16": 2, "Double": 8}
+
+
+@dataclass
+class Block:
+    kind: str             # layer | embedding | head | p2p | dp | optimizer | glue
+    phase: str = ""       # forward | backward ('' for others)
+    layer: int = -1
+    mb: int = -1
+    shape: tuple = ()     # p2p: collective names of its kernels in launch order
+    rank: int = 0
+    thread_role: int = 0  # 0 main thread, 1 autograd thread, ...
+    tasks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    start: float = 0.0
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.phase, self.layer, self.mb, self.shape)
+
+
+@dataclass
+class ModelShape:
+    hidden: int
+    ffn: int
+    seq: int
+    micro_batch: int
+    vocab: int
+    heads: int
+    tp: int
+
+    def layer_params(self) -> float:
+        """Parameters of one transformer layer on one TP rank (Megatron GPT layout)."""
+        h, f, t = self.hidden, self.ffn, self.tp
+        return (4 * h * h + 2 * h * f) / t + (3 * h + f) / t + 6 * h
+
+    def embed_params(self) -> float:
+        return self.vocab * self.hidden / self.tp + self.seq * self.hidden
+
+
+@dataclass
+class RunStructure:
+    """Blocks of every rank of a base run graph, plus per-task communication facts."""
+    blocks: list                     # Block, every rank, in program order per rank
+    task_block: np.ndarray           # block index per task (-1: rendezvous / unassigned)
+    coll: np.ndarray                 # object: collective name per task (None if not comm)
+    group: np.ndarray                # object: process-group ranks per comm task
+    nbytes: np.ndarray               # float: message bytes per comm task
+    op_name: np.ndarray              # object: CPU op that launched the task (or the task's own op)
+    op_dims: np.ndarray              # object: that op's Input Dims
+    proc_role: np.ndarray            # int per processor: thread ordinal or stream id
+    shape: ModelShape
+    tp: int
+    pp: int
+    dp: int
+    layers: int
+    microbatches: int
+    stage_of_rank: dict
+    stage_params: dict               # rank -> parameter count of its stage (from the trace)
+
+
+def _innermost(table: TraceTable, cand: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+               outermost: bool = False) -> np.ndarray:
+    """For each query (pid, tid, ts), the innermost (or outermost) candidate event containing ts; -1 if none."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    if not len(cand):
+        return out
+    key_c = table.pid[cand] * (1 << 32) + (table.tid[cand] & 0xFFFFFFFF)
+    key_q = pid * (1 << 32) + (tid & 0xFFFFFFFF)
+    for k in np.unique(key_q):
+        c = cand[key_c == k]
+        q = np.flatnonzero(key_q == k)
+        if not len(c):
+            continue
+        c = c[np.lexsort((-table.dur[c], table.ts[c]))]
+        cs, ce = table.ts[c], table.ts[c] + table.dur[c]
+        qo = q[np.argsort(ts[q], kind="stable")]
+        stack: list[int] = []
+        j = 0
+        for qi in qo:
+            t = ts[qi]
+            while j < len(c) and cs[j] <= t:
+                while stack and ce[stack[-1]] <= cs[j]:
+                    stack.pop()
+                stack.append(j)
+                j += 1
+            while stack and ce[stack[-1]] <= t:
+                stack.pop()
+            # the stack holds nested events containing t (outer first)
+            live = [s for s in stack if cs[s] <= t < ce[s]]
+            if live:
+                out[qi] = c[live[0] if outermost else live[-1]]
+    return out
+
+
+def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc: int,
+                 proc_role: np.ndarray, coll: np.ndarray, tp_group_size: int | None) -> list[Block]:
+    ev = graph.event[tasks]
+    cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
+    cev = graph.event[cpu]
+    ann_rows = np.flatnonzero((table.cat == schema.ANNOTATION)
+                              & ~np.char.startswith(table.name.astype(str), "ProfilerStep#"))
+    op_rows = np.flatnonzero(table.cat == schema.CPU_OP)
+    ann = _innermost(table, ann_rows, table.pid[cev], table.tid[cev], graph.ts[cpu])
+    top = _innermost(table, op_rows, table.pid[cev], table.tid[cev], graph.ts[cpu], outermost=True)
+    # launcher of each GPU task: the CPU task with the same correlation id
+    corr_to_cpu = {}
+    for t, e in zip(cpu, cev):
+        if table.cat[e] == schema.RUNTIME and table.corr[e] >= 0:
+            corr_to_cpu[int(table.corr[e])] = int(t)
+    blocks: list[Block] = []
+    block_of = {}
+    by_thread: dict[int, list[int]] = {}
+    for i, t in enumerate(cpu):
+        by_thread.setdefault(int(graph.proc[t]), []).append(i)
+    for p, idx in by_thread.items():
+        idx = sorted(idx, key=lambda i: graph.ts[cpu[i]])
+        prev_key, cur = None, None
+        for i in idx:
+            a = int(ann[i])
+            key = ("ann", a) if a >= 0 else ("op", int(top[i]))
+            if key != prev_key:
+                cur = Block(kind="glue", rank=int(table.rank), thread_role=int(proc_role[p]),
+                            start=float(graph.ts[cpu[i]]))
+                cur._members = []
+                cur._ann = table.name[a] if a >= 0 else None
+                cur._top = table.name[top[i]] if top[i] >= 0 else None
+                blocks.append(cur)
+                prev_key = key
+            cur._members.append(int(cpu[i]))
+            block_of[int(cpu[i])] = cur
+    gpu = tasks[graph.kind[tasks] == TaskKind.GPU]
+    for g in gpu:
+        launcher = corr_to_cpu.get(int(table.corr[graph.event[g]]), -1)
+        b = block_of.get(launcher)
+        if b is None:
+            b = blocks[0] if blocks else None
+        if b is not None:
+            b._members.append(int(g))
+    for b in blocks:
+        b.tasks = np.array(sorted(b._members, key=lambda t: (graph.kind[t], graph.ts[t])), dtype=np.int64)
+        m = ANN.match(b._ann) if b._ann else None
+        comm_kinds = [coll[t] for t in b.tasks if coll[t] is not None]
+        if m:
+            b.kind = "layer" if m.group(1) is not None else (m.group(2) or m.group(3))
+            b.layer = int(m.group(1)) if m.group(1) is not None else -1
+            b.phase, b.mb = m.group(4), int(m.group(5))
+        elif b._ann == "optimizer":
+            b.kind = "optimizer"
+        elif b._top == P2P_OP:
+            b.kind = "p2p"
+            gt = [t for t in b.tasks if coll[t] in ("send", "recv")]
+            gt.sort(key=lambda t: graph.ts[t])
+            b.shape = tuple(coll[t] for t in gt)
+        elif comm_kinds and all(k == "allreduce" for k in comm_kinds):
+            b.kind = "dp"
+        del b._members, b._ann, b._top
+    return sorted(blocks, key=lambda b: b.start)
+
+
+def _dims_of(table: TraceTable, row: int):
+    d = table.input_dims[row]
+    return tuple(tuple(x) if isinstance(x, list) else x for x in d) if d is not None else None
+
+
+def infer_shape(blocks: list, op_name, op_dims, tp_hint: int | None = None) -> ModelShape:
+    """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes."""
+    fwd = next((b for b in blocks if b.kind == "layer" and b.phase == "forward"), None)
+    if fwd is None:
+        raise ValueError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
+    mms, ln, attn = [], None, None
+    seen = set()
+    for t in fwd.tasks:
+        n, d = op_name[t], op_dims[t]
+        if d is None or (n, id(d)) in seen:
+            continue
+        if n == "aten::mm" and len(d) == 2:
+            mms.append(d)
+        elif n == "aten::layer_norm" and ln is None:
+            ln = d
+        elif "flash_attention_forward" in str(n) and attn is None:
+            attn = d
+    # dedupe consecutive identical launches of one op
+    uniq = []
+    for d in mms:
+        if not uniq or uniq[-1] is not d:
+            uniq.append(d)
+    if ln is None or len(uniq) < 4:
+        raise ValueError("cannot read the model shape: a layer forward needs a layer_norm and 4 GEMMs")
+    s, b, h = (int(x) for x in ln[0])
+    qkv_n = int(uniq[0][1][1])
+    tp = max(int(round(3 * h / qkv_n)), 1)
+    ffn = int(uniq[2][1][1]) * tp
+    heads = int(attn[0][2]) * tp if attn is not None else h // 128
+    vocab = 0
+    for bl in blocks:
+        if bl.kind == "embedding" and bl.phase == "forward":
+            for t in bl.tasks:
+                if op_name[t] == "aten::embedding" and op_dims[t] is not None:
+                    vocab = int(op_dims[t][0][0]) * tp
+                    break
+            if vocab:
+                break
+    return ModelShape(hidden=h, ffn=ffn, seq=s, micro_batch=b, vocab=vocab, heads=heads, tp=tp)
+
+
+def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
+    """Blocks and facts of a run graph built (by `build_run_graph`) from `tables`."""
+    n = graph.n_tasks
+    coll = np.empty(n, dtype=object)
+    group = np.empty(n, dtype=object)
+    nbytes = np.zeros(n)
+    op_name = np.empty(n, dtype=object)
+    op_dims = np.empty(n, dtype=object)
+    task_block = np.full(n, -1, dtype=np.int64)
+    proc_role = np.zeros(graph.n_procs, dtype=np.int64)
+    by_rank = {t.rank: t for t in tables}
+    blocks: list[Block] = []
+    stage_params = {}
+    for r, table in by_rank.items():
+        tasks = np.flatnonzero((graph.rank == r) & (graph.event >= 0))
+        procs = np.flatnonzero(graph.proc_rank == r)
+        threads = procs[graph.proc_kind[procs] == TaskKind.CPU]
+        for i, p in enumerate(sorted(threads, key=lambda p: graph.proc_key[p])):
+            proc_role[p] = i
+        streams = procs[graph.proc_kind[procs] == TaskKind.GPU]
+        proc_role[streams] = graph.proc_key[streams] & 0xFFFFFFFF
+        ev = graph.event[tasks]
+        gpu = graph.kind[tasks] == TaskKind.GPU
+        for t, e, isg in zip(tasks, ev, gpu):
+            if isg and graph.comm[t] and table.coll_name[e] is not None:
+                coll[t] = str(table.coll_name[e])
+                group[t] = parse_ranks(table.pg_ranks[e])
+                ne = max(int(table.in_nelems[e]), int(table.out_nelems[e]), 0)
+                nbytes[t] = ne * DTYPE_BYTES.get(str(table.dtype[e]), 2)
+        # the CPU op that launched each task: innermost cpu_op around its launcher
+        cpu_ops = np.flatnonzero(table.cat == schema.CPU_OP)
+        corr_rt = {}
+        cpu_t = tasks[~gpu]
+        for t in cpu_t:
+            e = graph.event[t]
+            if table.cat[e] == schema.RUNTIME and table.corr[e] >= 0:
+                corr_rt[int(table.corr[e])] = e
+        launcher_ev = np.array([corr_rt.get(int(table.corr[e]), e) if g else e for e, g in zip(ev, gpu)])
+        inner = _innermost(table, cpu_ops, table.pid[launcher_ev], table.tid[launcher_ev],
+                           table.ts[launcher_ev])
+        for t, o in zip(tasks, inner):
+            if o >= 0:
+                op_name[t] = table.name[o]
+                op_dims[t] = _dims_of(table, o)
+        rb = _rank_blocks(graph, table, tasks, 0, proc_role, coll, None)
+        for b in rb:
+            task_block[b.tasks] = len(blocks)
+            blocks.append(b)
+        zero = np.flatnonzero((table.cat == schema.CPU_OP) & (table.name == "aten::zero_"))
+        if len(zero) and table.input_dims[zero[0]]:
+            stage_params[r] = float(table.input_dims[zero[0]][0][0])
+    shape = infer_shape(blocks, op_name, op_dims)
+    layers = {b.layer for b in blocks if b.kind == "layer"}
+    mbs = {b.mb for b in blocks if b.mb >= 0}
+    ranks = sorted(by_rank)
+    world = max(t.world_size for t in tables)
+    dp_sizes = [len(group[t]) for t in np.flatnonzero(coll != None)  # noqa: E711
+                if coll[t] == "allreduce" and task_block[t] >= 0 and blocks[task_block[t]].kind == "dp"]
+    dp = max(dp_sizes) if dp_sizes else 1
+    pp = max(world // (shape.tp * dp), 1)
+    if pp != len(ranks):
+        raise ValueError(f"the base run must hold one rank per pipeline stage: world {world} = "
+                         f"tp {shape.tp} x dp {dp} x pp {pp}, but {len(ranks)} ranks are present")
+    stage_of_rank = {r: i for i, r in enumerate(ranks)}
+    return RunStructure(blocks=blocks, task_block=task_block, coll=coll, group=group, nbytes=nbytes,
+                        op_name=op_name, op_dims=op_dims, proc_role=proc_role, shape=shape,
+                        tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),
+                        stage_of_rank=stage_of_rank, stage_params=stage_params)

@@ -1,0 +1,154 @@
+"""Collectives from an alpha-beta model, fitted to the base trace's own collectives.
+
+Assumptions (NCCL ring algorithms, bandwidth-bound):
+- all-reduce over n ranks: 2(n-1) steps, each rank moves 2(n-1)/n of the message;
+  all-gather / reduce-scatter: n-1 steps, (n-1)/n of the message; send/recv: 1 step, all of it.
+- time = fixed + steps * alpha[level] + moved_bytes / bandwidth, where the level is
+  `intra_host` if the group stays inside one host (NVLink) and `inter_host` otherwise.
+  Inter-host, beta is the bandwidth of one NIC; NCCL runs one ring channel per NIC
+  (multi-rail), so a group with k GPUs on each host spreads its inter-host traffic
+  over min(k, nics_per_host) NICs: bandwidth = min(k, nics) * beta, capped by the
+  intra-host bandwidth. Point-to-point uses one NIC.
+- A measured collective also waits for its slowest peer; the fit uses the fastest
+  decile of each (kind, size, group size, level) as the transfer time, and `retime`
+  keeps each task's own waiting (measured minus model) unchanged.
+- A level without at least two distinct sample sizes takes alpha from the cluster
+  profile (config/predict/cluster.yaml) and fits only beta (or takes both from the
+  profile when it has no sample at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+LEVELS = ("intra_host", "inter_host")
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    kind: str            # allreduce | allgather | reduce_scatter | send | recv | broadcast ...
+    nbytes: float
+    group: tuple         # global ranks of the process group
+
+
+def steps_and_factor(kind: str, n: int) -> tuple[float, float]:
+    if kind in ("send", "recv"):
+        return 1.0, 1.0
+    if n <= 1:
+        return 0.0, 0.0
+    if kind == "allreduce":
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n
+    return float(n - 1), (n - 1) / n
+
+
+def level_of(group: tuple, gpus_per_host: int) -> str:
+    hosts = {int(r) // gpus_per_host for r in group}
+    return "intra_host" if len(hosts) <= 1 else "inter_host"
+
+
+def rails(group: tuple, gpus_per_host: int, nics_per_host: int) -> int:
+    """NICs a group's inter-host traffic spreads over: its GPUs per host, at most the host's NICs."""
+    per_host: dict[int, int] = {}
+    for r in group:
+        per_host[int(r) // gpus_per_host] = per_host.get(int(r) // gpus_per_host, 0) + 1
+    return max(1, min(min(per_host.values()), nics_per_host))
+
+
+def load_profile(path: str | Path | None = None) -> dict:
+    """The cluster profile (config/predict/cluster.yaml)."""
+    from omegaconf import OmegaConf
+
+    from lumos.config import config_dir
+
+    p = Path(path) if path else config_dir() / "predict" / "cluster.yaml"
+    return OmegaConf.to_container(OmegaConf.load(p), resolve=True)
+
+
+@dataclass
+class AlphaBeta:
+    alpha_us: dict            # level -> per-step latency (us)
+    beta_bytes_per_us: dict   # level -> bus bandwidth (bytes/us)
+    fixed_us: float
+    gpus_per_host: int = 8
+    nics_per_host: int = 8
+    source: dict = field(default_factory=dict)   # level -> 'fit' | 'fit beta, profile alpha' | 'profile'
+
+    def time_us(self, spec: CollectiveSpec) -> float:
+        n = len(spec.group) if spec.group else 1
+        steps, factor = steps_and_factor(spec.kind, n)
+        if steps == 0:
+            return self.fixed_us
+        lv = level_of(spec.group, self.gpus_per_host)
+        return self.fixed_us + steps * self.alpha_us[lv] + factor * spec.nbytes / self.bandwidth(spec, lv)
+
+    def bandwidth(self, spec: CollectiveSpec, level: str) -> float:
+        """Bytes/us the collective's bottleneck sustains (see the module's assumptions)."""
+        b = self.beta_bytes_per_us[level]
+        if level == "intra_host" or spec.kind in ("send", "recv"):
+            return b
+        return min(b * rails(spec.group, self.gpus_per_host, self.nics_per_host),
+                   self.beta_bytes_per_us["intra_host"])
+
+    def retime(self, measured_us: float, old: CollectiveSpec, new: CollectiveSpec) -> float:
+        """Measured duration plus the model's change from `old` to `new` (waiting is kept)."""
+        if old == new:
+            return measured_us
+        return max(measured_us + self.time_us(new) - self.time_us(old), 0.0)
+
+    def as_dict(self) -> dict:
+        return {lv: {"alpha_us": round(self.alpha_us[lv], 3),
+                     "bandwidth_gb_s": round(self.beta_bytes_per_us[lv] / 1e3, 3),
+                     "source": self.source.get(lv, "profile")} for lv in LEVELS} | {"fixed_us": self.fixed_us}
+
+
+def fit_alpha_beta(samples: list[tuple[CollectiveSpec, float]], profile: dict | None = None,
+                   quantile: float = 0.1) -> AlphaBeta:
+    """Fit alpha and beta per level from (spec, measured duration) samples."""
+    profile = profile or load_profile()
+    gph = int(profile.get("gpus_per_host", 8))
+    fixed = float(profile.get("kernel_fixed_us", 0.0))
+    nics = int(profile.get("nics_per_host", gph))
+    alpha, beta, source = {}, {}, {}
+    groups: dict[tuple, list[float]] = {}
+    for spec, dur in samples:
+        n = len(spec.group) if spec.group else 1
+        steps, factor = steps_and_factor(spec.kind, n)
+        if steps == 0:
+            continue
+        lv = level_of(spec.group, gph)
+        share = 1 if (lv == "intra_host" or spec.kind in ("send", "recv")) else rails(spec.group, gph, nics)
+        key = (lv, steps, factor * spec.nbytes / share)
+        groups.setdefault(key, []).append(float(dur))
+    for lv in LEVELS:
+        prof = profile["levels"][lv]
+        a_prof = float(prof["step_latency_us"])
+        b_prof = float(prof["bandwidth_gb_s"]) * 1e3
+        pts = [(k[1], k[2], float(np.quantile(v, quantile))) for k, v in groups.items() if k[0] == lv]
+        if not pts:
+            alpha[lv], beta[lv], source[lv] = a_prof, b_prof, "profile"
+            continue
+        steps = np.array([p[0] for p in pts])
+        moved = np.array([p[1] for p in pts])
+        t = np.array([p[2] for p in pts]) - fixed
+        a_fit = b_fit = None
+        if len(np.unique(moved)) >= 2:
+            A = np.column_stack([steps, moved])
+            sol, *_ = np.linalg.lstsq(A, t, rcond=None)
+            if sol[0] >= 0 and sol[1] > 0:
+                a_fit, b_fit = float(sol[0]), float(1.0 / sol[1])
+        if a_fit is None:
+            # one size only (or a degenerate fit): alpha from the profile, beta from the samples
+            big = moved > 0
+            rate = (t[big] - steps[big] * a_prof) / moved[big]
+            rate = rate[rate > 0]
+            if len(rate):
+                alpha[lv], beta[lv], source[lv] = a_prof, float(1.0 / np.median(rate)), "fit beta, profile alpha"
+            else:
+                alpha[lv], beta[lv], source[lv] = a_prof, b_prof, "profile"
+        else:
+            alpha[lv], beta[lv], source[lv] = a_fit, b_fit, "fit"
+    return AlphaBeta(alpha_us=alpha, beta_bytes_per_us=beta, fixed_us=fixed, gpus_per_host=gph,
+                     nics_per_host=nics, source=source)

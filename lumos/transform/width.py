@@ -1,0 +1,75 @@
+"""Hidden / FFN size: new tensor shapes; re-time the GEMM, attention, element-wise and TP/PP
+communication tasks they touch.
+
+Each task's Input Dims are rewritten by value: a dimension equal to h, h/t, 3h/t,
+f/t or heads/t becomes its new value (f/t is tried before h when both match,
+which only matters when f/t == h and the FFN ratio changes). Compute tasks are
+re-timed by the compute supplier (FLOP or byte ratio), tensor-parallel and
+pipeline messages (s*b*h elements) scale with h through the collective supplier.
+Parameter counts (DP buckets, optimizer) follow from the new shape when the
+pipeline is rebuilt (`rebuild.py`), which `predict` always does after a width change.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from lumos.graph.model import TaskKind
+
+from .plan import Plan
+from .suppliers import CollectiveSpec, ComputeSpec
+
+
+def _mapping(shape, hidden: int, ffn: int) -> dict:
+    h, f, t = shape.hidden, shape.ffn, shape.tp
+    heads_new = max(shape.heads * hidden // h, 1)
+    m = {}
+    for old, new in ((h, hidden), (h // t, hidden // t), (3 * h // t, 3 * hidden // t),
+                     (shape.heads // t, heads_new // t)):
+        m.setdefault(old, new)
+    m[f // t] = ffn // t   # FFN wins a tie with h: the FFN GEMMs dominate
+    return m
+
+
+def _subst(d, m: dict):
+    if isinstance(d, tuple):
+        return tuple(_subst(x, m) for x in d)
+    if isinstance(d, (int, np.integer)):
+        return m.get(int(d), int(d))
+    return d
+
+
+def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) -> Plan:
+    hidden = hidden or plan.shape.hidden
+    ffn = ffn or plan.shape.ffn
+    if hidden == plan.shape.hidden and ffn == plan.shape.ffn:
+        return plan
+    if hidden % plan.tp or ffn % plan.tp:
+        raise ValueError(f"hidden {hidden} and ffn {ffn} must be multiples of tp {plan.tp}")
+    out = plan.clone()
+    g, st = out.graph, out.st
+    m = _mapping(plan.shape, hidden, ffn)
+    act_ratio = hidden / plan.shape.hidden
+    for t in range(g.n_tasks):
+        d = st.op_dims[t]
+        if st.coll[t] is not None:
+            if out.role[t] in ("tp", "pp"):
+                old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+                st.nbytes[t] = st.nbytes[t] * act_ratio if st.nbytes[t] > 64 else st.nbytes[t]
+                g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+            continue
+        if d is None:
+            continue
+        nd = _subst(d, m)
+        if nd != d:
+            if g.kind[t] == TaskKind.GPU:
+                op = str(st.op_name[t])
+                g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd))
+            st.op_dims[t] = nd
+    out.shape = copy.copy(plan.shape)
+    out.shape.heads = max(plan.shape.heads * hidden // plan.shape.hidden, 1)
+    out.shape.hidden, out.shape.ffn = hidden, ffn
+    out.st.shape = out.shape
+    return out
