@@ -1,4 +1,11 @@
-"""`lumos replay PATH`: rebuild an iteration's graph, replay it, compare with the measurement."""
+"""`lumos replay PATH`: rebuild an iteration's graph, replay it, compare with the measurement.
+
+`--simulator dpro` replays the dPRO-style baseline instead (GPU ops in per-GPU
+compute and communication queues, measured gaps; `lumos/baselines/dpro.py`).
+`--drop CLASS,..` and `--drop-random FRACTION --seed S` replay an ablated
+graph. Every replay is scored against the measured timeline: iteration error,
+per-component L1 error and critical-path precision/recall (`metrics` in JSON).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,12 @@ import sys
 from pathlib import Path
 
 from lumos.analysis import COMPONENTS
-from lumos.analysis.replay import RunReplay, replay_tables
+from lumos.analysis.ablation import (attach_metrics, reference_for, replay_dpro_tables, replay_variant,
+                                     run_metrics)
+from lumos.analysis.replay import RunReplay
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
 from lumos.report.timeline import write_timeline
+from lumos.sim import SimulationError
 from lumos.trace import load_run
 
 
@@ -24,7 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap-threshold-us", type=float, default=DEFAULT_GAP_THRESHOLD_US,
                    help="inter-thread gap rule threshold (us)")
     p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
+    p.add_argument("--simulator", choices=("lumos", "dpro"), default="lumos",
+                   help="lumos: the execution graph and Algorithm 1; dpro: the dPRO-style baseline")
     add_edge_class_args(p)
+    p.add_argument("--drop-random", type=float, default=0.0, metavar="FRACTION",
+                   help="after the build, drop this fraction of all edges at random (ablation)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --drop-random (default 0)")
     p.set_defaults(func=run)
 
 
@@ -45,18 +60,42 @@ def edge_classes_from(args) -> frozenset:
     return frozenset(ALL_EDGE_CLASSES - drop)
 
 
+def _check_variant_args(args, classes: frozenset) -> None:
+    from lumos.cli import UserError
+    if not 0.0 <= args.drop_random < 1.0:
+        raise UserError(f"--drop-random must be a fraction in [0, 1), not {args.drop_random}")
+    if args.simulator == "dpro" and (classes != ALL_EDGE_CLASSES or args.drop_random > 0
+                                     or args.gap_threshold_us != DEFAULT_GAP_THRESHOLD_US):
+        raise UserError("--drop, --drop-random and --gap-threshold-us change the Lumos graph; "
+                        "the dPRO baseline has none of its edges (use --simulator lumos)")
+
+
 def run(args) -> int:
+    classes = edge_classes_from(args)
+    _check_variant_args(args, classes)
     tables = load_run(args.path)
-    result = replay_tables(tables, step=args.step, edge_classes=edge_classes_from(args),
-                           gap_threshold_us=args.gap_threshold_us, engine=args.engine)
+    try:
+        if args.simulator == "dpro":
+            result = replay_dpro_tables(tables, step=args.step)
+        else:
+            result = replay_variant(tables, step=args.step, edge_classes=classes,
+                                    gap_threshold_us=args.gap_threshold_us, drop_random=args.drop_random,
+                                    seed=args.seed, engine=args.engine)
+    except SimulationError as exc:
+        from lumos.cli import UserError
+        what = "the ablated graph" if args.drop or args.drop_random else "the graph"
+        raise UserError(f"{what} cannot be replayed: {exc}") from None
+    lumos_graphs = {r.rank: r.graph for r in result.ranks} if args.simulator == "lumos" else {}
+    refs = {t.rank: reference_for(t, args.step, lumos_graphs.get(t.rank)) for t in tables}
+    metrics, per_rank = run_metrics(result, refs)
     if args.out:
         _write_out(Path(args.out), result, tables)
-    doc = result.as_dict()
+    doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(format_table(result, args.path))
+        print(format_table(result, args.path, metrics))
     return 0
 
 
@@ -70,11 +109,12 @@ def _write_out(out: Path, result: RunReplay, tables) -> None:
         write_timeline(out / f"rank{r.rank}.json.gz", r.graph, r.schedule.start, r.schedule.end, by_rank.get(r.rank))
 
 
-def format_table(result: RunReplay, path: str) -> str:
+def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> str:
     lines = []
     for r in result.ranks:
         s = r.graph.summary
-        lines.append(f"{path} rank {r.rank} step {s['step']}: {s['tasks']} tasks "
+        who = "dPRO-style baseline, " if s.get("simulator") == "dpro" else ""
+        lines.append(f"{path} rank {r.rank} step {s['step']}: {who}{s['tasks']} tasks "
                      f"({s['cpu_tasks']} CPU, {s['gpu_tasks']} GPU, {s['carry_in_gpu_ops']} carried in), "
                      f"{sum(s['edges'].values())} edges ({s['inferred_edges']} inferred), "
                      f"{s['violations']} timeline violations")
@@ -89,4 +129,13 @@ def format_table(result: RunReplay, path: str) -> str:
                      f"mean |rank error| {d['mean_abs_rank_error_pct']:.3f}%, max {d['max_abs_rank_error_pct']:.3f}%")
     elif result.ranks[0].error_pct is not None:
         lines.append(f"iteration time error: {result.ranks[0].error_pct:+.3f}%")
+    if metrics and metrics.get("component_l1_pct") is not None:
+        lines.append(f"component L1 error: {metrics['component_l1_us'] / 1e3:.3f} ms "
+                     f"({metrics['component_l1_pct']:.3f}% of the measured iteration); critical path: "
+                     f"precision {_fmt(metrics['cp_precision'])}, recall {_fmt(metrics['cp_recall'])} "
+                     f"({metrics['cp_measured_tasks']} measured tasks)")
     return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
