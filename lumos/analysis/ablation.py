@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from lumos.baselines.dpro import build_dpro, replay_dpro
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass, Graph, build_graph
+from lumos.graph.ablate import drop_random, random_keep_mask, release_orphans  # noqa: F401
 from lumos.sim import SimulationError
 from lumos.trace import TraceTable
 
@@ -53,42 +54,9 @@ DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 GAP_THRESHOLDS_US = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
 
 
-# -- graph surgery ------------------------------------------------------------------
-def release_orphans(graph: Graph, window_start: float | None = None) -> Graph:
-    """Free every task that lost all its in-edges and has no release time: it may start
-    at the window start. The rule `build_graph` applies to dropped classes, applied in
-    place to `graph.release` (a fresh array, so graphs sharing the old one are untouched)."""
-    if window_start is None:
-        window_start = float(graph.summary["window_us"][0])
-    lost_all = np.ones(graph.n_tasks, dtype=bool)
-    lost_all[graph.dst] = False
-    lost_all &= ~np.isfinite(graph.release)
-    release = graph.release.copy()
-    release[lost_all] = window_start
-    graph.release = release
-    return graph
-
-
-def random_keep_mask(n_edges: int, fraction: float, seed: int, rank: int = 0) -> np.ndarray:
-    """Keep-mask that drops round(fraction * n_edges) edges chosen by (seed, rank)."""
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"drop fraction must be within [0, 1], not {fraction}")
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(rank)]))
-    k = int(round(fraction * n_edges))
-    keep = np.ones(n_edges, dtype=bool)
-    keep[rng.choice(n_edges, size=k, replace=False)] = False
-    return keep
-
-
 def drop_random_edges(graph: Graph, fraction: float, seed: int) -> Graph:
     """`graph` with a random `fraction` of all its edges removed (reproducible per seed and rank)."""
-    rank = int(graph.summary.get("rank", 0))
-    keep = random_keep_mask(graph.n_edges, fraction, seed, rank)
-    out = release_orphans(graph.with_edges(keep))
-    out.summary["edges"] = out.edge_counts()
-    out.summary["inferred_edges"] = int(np.sum(out.inferred))
-    out.summary["random_drop"] = {"fraction": fraction, "seed": int(seed), "dropped": int(np.sum(~keep))}
-    return out
+    return drop_random(graph, fraction, seed)
 
 
 # -- metrics ------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 `build_graph(table, step, edge_classes=...)` is also how an ablation drops a
 class: lags are fitted on the full graph first, then the dropped classes are
-removed, so no other edge silently absorbs what a dropped edge explained.
+removed (`ablate.drop_classes`), so no other edge silently absorbs what a
+dropped edge explained.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .edges.inter_thread import inter_thread_edges
 from .edges.launch import launch_edges
 from .edges.order import intra_stream_edges, intra_thread_edges
 from .edges.sync import sync_edges
+from .ablate import drop_classes
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph, TaskKind, WaitKind
 from .tasks import select_tasks
 from .timing import fit_timing
@@ -64,27 +66,17 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
     timing = fit_timing(ctx, src, dst, cls, sync.wait_kind, sync.wait_target, sel.carry_in)
     violations_by_class = {c.label: int(np.sum(timing.violations & (cls == c))) for c in EdgeClass}
 
-    wait_kind = sync.wait_kind.copy()
-    if EdgeClass.SYNC not in keep:
-        wait_kind[:] = WaitKind.NONE
-    mask = np.isin(cls, [int(c) for c in keep])
-    release = timing.release.copy()
-    lost_all = np.ones(ctx.n, dtype=bool)
-    lost_all[dst[mask]] = False
-    lost_all &= ~np.isfinite(release)
-    release[lost_all] = sel.window[0]  # nothing orders it any more: free from the window start
-
     rank = np.full(ctx.n, table.rank, dtype=np.int32)
     graph = Graph(
         name=ctx.name.copy(), kind=ctx.is_gpu.astype(np.int8), proc=ctx.proc, dur=timing.dur,
-        ts=timing.ts, release=release,
+        ts=timing.ts, release=timing.release,
         comm=ctx.is_gpu & comm_names(ctx.name),
-        in_step=sel.in_step, rank=rank, stream_pos=ctx.stream_pos, wait_kind=wait_kind,
+        in_step=sel.in_step, rank=rank, stream_pos=ctx.stream_pos, wait_kind=sync.wait_kind,
         wait_target=np.where(sync.wait_kind == WaitKind.DEVICE, table.rank, sync.wait_target).astype(np.int32),
         event=sel.event, layer=np.full(ctx.n, -1, np.int32), phase=np.full(ctx.n, -1, np.int8),
         proc_kind=ctx.proc_kind, proc_rank=np.full(len(ctx.proc_kind), table.rank, np.int32),
         proc_key=ctx.proc_key, proc_name=_proc_names(ctx),
-        src=src[mask], dst=dst[mask], cls=cls[mask], lag=timing.lag[mask], inferred=inferred[mask],
+        src=src, dst=dst, cls=cls, lag=timing.lag, inferred=inferred,
     )
     graph.summary = {
         "trace": table.path,
@@ -96,15 +88,16 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "gpu_tasks": int(np.sum(ctx.is_gpu)),
         "carry_in_gpu_ops": int(np.sum(sel.carry_in)),
         "edges": graph.edge_counts(),
-        "edge_classes": sorted(c.label for c in keep),
-        "inferred_edges": int(np.sum(inferred[mask])),
+        "edge_classes": sorted(c.label for c in EdgeClass),
+        "inferred_edges": int(np.sum(inferred)),
         "inferred_how": how,
         "sync_waits": {"explicit": sync.explicit_waits, "inferred": sync.inferred_waits},
-        "violations": int(np.sum(timing.violations[mask])),
+        "violations": int(np.sum(timing.violations)),
         "violations_by_class": violations_by_class,
         "gap_threshold_us": gap_threshold_us,
     }
-    return graph
+    # Ablation: drop classes only now, after the lags were fitted on the full graph.
+    return drop_classes(graph, set(EdgeClass) - keep)
 
 
 def comm_names(names: np.ndarray) -> np.ndarray:

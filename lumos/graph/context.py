@@ -116,6 +116,16 @@ class BuildContext:
         k = int(np.searchsorted(self._suffix_min[key], t, side="right")) - 1
         return int(self.proc_tasks[proc][k]) if k >= 0 else -1
 
+    def last_enqueued(self, proc: int, t: float) -> int:
+        """What a sync issued at t finds last on stream `proc`: the end of the stream's
+        longest prefix of ops all enqueued by t (a stream is FIFO: an op behind one not
+        yet enqueued cannot be waited for). -1 if none."""
+        key = ("enq", proc)
+        if key not in self._prefix_max:
+            self._prefix_max[key] = np.maximum.accumulate(self.enqueue_time()[self.proc_tasks[proc]])
+        k = int(np.searchsorted(self._prefix_max[key], t, side="right")) - 1
+        return int(self.proc_tasks[proc][k]) if k >= 0 else -1
+
     def first_launched_after(self, proc: int, t: float) -> int:
         """The first op on stream `proc` whose launch call started at or after t, or -1."""
         key = ("launch", proc)

@@ -42,7 +42,7 @@ def resolve_wait_targets(ctx: BuildContext, wait_kind, wait_target) -> np.ndarra
                      if ctx.proc_kind[p] == 1 and (ctx.proc_key[p] >> 32) == wait_target[v]]
         best = -np.inf
         for p in procs:
-            last = ctx.last_on_stream(p, "enq", ctx.ts[v])
+            last = ctx.last_enqueued(p, ctx.ts[v])
             if last >= 0:
                 best = max(best, ctx.end[last])
         out[v] = best

@@ -17,6 +17,7 @@ from .reference import simulate_reference
 class Schedule:
     start: np.ndarray
     end: np.ndarray
+    abandoned_waits: int = 0  # syncs that could not wait (only after an ablation removed program order)
 
 
 def simulate(graph: Graph, engine: str = "auto") -> Schedule:
@@ -29,12 +30,12 @@ def simulate(graph: Graph, engine: str = "auto") -> Schedule:
         except ImportError:
             if engine == "compiled":
                 raise
-    start, end, done = run(arrays)
+    start, end, done, *rest = run(arrays)
     if not done.all():
         stuck = np.flatnonzero(~done)
         names = [f"#{i} {graph.name[i]}" for i in stuck[:8]]
         raise SimulationError(names, len(stuck), graph.n_tasks)
-    return Schedule(start=start, end=end)
+    return Schedule(start=start, end=end, abandoned_waits=int(rest[0]) if rest else 0)
 
 
 __all__ = ["simulate", "Schedule", "SimulationError", "prepare", "SimArrays"]

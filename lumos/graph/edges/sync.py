@@ -68,7 +68,7 @@ def _infer_stream(ctx: BuildContext, v: int, enq: np.ndarray) -> int:
     for p, ops in enumerate(ctx.proc_tasks):
         if not len(ops) or ctx.proc_kind[p] != 1:
             continue
-        last = ctx.last_on_stream(p, "enq", ctx.ts[v])
+        last = ctx.last_enqueued(p, ctx.ts[v])
         if last < 0:
             continue
         e = ctx.end[last]
