@@ -1,0 +1,39 @@
+# The Lumos pipeline: `snakemake --cores 8` regenerates every table and figure.
+# Data order: emulate -> replay (real, emulated; Lumos, dPRO-style) -> predict -> ablate -> aggregate -> figures.
+# The sweep is in config/config.yaml; model/cluster/simulator/ablation settings are Hydra groups under config/.
+# See docs/pipeline.md.
+from snakemake.utils import min_version, validate
+
+min_version("8.0")
+
+
+# A --configfile is a complete pipeline config (e.g. config/profile/tiny.yaml) and replaces this one;
+# --config key=value still overrides single keys of whichever is used.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+
+
+onstart:
+    # Compile the numba kernels (reader, simulator) once, before parallel jobs race to fill the same cache.
+    warm_numba()
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True
+
+
+include: "workflow/rules/emulate.smk"
+include: "workflow/rules/replay.smk"
+include: "workflow/rules/predict.smk"
+include: "workflow/rules/ablation.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/figures.smk"

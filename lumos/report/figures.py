@@ -1,0 +1,226 @@
+"""Paper-style figures of the pipeline (matplotlib, Agg): PNG + PDF, emulated ones labelled.
+
+- `breakdown_figure`: four-part breakdown bars, measured vs Lumos vs dPRO-style (Fig. 1 analogue);
+- `timeline_figure`: stream duty cycle per bin, measured vs replayed (Fig. 6 analogue);
+- `prediction_figure`: stacked actual / predicted bars per configuration (Fig. 7 and Fig. 8 analogues);
+- `ablation_figure`: iteration error per ablation variant with 95% CIs;
+- `error_ci_figure`: mean |error| with 95% CIs beside the run-to-run spread (2 x CV).
+Each takes the pipeline's data/tables frames, so a figure can be redrawn from the CSVs alone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lumos.trace.atomic import write_bytes_atomic  # noqa: E402
+
+COMPONENT_PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
+COMPONENT_LABELS = {"exposed_compute": "exposed compute", "overlapped": "overlapped",
+                    "exposed_comm": "exposed comm.", "other": "other"}
+COLORS = {"exposed_compute": "#4C72B0", "overlapped": "#DD8452", "exposed_comm": "#C44E52", "other": "#9A9A9A"}
+EMULATED_NOTE = "EMULATED cluster, not hardware measurements"
+
+
+def save_figure(fig, png_path: str | os.PathLike, pdf_path: str | os.PathLike) -> None:
+    """Write PNG and PDF atomically (a killed job never leaves half a figure)."""
+    for path, fmt in ((png_path, "png"), (pdf_path, "pdf")):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=_metadata(fmt))
+        write_bytes_atomic(path, buf.getvalue())
+    plt.close(fig)
+
+
+def _metadata(fmt: str) -> dict:
+    # Fixed metadata keeps PDFs byte-stable across runs.
+    return {"CreationDate": None} if fmt == "pdf" else {"Software": "lumos"}
+
+
+def _emulated_note(ax) -> None:
+    """A red footnote in the figure's bottom-right corner (once per figure), clear of titles and legends."""
+    fig = ax.figure
+    if getattr(fig, "_lumos_emulated_note", False):
+        return
+    fig.text(0.995, 0.0, EMULATED_NOTE, ha="right", va="top", fontsize=7, color="#B22222")
+    fig._lumos_emulated_note = True
+
+
+# ---- Fig. 1 analogue ---------------------------------------------------------------------------
+
+def breakdown_bars(data: pd.DataFrame, run: str) -> pd.DataFrame:
+    """Mean breakdown (ms) over seeds of one emulated run: rows measured, Lumos, dPRO-style."""
+    d = data[data["run"] == run]
+    if d.empty:
+        raise ValueError(f"no replay of emulated run {run!r} in the data")
+    rows = {"measured (emulated)": {p: d[f"measured_{p}_ms"].mean() for p in COMPONENT_PARTS}}
+    for sim, label in (("lumos", "Lumos replay"), ("dpro", "dPRO-style replay")):
+        s = d[d["simulator"] == sim]
+        if len(s):
+            rows[label] = {p: s[f"replayed_{p}_ms"].mean() for p in COMPONENT_PARTS}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def breakdown_figure(data: pd.DataFrame, run: str):
+    bars = breakdown_bars(data, run)
+    n_seeds = data[(data["run"] == run)]["seed"].nunique() if "seed" in data else 1
+    fig, ax = plt.subplots(figsize=(8, 0.7 * len(bars) + 1.6))
+    y = np.arange(len(bars))[::-1]
+    left = np.zeros(len(bars))
+    for part in COMPONENT_PARTS:
+        vals = bars[part].to_numpy()
+        ax.barh(y, vals, left=left, color=COLORS[part], label=COMPONENT_LABELS[part], height=0.6)
+        for yi, l, v in zip(y, left, vals):
+            if v > 0.06 * bars.sum(axis=1).max():
+                ax.text(l + v / 2, yi, f"{v:.0f}", ha="center", va="center", fontsize=8, color="white")
+        left += vals
+    for yi, total in zip(y, left):
+        ax.text(total, yi, f"  {total:.0f} ms", va="center", fontsize=8)
+    ax.set_yticks(y, bars.index)
+    ax.set_xlabel("iteration time (ms)")
+    ax.set_xlim(0, left.max() * 1.18)
+    ax.set_title(f"Iteration breakdown, {run} (emulated; mean of {n_seeds} seed(s)) - Fig. 1 analogue", fontsize=10)
+    ax.legend(ncol=4, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
+    _emulated_note(ax)
+    return fig
+
+
+# ---- Fig. 6 analogue ---------------------------------------------------------------------------
+
+def timeline_frame(path, step=None, drop=(), gap_threshold_us: float = 100.0, bin_us: float = 1000.0) -> pd.DataFrame:
+    """Duty cycle per bin of the critical rank: measured vs Lumos replay (bins from each one's own start)."""
+    from lumos.analysis import duty_cycle
+    from lumos.analysis.replay import replay_tables
+    from lumos.graph import ALL_EDGE_CLASSES, EdgeClass
+    from lumos.graph.model import TaskKind
+    from lumos.trace import load_run
+
+    classes = frozenset(ALL_EDGE_CLASSES - {EdgeClass.parse(c) for c in drop})
+    run = replay_tables(load_run(path), step=step, edge_classes=classes, gap_threshold_us=gap_threshold_us)
+    r = run.critical
+    g = r.graph
+    gpu = g.kind == TaskKind.GPU
+    measured = duty_cycle(g.ts, g.end, gpu, g.in_step, bin_us)
+    replayed = duty_cycle(r.schedule.start, r.schedule.end, gpu, g.in_step, bin_us)
+    n = max(len(measured), len(replayed))
+    pad = lambda a: np.concatenate([a, np.full(n - len(a), np.nan)])  # noqa: E731
+    return pd.DataFrame({"rank": r.rank, "bin": np.arange(n), "t_ms": np.arange(n) * bin_us / 1e3,
+                         "measured": pad(measured), "replayed": pad(replayed)})
+
+
+def timeline_figure(frames: dict[str, pd.DataFrame]):
+    """One panel per source (real / emulated)."""
+    fig, axes = plt.subplots(len(frames), 1, figsize=(9, 2.6 * len(frames)), squeeze=False)
+    for ax, (kind, df) in zip(axes[:, 0], frames.items()):
+        label = str(df["label"].iloc[0]) if "label" in df and len(df) else kind
+        emulated = kind == "emulated"
+        ax.step(df["t_ms"], df["measured"], where="post", color="#333333", lw=1.2,
+                label="measured (emulated)" if emulated else "measured")
+        ax.step(df["t_ms"], df["replayed"], where="post", color="#2A9D8F", lw=1.0, ls="--", label="Lumos replay")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("stream-active share")
+        bins = df["bin"].max() + 1 if len(df) else 0
+        m, p = np.nanmean(df["measured"]), np.nanmean(df["replayed"])
+        ax.set_title(f"{label}{' (emulated)' if emulated else ' (real trace)'}, rank {int(df['rank'].iloc[0])}: "
+                     f"mean duty cycle measured {m:.3f}, replayed {p:.3f} over {bins} bins", fontsize=9)
+        ax.legend(fontsize=8, loc="lower right")
+        if emulated:
+            _emulated_note(ax)
+    axes[-1, 0].set_xlabel("time since iteration start (ms)")
+    fig.suptitle("Replayed vs measured GPU activity per 1 ms bin - Fig. 6 analogue", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---- Fig. 7 / Fig. 8 analogues -----------------------------------------------------------------
+
+def prediction_figure(table: pd.DataFrame, title: str):
+    """Per configuration, actual (A) and predicted (P) stacked bars; iteration error with 95% CI above."""
+    n = len(table)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.15 * n + 2), 4.4))
+    x = np.arange(n)
+    w = 0.38
+    for offset, who in ((-w / 2 - 0.01, "actual"), (w / 2 + 0.01, "predicted")):
+        bottom = np.zeros(n)
+        for part in COMPONENT_PARTS:
+            vals = table[f"{who}_{part}_ms_mean"].to_numpy(dtype=float)
+            ax.bar(x + offset, vals, w, bottom=bottom, color=COLORS[part],
+                   label=COMPONENT_LABELS[part] if who == "actual" else None,
+                   hatch="//" if who == "predicted" else None, edgecolor="white", linewidth=0.5)
+            bottom += vals
+        for xi, b in zip(x + offset, bottom):
+            ax.text(xi, b, "A" if who == "actual" else "P", ha="center", va="bottom", fontsize=7)
+    top = np.maximum(table["actual_iteration_ms_mean"], table["predicted_iteration_ms_mean"]).to_numpy(dtype=float)
+    for xi, t, (_, r) in zip(x, top, table.iterrows()):
+        ci = ""
+        if np.isfinite(r.get("error_pct_lo", np.nan)):
+            ci = f"\n[{r['error_pct_lo']:+.1f}, {r['error_pct_hi']:+.1f}]"
+        ax.text(xi, t * 1.04, f"{r['error_pct_mean']:+.1f}%{ci}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, [f"{r['label']}\n{r['group']}" if r["group"] != "variant" else str(r["label"])
+                      for _, r in table.iterrows()], fontsize=8)
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_ylim(0, float(np.nanmax(top)) * 1.25)
+    ax.set_title(f"{title} (emulated actuals; A = actual, P = predicted; error % with 95% CI)", fontsize=9)
+    ax.legend(fontsize=8, ncol=4, loc="upper left")
+    _emulated_note(ax)
+    fig.tight_layout()
+    return fig
+
+
+# ---- ablation and error figures ----------------------------------------------------------------
+
+def ablation_figure(table: pd.DataFrame):
+    """Mean |iteration error| per ablation variant, one panel per domain (real / emulated), 95% CI bars."""
+    domains = list(dict.fromkeys(table["source"]))
+    fig, axes = plt.subplots(1, len(domains), figsize=(6.5 * len(domains), 4.2), squeeze=False)
+    for ax, dom in zip(axes[0], domains):
+        t = table[table["source"] == dom]
+        y = np.arange(len(t))[::-1]
+        mean = t["abs_iteration_error_pct_mean"].to_numpy(dtype=float)
+        lo = np.nan_to_num(mean - t["abs_iteration_error_pct_lo"].to_numpy(dtype=float), nan=0.0)
+        hi = np.nan_to_num(t["abs_iteration_error_pct_hi"].to_numpy(dtype=float) - mean, nan=0.0)
+        colors = ["#2A9D8F" if str(v).startswith(("lumos", "full")) else
+                  "#C44E52" if "dpro" in str(v) else "#4C72B0" for v in t["variant"]]
+        ax.barh(y, mean, xerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], color=colors, capsize=2, height=0.7)
+        for yi, m, nfail in zip(y, mean, t["failed"] if "failed" in t else np.zeros(len(t))):
+            if not np.isfinite(m):
+                ax.text(0, yi, " replay could not finish", va="center", fontsize=7, color="#B22222")
+            elif nfail:
+                ax.text(m, yi, f"  {int(nfail)} failed", va="center", fontsize=6, color="#B22222")
+        ax.set_yticks(y, t["variant"], fontsize=7)
+        ax.set_xlabel("mean |iteration error| (%)")
+        finite = mean[np.isfinite(mean)]
+        if finite.size and finite.max() > 50:  # a few broken variants must not flatten the rest
+            ax.set_xscale("symlog", linthresh=1.0)
+        src = "emulated runs (emulated)" if dom == "emulated" else "real traces"
+        ax.set_title(f"Ablation on {src}, 95% CI", fontsize=9)
+        if dom == "emulated":
+            _emulated_note(ax)
+    fig.tight_layout()
+    return fig
+
+
+def error_ci_figure(table: pd.DataFrame):
+    """Mean |error| with 95% CI per configuration, beside 2 x the run-to-run CV of the actual time."""
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(table) + 1.6))
+    y = np.arange(len(table))[::-1]
+    mean = table["abs_error_pct_mean"].to_numpy(dtype=float)
+    lo = np.nan_to_num(mean - table["abs_error_pct_lo"].to_numpy(dtype=float), nan=0.0)
+    hi = np.nan_to_num(table["abs_error_pct_hi"].to_numpy(dtype=float) - mean, nan=0.0)
+    ax.errorbar(mean, y, xerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], fmt="o", color="#264653",
+                capsize=3, ms=4, label="mean |error| (95% CI)")
+    ax.scatter(2 * table["actual_iteration_cv_pct"].to_numpy(dtype=float), y, marker="|", s=120,
+               color="#E76F51", label="2 x CV of actual iteration (run-to-run noise)")
+    ax.set_yticks(y, [f"{e}: {c}" for e, c in zip(table["experiment"], table["config"])], fontsize=7)
+    ax.set_xlabel("%")
+    ax.set_title("Error vs run-to-run noise over seeds (emulated)", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    _emulated_note(ax)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,269 @@
+"""The pipeline's tables: long data rows from result JSON, presentation tables, CSV + Markdown.
+
+Two layers, so every number in a table can be traced to one job's output:
+- rows: one replay / prediction JSON (as `lumos replay` / `lumos predict`
+  print it) becomes flat rows with labels (trace, run, seed, simulator);
+  collected into `results/{tag}/data/*.csv`;
+- tables: those long frames aggregated over seeds (mean with 95% bootstrap
+  CI, run-to-run spread) into `results/{tag}/tables/*.csv|md`.
+Times are in ms, errors in percent, error = 100 * (predicted - actual) / actual,
+per component as well as for the iteration. Emulated tables carry a
+`source` column "emulated" and say "emulated" in their title line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lumos.analysis.statistics import bootstrap_mean_ci, run_spread, summarize
+from lumos.trace.atomic import atomic_open, write_text_atomic
+
+PARTS = ("iteration", "exposed_compute", "overlapped", "exposed_comm", "other")
+COMPONENT_PARTS = PARTS[1:]
+METRICS = ("iteration_error_pct", "component_l1_us", "component_l1_pct", "cp_precision", "cp_recall")
+
+
+# ---- rows from one result JSON -----------------------------------------------------------
+
+def rank_docs(doc: Mapping) -> list[Mapping]:
+    """Per-rank replay documents: the `ranks` list of a multi-rank run, else the document itself."""
+    return list(doc["ranks"]) if doc.get("ranks") else [doc]
+
+
+def _error(pred: float, actual: float) -> float:
+    return 100.0 * (pred - actual) / actual if actual else float("nan")
+
+
+def compare_parts(predicted: Mapping, actual: Mapping, pred_name: str, actual_name: str) -> dict:
+    """Columns `{actual_name}_{part}_ms`, `{pred_name}_{part}_ms`, `{part}_error_pct`, `error_pct`, L1."""
+    row = {}
+    for part in PARTS:
+        a, p = float(actual[f"{part}_us"]), float(predicted[f"{part}_us"])
+        row[f"{actual_name}_{part}_ms"] = a / 1e3
+        row[f"{pred_name}_{part}_ms"] = p / 1e3
+        row[f"{part}_error_pct"] = _error(p, a)
+    row["error_pct"] = row.pop("iteration_error_pct")
+    row["abs_error_pct"] = abs(row["error_pct"])
+    l1 = sum(abs(float(predicted[f"{c}_us"]) - float(actual[f"{c}_us"])) for c in COMPONENT_PARTS)
+    actual_iter = float(actual["iteration_us"])
+    row["component_l1_pct"] = 100.0 * l1 / actual_iter if actual_iter else float("nan")
+    return row
+
+
+def _metrics(doc: Mapping) -> dict:
+    m = doc.get("metrics") or {}
+    return {k: m[k] for k in ("cp_precision", "cp_recall") if k in m}
+
+
+def replay_rows(doc: Mapping, labels: Mapping) -> list[dict]:
+    """One row per rank of a replay JSON: graph size, measured vs replayed breakdown, errors."""
+    rows = []
+    for rdoc in rank_docs(doc):
+        g = rdoc.get("graph", {})
+        edges = g.get("edges", {})
+        row = dict(labels)
+        row.update({"rank": int(rdoc.get("rank", g.get("rank", 0))), "step": g.get("step"),
+                    "tasks": g.get("tasks"), "edges": int(sum(edges.values())) if isinstance(edges, Mapping) else edges,
+                    "inferred_edges": g.get("inferred_edges"), "violations": g.get("violations")})
+        row.update(compare_parts(rdoc["replayed"], rdoc["measured"], "replayed", "measured"))
+        row.update(_metrics(rdoc))
+        rows.append(row)
+    return rows
+
+
+def run_replay_row(doc: Mapping, labels: Mapping) -> dict:
+    """One row for a whole run: the critical (slowest) rank's figures, as `lumos replay` reports them."""
+    row = dict(labels)
+    row["ranks"] = len(rank_docs(doc))
+    row["critical_rank"] = doc.get("critical_rank", doc.get("rank", 0))
+    row.update(compare_parts(doc["replayed"], doc["measured"], "replayed", "measured"))
+    row.update(_metrics(doc))
+    return row
+
+
+def prediction_row(doc: Mapping, labels: Mapping) -> dict:
+    """One prediction against its (emulated) actual run."""
+    row = dict(labels)
+    row["base"], row["target"] = str(doc.get("base", "")), str(doc.get("target", ""))
+    row.update(compare_parts(doc["predicted"], doc["measured"], "predicted", "actual"))
+    return row
+
+
+# ---- presentation tables ---------------------------------------------------------------------
+
+def replay_real_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per trace and rank: graph size, measured vs Lumos replay (and dPRO-style error when present)."""
+    lumos = data[data["simulator"] == "lumos"]
+    cols = (["trace", "rank", "step", "tasks", "edges", "inferred_edges", "violations"]
+            + [f"measured_{p}_ms" for p in PARTS] + [f"replayed_{p}_ms" for p in PARTS] + ["error_pct"])
+    out = lumos[cols].copy()
+    dpro = data[data["simulator"] == "dpro"]
+    if len(dpro):
+        d = dpro[["trace", "rank", "replayed_iteration_ms", "error_pct", "component_l1_pct"]].rename(
+            columns={"replayed_iteration_ms": "dpro_replayed_iteration_ms", "error_pct": "dpro_error_pct",
+                     "component_l1_pct": "dpro_component_l1_pct"})
+        out = out.merge(d, on=["trace", "rank"], how="left")
+    out.insert(0, "source", "real")
+    return out.reset_index(drop=True)
+
+
+def replay_emulated_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per emulated run and simulator, over seeds: mean measured/replayed, iteration and component errors."""
+    value_cols = ["measured_iteration_ms", "replayed_iteration_ms", "error_pct", "abs_error_pct"]
+    value_cols += [f"{p}_error_pct" for p in COMPONENT_PARTS] + ["component_l1_pct"]
+    value_cols += [c for c in ("cp_precision", "cp_recall") if c in data.columns]
+    out = summarize(data, ["run", "simulator"], value_cols)
+    keep = ["run", "simulator", "n"]
+    for c in value_cols:
+        keep.append(f"{c}_mean")
+        if c in ("error_pct", "abs_error_pct", "component_l1_pct"):
+            keep += [f"{c}_lo", f"{c}_hi"]
+    out = out[keep]
+    out.insert(0, "source", "emulated")
+    return out
+
+
+def prediction_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per target (the Fig. 7 / Fig. 8 analogue), over seeds: actual and predicted parts, errors with CIs."""
+    value_cols = ([f"actual_{p}_ms" for p in PARTS] + [f"predicted_{p}_ms" for p in PARTS]
+                  + ["error_pct", "abs_error_pct"] + [f"{p}_error_pct" for p in COMPONENT_PARTS]
+                  + ["component_l1_pct"])
+    out = summarize(data, ["group", "label", "run"], value_cols)
+    keep = ["group", "label", "run", "n"]
+    for c in value_cols:
+        keep.append(f"{c}_mean")
+        if c.endswith("_pct"):
+            keep += [f"{c}_lo", f"{c}_hi"]
+    out = out[keep]
+    spread = [run_spread(g["actual_iteration_ms"]).cv_pct for _, g in data.groupby(["group", "label", "run"], sort=False)]
+    out["actual_iteration_cv_pct"] = spread
+    out.insert(0, "source", "emulated")
+    return out
+
+
+def ablation_summary(data: pd.DataFrame) -> pd.DataFrame:
+    """Per domain (real / emulated) and ablation variant: errors over sources (and random-drop seeds), with CIs."""
+    df = data.copy()
+    df["domain"] = np.where(df["emulated"].astype(bool), "emulated", "real")
+    df["abs_iteration_error_pct"] = df["iteration_error_pct"].abs()
+    cols = [c for c in ("abs_iteration_error_pct", "component_l1_pct", "cp_precision", "cp_recall") if c in df]
+    out = summarize(df, ["domain", "variant"], cols)
+    groups = [g for _, g in df.groupby(["domain", "variant"], sort=False)]
+    out.insert(2, "sources", [g["source"].nunique() for g in groups])
+    # replays that could not finish (a dropped class can leave a wait never satisfied): counted, not hidden
+    out.insert(4, "failed", [int(g["iteration_error_pct"].isna().sum()) for g in groups])
+    out.insert(0, "source", out.pop("domain"))
+    return out
+
+
+def statistics_table(replay_emulated: pd.DataFrame | None = None,
+                     predictions: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
+    """Run-to-run spread of the actual iteration time beside each experiment's mean error and its CI.
+
+    `beyond_noise` is true when the mean |error| exceeds twice the run-to-run
+    coefficient of variation: the error is then larger than the seeds' own spread.
+    """
+    rows = []
+    if replay_emulated is not None and len(replay_emulated):
+        for (run, sim), g in replay_emulated.groupby(["run", "simulator"], sort=False):
+            rows.append(_stat_row(f"replay ({sim})", run, g["measured_iteration_ms"], g["error_pct"]))
+    for df in predictions:
+        for (group, label, run), g in df.groupby(["group", "label", "run"], sort=False):
+            rows.append(_stat_row(f"predict ({group})", f"{label} {run}", g["actual_iteration_ms"], g["error_pct"]))
+    out = pd.DataFrame(rows)
+    if len(out):
+        out.insert(0, "source", "emulated")
+    return out
+
+
+def _stat_row(experiment: str, config: str, actual_ms: Iterable[float], error_pct: Iterable[float]) -> dict:
+    spread = run_spread(actual_ms)
+    err = bootstrap_mean_ci(error_pct)
+    abs_err = bootstrap_mean_ci(np.abs(np.asarray(list(error_pct), dtype=float)))
+    beyond = bool(abs_err.mean > 2 * spread.cv_pct) if spread.n > 1 else None
+    return {"experiment": experiment, "config": config, "n": spread.n,
+            "actual_iteration_ms_mean": spread.mean, "actual_iteration_ms_std": spread.std,
+            "actual_iteration_ms_min": spread.min, "actual_iteration_ms_max": spread.max,
+            "actual_iteration_cv_pct": spread.cv_pct,
+            "error_pct_mean": err.mean, "error_pct_lo": err.lo, "error_pct_hi": err.hi,
+            "abs_error_pct_mean": abs_err.mean, "abs_error_pct_lo": abs_err.lo, "abs_error_pct_hi": abs_err.hi,
+            "beyond_noise": beyond}
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+def write_csv(df: pd.DataFrame, path) -> None:
+    with atomic_open(path, "w") as fh:
+        df.to_csv(fh, index=False, float_format="%.6g")
+
+
+def write_table(df: pd.DataFrame, csv_path, md_path, title: str) -> None:
+    """CSV (full precision, one header row) and Markdown (title line, CIs folded into `mean [lo, hi]`)."""
+    write_csv(df, csv_path)
+    write_text_atomic(md_path, to_markdown(df, title))
+
+
+def to_markdown(df: pd.DataFrame, title: str) -> str:
+    cols, cells = _fold_ci(df)
+    lines = [f"**{title}**", "", "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in cells:
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fold_ci(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    cols: list[str] = []
+    getters = []
+    for c in df.columns:
+        if c.endswith(("_lo", "_hi")) and f"{c[:-3]}_mean" in df.columns:
+            continue
+        if c.endswith("_mean") and f"{c[:-5]}_lo" in df.columns and f"{c[:-5]}_hi" in df.columns:
+            base = c[:-5]
+            cols.append(f"{_short(base)} [95% CI]")
+            getters.append(lambda r, b=base: _ci_cell(r[f"{b}_mean"], r[f"{b}_lo"], r[f"{b}_hi"], b))
+        else:
+            cols.append(_short(c))
+            getters.append(lambda r, c=c: format_cell(r[c], c))
+    cells = [[g(r) for g in getters] for _, r in df.iterrows()]
+    return cols, cells
+
+
+def _short(col: str) -> str:
+    return col[:-5] if col.endswith("_mean") else col
+
+
+def _ci_cell(mean, lo, hi, col: str) -> str:
+    m = format_cell(mean, col)
+    if _is_nan(lo) or _is_nan(hi):
+        return m
+    return f"{m} [{format_cell(lo, col)}, {format_cell(hi, col)}]"
+
+
+def _is_nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def format_cell(v, col: str = "") -> str:
+    """Times in ms with 3 decimals (1 from 100 ms), percentages with 2 (signed for errors), counts as ints."""
+    col = col[:-5] if col.endswith("_mean") else col
+    measure = any(t in col for t in ("_ms", "_pct", "precision", "recall"))
+    if _is_nan(v):
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)) and not measure:
+        return str(int(v))
+    if isinstance(v, (int, np.integer, float, np.floating)):
+        v = float(v)
+        if v.is_integer() and not measure:
+            return str(int(v))
+        if col.endswith("_ms"):
+            return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
+        if col.endswith("_pct"):
+            return f"{v:+.2f}" if "error" in col and "abs" not in col else f"{v:.2f}"
+        return f"{v:.3f}"
+    return str(v)

@@ -1,0 +1,48 @@
+"""Run names, which overrides reach which job, and which Hydra group files a job reads."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+import pipeline_config as pc  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def repo_config(monkeypatch):
+    monkeypatch.setenv("LUMOS_CONFIG_DIR", str(ROOT / "config"))
+    monkeypatch.chdir(ROOT)
+
+
+def test_run_names_round_trip():
+    run = pc.parse_run("gpt3_15b-2x2x4")
+    assert (run.model, run.tp, run.pp, run.dp, run.gpus) == ("gpt3_15b", 2, 2, 4, 16)
+    assert pc.with_parallel(run, "2x8x8").name == "gpt3_15b-2x8x8"
+    assert run.emulate_overrides() == ["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4"]
+    with pytest.raises(ValueError, match="MODEL-TPxPPxDP"):
+        pc.parse_run("gpt3_15b_2x2x4")
+
+
+def test_override_keys():
+    assert pc.override_key("+model.hidden=1") == "model.hidden"
+    assert pc.override_root("~trace") == "trace"
+    assert pc.override_root("ablation@x=no_sync") == "ablation"
+
+
+def test_overrides_reach_only_jobs_whose_config_has_the_key():
+    overrides = ["ablation=no_inter_stream", "emulator.comm.congestion=0.1", "simulator.gap_threshold_us=30"]
+    assert pc.overrides_for("emulate", overrides) == ["emulator.comm.congestion=0.1"]
+    assert pc.overrides_for("experiment/replay", overrides) == ["ablation=no_inter_stream",
+                                                                "simulator.gap_threshold_us=30"]
+    assert pc.overrides_for("experiment/predict", overrides) == ["ablation=no_inter_stream"]
+
+
+def test_hydra_inputs_name_the_chosen_group_files():
+    assert pc.hydra_inputs("experiment/replay", ["simulator=dpro", "ablation=no_sync"]) == [
+        "config/experiment/replay.yaml", "config/ablation/no_sync.yaml", "config/simulator/dpro.yaml"]
+    emulate = pc.hydra_inputs("emulate", ["model=gpt3_175b", "parallel.tp=8", "seed=3"])
+    assert emulate[0] == "config/emulate.yaml"
+    assert "config/model/gpt3_175b.yaml" in emulate and "config/parallel/default.yaml" in emulate
+    assert not any("simulator" in f or "ablation" in f for f in emulate)

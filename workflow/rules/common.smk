@@ -1,0 +1,174 @@
+# Shared names of the pipeline: output roots, the sweep (runs, seeds, targets), Hydra inputs.
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+import pipeline_config as pc  # noqa: E402
+
+# Every job (and the shims it starts) composes from the same Hydra groups.
+os.environ["LUMOS_CONFIG_DIR"] = str(Path(config.get("config_dir", "config")).resolve())
+
+TAG = config["tag"]
+R = f"results/{TAG}"
+F = f"figures/{TAG}"
+OVERRIDES = list(config.get("overrides", []))
+SIMULATORS = list(config["replay"]["simulators"])
+PUBLISH = bool(config.get("publish", True)) and TAG == "default"
+
+wildcard_constraints:
+    run=pc.RUN_WILDCARD,
+    seed=r"\d+",
+    simulator="lumos|dpro",
+    trace=r"[A-Za-z0-9_.+-]+",
+    name=r"[A-Za-z0-9_]+",
+    ext="csv|md|png|pdf",
+
+
+def seeds_of(run):
+    return list(range(int(config.get("seeds_per_run", {}).get(run, config["seeds"]))))
+
+
+def trace_path(name):
+    for group in ("real_traces", "microbenchmarks"):
+        if name in config.get(group, {}):
+            return config[group][name]
+    raise ValueError(f"config: no real trace or microbenchmark named {name!r}")
+
+
+def trace_files(name):
+    """A trace's files as Snakemake inputs (a directory of ranks lists its trace files)."""
+    path = Path(trace_path(name))
+    if path.is_dir():
+        return sorted(str(p) for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
+    return [str(path)]
+
+
+BASE = pc.parse_run(config["predict"]["base"])
+
+
+def prediction_targets():
+    """(label, group, run name) of every prediction: the scale-out shapes, then the variants."""
+    out = []
+    for group, shapes in config["predict"].get("scaleout", {}).items():
+        for shape in shapes:
+            out.append((shape, group, pc.with_parallel(BASE, shape).name))
+    for label, model in config["predict"].get("variants", {}).items():
+        out.append((label, "variant", pc.Run(model, BASE.tp, BASE.pp, BASE.dp).name))
+    return out
+
+
+def check_config():
+    """Cross-references the schema cannot check; a clear message beats a missing-input error."""
+    names = set(config.get("real_traces", {})) | set(config.get("microbenchmarks", {}))
+    for name in config.get("ablation", {}).get("real", []):
+        if name not in config.get("real_traces", {}):
+            raise ValueError(f"config: ablation.real names {name!r}, which is not in real_traces")
+    fig = config.get("figures", {})
+    if fig.get("timeline_real") and fig["timeline_real"] not in names:
+        raise ValueError(f"config: figures.timeline_real names {fig['timeline_real']!r}, not a real trace")
+    if fig.get("breakdown_run") and fig["breakdown_run"] not in config["replay"]["emulated"]:
+        raise ValueError(f"config: figures.breakdown_run {fig['breakdown_run']!r} must be in replay.emulated")
+    for name, path in list(config.get("real_traces", {}).items()) + list(config.get("microbenchmarks", {}).items()):
+        if not Path(path).exists():
+            raise ValueError(f"config: trace {name!r}: no such file or directory {path}")
+
+
+check_config()
+
+
+def hydra_inputs(primary, extra=()):
+    return pc.hydra_inputs(primary, pc.overrides_for(primary, OVERRIDES) + list(extra))
+
+
+def job_overrides(primary, extra=()):
+    """What a job's composition gets: its own overrides, then the pipeline-wide ones that apply."""
+    return list(extra) + pc.overrides_for(primary, OVERRIDES)
+
+
+def emulated_dir(run, seed):
+    return f"{R}/emulated/{run}/seed{seed}"
+
+
+# ---- the outputs, by table -------------------------------------------------------------------
+
+def replay_real_jsons(group):
+    return [f"{R}/replay/real/{t}/{s}.json" for t in config.get(group, {}) for s in SIMULATORS]
+
+
+def replay_emulated_jsons():
+    return [f"{R}/replay/emulated/{run}/seed{seed}/{s}.json"
+            for run in config["replay"]["emulated"] for seed in seeds_of(run) for s in SIMULATORS]
+
+
+def prediction_jsons(which):
+    return [f"{R}/predict/{run}/seed{seed}.json"
+            for label, group, run in prediction_targets() if (group == "variant") == (which == "variants")
+            for seed in seeds_of(run)]
+
+
+def ablation_csvs():
+    abl = config.get("ablation", {})
+    return ([f"{R}/ablation/real/{t}.csv" for t in abl.get("real", [])]
+            + [f"{R}/ablation/emulated/{run}/seed{seed}.csv" for run in abl.get("emulated", [])
+               for seed in range(int(abl.get("seeds", 1)))])
+
+
+def table_names():
+    names = []
+    if config.get("real_traces"):
+        names.append("replay_real")
+    if config.get("microbenchmarks"):
+        names.append("replay_microbench")
+    if config["replay"]["emulated"]:
+        names.append("replay_emulated")
+    if prediction_jsons("scaleout"):
+        names.append("scaleout")
+    if prediction_jsons("variants"):
+        names.append("variants")
+    if ablation_csvs():
+        names.append("ablation")
+    if config["replay"]["emulated"] or prediction_targets():
+        names.append("statistics")
+    return names
+
+
+def figure_names():
+    fig = config.get("figures", {})
+    names = []
+    if fig.get("breakdown_run"):
+        names.append("fig1_breakdown")
+    if fig.get("timeline_real") or fig.get("timeline_emulated"):
+        names.append("fig6_timeline")
+    if prediction_jsons("scaleout"):
+        names.append("fig7_scaleout")
+    if prediction_jsons("variants"):
+        names.append("fig8_variants")
+    if ablation_csvs():
+        names.append("fig_ablation")
+    if prediction_targets() or config["replay"]["emulated"]:
+        names.append("fig_error_ci")
+    return names
+
+
+def final_outputs():
+    out = [f"{R}/tables/{n}.{e}" for n in table_names() for e in ("csv", "md")]
+    out += [f"{F}/{n}.{e}" for n in figure_names() for e in ("png", "pdf")]
+    if PUBLISH:
+        out += [f"results/tables/{n}.{e}" for n in table_names() for e in ("csv", "md")]
+        out += [f"figures/{n}.{e}" for n in figure_names() for e in ("png", "pdf")]
+    return out
+
+
+def warm_numba():
+    """Replay the smallest configured trace once (Lumos and dPRO-style) in one process; failures are left to the jobs."""
+    import subprocess
+
+    paths = [p for p in list(config.get("microbenchmarks", {}).values()) + list(config.get("real_traces", {}).values())
+             if Path(p).is_file()]
+    if not paths:
+        return
+    smallest = min(paths, key=lambda p: Path(p).stat().st_size)
+    for sim in SIMULATORS:
+        subprocess.run([sys.executable, "-m", "lumos.cli", "replay", smallest, "--format", "json", "--simulator", sim],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)

@@ -1,0 +1,72 @@
+"""What every pipeline shim does: log to the rule's log file, compose and save its Hydra config, call lumos.
+
+Shims stay a few lines each; the work is in the package, where it is tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def logged(smk):
+    """Send stdout/stderr of the job to its `log:` file, with a start line, the wall time and any traceback."""
+    log_path = Path(smk.log[0])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        print(f"[{time.strftime('%H:%M:%S')}] rule {smk.rule} wildcards {dict(smk.wildcards)}", flush=True)
+        try:
+            yield log
+        except BaseException:
+            traceback.print_exc(file=log)
+            log.flush()
+            raise
+        finally:
+            print(f"[{time.strftime('%H:%M:%S')}] done in {time.perf_counter() - t0:.2f} s", flush=True)
+
+
+def compose_saved(primary: str, overrides, resolved_path):
+    """Compose one resolved config for this job and save it beside the job's outputs."""
+    from lumos.config import compose, to_yaml
+    from lumos.trace.atomic import write_text_atomic
+
+    overrides = [str(o) for o in overrides]
+    cfg = compose(primary, overrides)
+    header = (f"# resolved by Hydra: config {primary}, overrides {overrides}\n"
+              f"# config dir {os.environ.get('LUMOS_CONFIG_DIR', '(package default)')}\n")
+    write_text_atomic(resolved_path, header + to_yaml(cfg))
+    print(f"config {primary} with {overrides}", flush=True)
+    return cfg
+
+
+def run_cli(argv: list[str]) -> str:
+    """Run `lumos ARGV` in this process and return what it printed on stdout; fail on a non-zero exit."""
+    from lumos.cli import main
+
+    print("lumos " + " ".join(argv), flush=True)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(list(argv))
+    if rc:
+        raise RuntimeError(f"lumos {argv[0]} exited with status {rc} (its message is above)")
+    return buf.getvalue()
+
+
+def write_json(path, doc) -> None:
+    import json
+
+    from lumos.trace.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(doc, indent=1, allow_nan=True) + "\n")
+
+
+def add_scriptdir(smk) -> None:
+    if smk.scriptdir and smk.scriptdir not in sys.path:
+        sys.path.insert(0, str(smk.scriptdir))

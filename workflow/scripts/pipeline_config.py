@@ -1,0 +1,116 @@
+"""Glue between the Snakemake config and the Hydra groups: run names, overrides, config-file inputs.
+
+Imported by the Snakefile (and the tests), never by the package. Two jobs:
+- name the sweep: an emulated run is `{model}-{tp}x{pp}x{dp}` (e.g. `gpt3_15b-2x2x4`);
+- tell Snakemake which Hydra group files a job's composition reads
+  (`hydra_inputs`), so touching `config/simulator/dpro.yaml` re-runs the dPRO
+  replays and what depends on them, and nothing else; and which of the
+  pipeline-wide `overrides` apply to a job (`overrides_for`), so
+  `ablation=no_inter_stream` reaches the replays but not the emulator.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+RUN_RE = re.compile(r"^(?P<model>[A-Za-z0-9_]+)-(?P<tp>\d+)x(?P<pp>\d+)x(?P<dp>\d+)$")
+RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+"
+# Keys a job sets itself: a pipeline-wide override never selects the Hydra group files for them.
+PER_JOB_KEYS = {"seed", "out", "ranks", "progress", "experiment", "step"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One emulated configuration: model config name and TP x PP x DP."""
+
+    model: str
+    tp: int
+    pp: int
+    dp: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}-{self.tp}x{self.pp}x{self.dp}"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def emulate_overrides(self) -> list[str]:
+        return [f"model={self.model}", f"parallel.tp={self.tp}", f"parallel.pp={self.pp}",
+                f"parallel.dp={self.dp}"]
+
+
+def parse_run(name: str) -> Run:
+    m = RUN_RE.match(name)
+    if not m:
+        raise ValueError(f"emulated run {name!r} is not MODEL-TPxPPxDP (e.g. gpt3_15b-2x2x4)")
+    return Run(m["model"], int(m["tp"]), int(m["pp"]), int(m["dp"]))
+
+
+def with_parallel(base: Run, shape: str) -> Run:
+    """The base run at another TPxPPxDP (`2x4x8`)."""
+    tp, pp, dp = (int(v) for v in shape.lower().split("x"))
+    return Run(base.model, tp, pp, dp)
+
+
+def override_key(override: str) -> str:
+    """`+model.hidden=1` -> `model.hidden`; `~trace` -> `trace`; `ablation@x=y` -> `ablation`."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key.split("@", 1)[0]
+
+
+def override_root(override: str) -> str:
+    return override_key(override).split(".", 1)[0]
+
+
+def config_dir() -> Path:
+    from lumos.config import config_dir as lumos_config_dir
+
+    return lumos_config_dir()
+
+
+@functools.lru_cache(maxsize=None)
+def _compose(primary: str, group_overrides: tuple[str, ...], config_root: str):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_root, version_base=None):
+        cfg = compose(config_name=primary, overrides=list(group_overrides), return_hydra_config=True)
+    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra") and v is not None}
+    keys = {k for k in cfg.keys() if k != "hydra"} | set(choices)
+    GlobalHydra.instance().clear()
+    return choices, frozenset(keys)
+
+
+def _group_overrides(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides that can change which group files are read (no dotted keys, no per-job keys)."""
+    return tuple(o for o in overrides if "." not in override_key(o) and override_key(o) not in PER_JOB_KEYS)
+
+
+def overrides_for(primary: str, overrides: Sequence[str]) -> list[str]:
+    """The pipeline-wide overrides that name a key or group of this job's config."""
+    _, keys = _compose(primary, (), str(config_dir()))
+    return [o for o in overrides if override_root(o) in keys]
+
+
+def hydra_inputs(primary: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The config files a composition of `primary` with `overrides` reads (primary + chosen groups)."""
+    root = config_dir()
+    choices, _ = _compose(primary, _group_overrides(overrides), str(root))
+    files = [root / f"{primary}.yaml"] + [root / group / f"{choice}.yaml" for group, choice in sorted(choices.items())]
+    return [_display(p) for p in files]
+
+
+def _display(path: Path) -> str:
+    """Relative to the working directory when inside it (Snakemake prints shorter names)."""
+    try:
+        return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
+    except ValueError:
+        return str(path)

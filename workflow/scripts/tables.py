@@ -1,0 +1,44 @@
+"""Shim of rule `table`: long data -> one presentation table (CSV + Markdown, emulated ones labelled)."""
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
+from _shim import logged  # noqa: E402
+
+smk = snakemake  # noqa: F821
+with logged(smk):
+    import pandas as pd
+
+    from lumos.report import tables as T
+
+    name = smk.wildcards.name
+    data = {k: pd.read_csv(v) for k, v in smk.input.items()}
+    tag = "" if smk.params.tag == "default" else f" [tag {smk.params.tag}]"
+    extra = f"; overrides {list(smk.params.overrides)}" if smk.params.overrides else ""
+    if name == "replay_real":
+        df = T.replay_real_table(data[name])
+        title = "Replay of real Kineto training traces: measured vs Lumos replay (and dPRO-style), per rank"
+    elif name == "replay_microbench":
+        df = T.replay_real_table(data[name])
+        title = "Replay of real synchronization microbenchmark traces (not training iterations)"
+    elif name == "replay_emulated":
+        df = T.replay_emulated_table(data[name])
+        title = "Replay accuracy on emulated runs (emulated): Lumos vs dPRO-style, mean over seeds with 95% CI"
+    elif name in ("scaleout", "variants"):
+        df = T.prediction_table(data[name])
+        what = "nine scale-out counterfactuals from the 15B 2x2x4 base (Fig. 7 analogue)" if name == "scaleout" \
+            else "architecture variants V1-V4 from the 15B 2x2x4 base (Fig. 8 analogue)"
+        title = f"Prediction vs emulated actual (emulated): {what}, mean over seeds with 95% CI"
+    elif name == "ablation":
+        df = T.ablation_summary(data[name])
+        title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
+    elif name == "statistics":
+        preds = [data[k] for k in ("scaleout", "variants") if k in data]
+        df = T.statistics_table(data.get("replay_emulated"), preds)
+        title = ("Run-to-run spread of the actual iteration time vs error (emulated): "
+                 "beyond_noise = mean |error| > 2 x CV")
+    else:
+        raise ValueError(f"unknown table {name!r}")
+    if df.empty:
+        raise ValueError(f"table {name} came out empty")
+    T.write_table(df, smk.output.csv, smk.output.md, title + tag + extra)
+    print(T.to_markdown(df, title))
