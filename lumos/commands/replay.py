@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drop-random", type=float, default=0.0, metavar="FRACTION",
                    help="after the build, drop this fraction of all edges at random (ablation)")
     p.add_argument("--seed", type=int, default=0, help="seed of --drop-random (default 0)")
+    p.add_argument("--joint", action="store_true",
+                   help="also replay a multi-rank run as one graph, ranks joined by cross-rank edges "
+                        "(collective peers and pipeline send/recv meet at a rendezvous); reported under 'joint'")
     p.set_defaults(func=run)
 
 
@@ -91,12 +94,34 @@ def run(args) -> int:
     if args.out:
         _write_out(Path(args.out), result, tables)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
+    if args.joint:
+        doc["joint"] = _joint(args, tables, classes)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(format_table(result, args.path, metrics))
+        if args.joint:
+            j = doc["joint"]
+            print(f"joint replay of {len(tables)} ranks with {j['rendezvous']} cross-rank rendezvous: "
+                  f"measured {j['measured']['iteration_us'] / 1e3:.3f} ms, replayed "
+                  f"{j['replayed']['iteration_us'] / 1e3:.3f} ms, error {j['error_pct']:+.3f}%")
     return 0
+
+
+def _joint(args, tables, classes) -> dict:
+    """The run as one graph (lumos.graph.run_graph); per-rank entries dropped for brevity."""
+    from lumos.cli import UserError
+    from lumos.graph.run_graph import replay_run_graph
+    if args.simulator != "lumos" or args.drop_random:
+        raise UserError("--joint replays the Lumos graph; it does not combine with --simulator dpro or --drop-random")
+    try:
+        joint = replay_run_graph(tables, step=args.step, engine=args.engine, edge_classes=classes,
+                                 gap_threshold_us=args.gap_threshold_us)
+    except SimulationError as exc:
+        raise UserError(f"the joint graph cannot be replayed: {exc}") from None
+    joint.pop("ranks", None)
+    return joint
 
 
 def _write_out(out: Path, result: RunReplay, tables) -> None:

@@ -68,3 +68,15 @@ def test_truncated_file_is_one_line_error(tmp_path):
     bad.write_bytes(LEGACY.read_bytes()[:1000])
     proc = subprocess.run([sys.executable, "-m", "lumos.cli", "replay", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot decompress" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_joint_replay_of_an_emulated_pipeline_run(tmp_path, capsys):
+    from lumos.emulator import emulate, write_result
+    write_result(emulate(["model=tiny", "parallel.tp=1", "parallel.pp=2", "parallel.dp=2", "seed=0",
+                          "progress=false"]), tmp_path)
+    doc = run_json(capsys, tmp_path, "--joint")
+    joint = doc["joint"]
+    assert joint["cross_rank"] is True and joint["rendezvous"] > 0  # send/recv pairs between the 2 stages
+    assert abs(joint["error_pct"]) < 0.01
+    cut = run_json(capsys, tmp_path, "--joint", "--drop", "cross_rank")["joint"]
+    assert cut["rendezvous"] == 0
