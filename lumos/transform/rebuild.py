@@ -11,7 +11,10 @@ thread (forward on the main thread, backward on the autograd thread) gets the
 base run's hand-off edge. Data-parallel gradient buckets are re-issued after
 the last micro-batch's backward layers as parameters become ready (bucket size
 as observed in the base); sends and receives of neighbouring stages are paired
-for rendezvous.
+for rendezvous. One-off stalls of the base (a bucket that waited for a late
+peer, a host stall inside one block or before one step) are kept at most once:
+re-issued buckets take the median bucket, repeated blocks and replicated step
+leads that are outliers (modified z-score > 3.5) take the median one.
 """
 
 from __future__ import annotations
@@ -114,13 +117,74 @@ class _Templates:
             seen.add(key)
             self.step_lead[key] = self.lead_lag[i]
         self.interior_lag = {ph: float(np.median(v)) for ph, v in interior.items()}
-        # DP bucket: the largest data-parallel all-reduce observed
+        # step leads of stages that replicate a base stage's role (middle stages, extra micro-batches):
+        # the base's value for that micro-batch unless it is an outlier among the base's micro-batches
+        # of the same (rank, phase, lead pattern) -- a one-off host stall -- which a replica replaces
+        # by their median (ordinary run-to-run variation of host time is kept, so totals stay unbiased)
+        pat = defaultdict(list)
+        for (r, ph, mb), ll in self.step_lead.items():
+            pat[(r, ph, ll[0] is None, ll[1] is None)].append(ll)
+        self.step_lead_pool = {k: [np.array([x[j] for x in v], float) if not k[2 + j] else None
+                                   for j in range(2)] for k, v in pat.items()}
+        # a block used more than once in the new program (layer l >= L takes base layer l mod L;
+        # micro-batch i >= m takes i mod m) is, on a repeated use, replaced by a typical block -- the
+        # median host+device time among the base's interior layer blocks of the same rank and phase,
+        # over layers and micro-batches (all transformer layers do the same work) -- when its own time
+        # is an outlier among them: a one-off stall inside one block is kept once, where it happened,
+        # never copied
+        self.uses: dict[int, int] = defaultdict(int)
+        self.typical = {}
+        cand = defaultdict(list)
+        for r in self.ranks:
+            mine = [i for i, bl in enumerate(st.blocks) if bl.rank == r and bl.kind == "layer"]
+            ls = sorted({st.blocks[i].layer for i in mine})
+            inner = set(ls[1:-1]) if len(ls) > 2 else set(ls)
+            for i in mine:
+                bl = st.blocks[i]
+                if bl.layer in inner:
+                    cost = self._cost(i)
+                    cand[(r, bl.phase)].append((cost, bl.layer, i))
+        self.block_cost = {}
+        self.cost_pool = {}
+        for k, v in cand.items():
+            v.sort()
+            self.typical[k] = v[(len(v) - 1) // 2][2]
+            self.cost_pool[k] = np.array([c for c, _, _ in v])
+            for c, _, i in v:
+                self.block_cost[i] = c
+        # DP buckets: the bucket size is the largest data-parallel all-reduce observed; the template
+        # re-issued for every new bucket is a *typical* full-size bucket (median duration), never one
+        # specific bucket: a bucket's measured span includes waiting for DP peers that were not
+        # profiled (the first bucket of an iteration absorbs their arrival skew, a straggling peer
+        # delays a few others), and copying one such bucket into every re-issued one replicates a
+        # one-off wait tens of times. The base's first bucket is kept once per stage, as the first
+        # bucket issued (its wait is a property of the iteration, not of a bucket).
         self.bucket_bytes = 0.0
         self.dp_template = None
+        self.dp_first: dict[int, int] = {}
+        self.dp_typical: dict[int, int] = {}
+        dp_rows = []          # (rank, start, bytes, duration, block)
         for i in self.dp:
             ts = [t for t in st.blocks[i].tasks if st.coll[t] is not None]
-            if ts and st.nbytes[ts[0]] > self.bucket_bytes:
-                self.bucket_bytes, self.dp_template = float(st.nbytes[ts[0]]), i
+            if ts:
+                dp_rows.append((st.blocks[i].rank, st.blocks[i].start, float(st.nbytes[ts[0]]),
+                                float(g.dur[ts[0]]), i))
+        if dp_rows:
+            self.bucket_bytes = max(r[2] for r in dp_rows)
+            for r in self.ranks:
+                mine = sorted((x for x in dp_rows if x[0] == r), key=lambda x: x[1])
+                if not mine:
+                    continue
+                self.dp_first[r] = mine[0][4]
+                full = [x for x in mine if x[2] >= self.bucket_bytes] or mine
+                self.dp_typical[r] = _median_block(full)
+            self.dp_template = _median_block([x for x in dp_rows if x[2] >= self.bucket_bytes])
+
+    def dp_bucket(self, base_rank: int, first: bool) -> int:
+        """Template block of a re-issued gradient bucket on a stage played by `base_rank`."""
+        if first and base_rank in self.dp_first:
+            return self.dp_first[base_rank]
+        return self.dp_typical.get(base_rank, self.dp_template)
 
     def stage_param_count(self, rank: int, fallback: float) -> float:
         """Parameters of a base stage, as its gradient-zeroing / grad-norm op's Input Dims say."""
@@ -135,16 +199,75 @@ class _Templates:
 
     def layer_block(self, layer: int, phase: str, mb: int) -> int:
         key = (layer % self.base_layers, phase, mb % self.base_mb)
-        return self.layer[key]
+        bi = self.layer[key]
+        self.uses[bi] += 1
+        if self.uses[bi] > 1:      # a replica: this block again unless it holds a one-off stall
+            bl = self.plan.st.blocks[bi]
+            k = (bl.rank, bl.phase)
+            if k in self.typical:
+                cost = self.block_cost.get(bi)
+                if cost is None:    # a first/last layer of its base stage: not in the pool
+                    cost = self._cost(bi)
+                if is_outlier(cost, self.cost_pool[k]):
+                    return self.typical[k]
+        return bi
 
     def role_block(self, table: dict, phase: str, mb: int) -> int | None:
         return table.get((phase, mb % self.base_mb))
+
+    def p2p_block(self, blocks: list, k: int) -> int:
+        """The k-th pipeline exchange of a shape: the base's blocks in turn; a repeated use of one that
+        holds a one-off wait (an outlier among the shape's blocks) takes the median one instead."""
+        bi = blocks[k % len(blocks)]
+        self.uses[bi] += 1
+        if self.uses[bi] > 1 and len(blocks) >= 3:
+            cost = {i: self._cost(i) for i in blocks}
+            pool = np.array(sorted(cost.values()))
+            if is_outlier(cost[bi], pool):
+                return _median_block([(0, 0.0, 0.0, cost[i], i) for i in blocks])
+        return bi
+
+    def _cost(self, bi: int) -> float:
+        """Host + device time of a block: its tasks' durations plus its internal (host) lags."""
+        return float(self.plan.graph.dur[self.plan.st.blocks[bi].tasks].sum()) + float(
+            np.clip(self.edges[bi][0][3], 0.0, None).sum())
+
+    def lead(self, rank: int, phase: str, mb: int, replica: bool):
+        """Host lag before a step's first block: the base's own value, or a robust one for a replica."""
+        ll = self.step_lead.get((rank, phase, mb % self.base_mb))
+        if ll is None or not replica:
+            return ll
+        pool = self.step_lead_pool[(rank, phase, ll[0] is None, ll[1] is None)]
+        return tuple(x if x is None or not is_outlier(x, pool[j]) else float(np.median(pool[j]))
+                     for j, x in enumerate(ll))
 
     def base_rank_for(self, stage: int, pp: int) -> int:
         """The base rank whose stage plays the same role (first, last, or middle -> first)."""
         if stage == pp - 1 and pp > 1:
             return self.ranks[-1]
         return self.ranks[0]
+
+
+def is_outlier(x: float, pool, z: float = 3.5) -> bool:
+    """A one-off high value: modified z-score 0.6745 (x - median) / MAD above `z` (Iglewicz-Hoaglin).
+
+    With a zero MAD (identical samples) anything above the median is an outlier; fewer than three
+    samples say nothing about what is typical, so nothing is.
+    """
+    pool = np.asarray(pool, float)
+    if len(pool) < 3:
+        return False
+    med = float(np.median(pool))
+    mad = float(np.median(np.abs(pool - med)))
+    if mad <= 0.0:
+        return x > med * (1 + 1e-9) + 1e-9
+    return 0.6745 * (x - med) / mad > z
+
+
+def _median_block(rows: list) -> int:
+    """The block of the lower-median duration among rows (rank, start, bytes, duration, block)."""
+    rows = sorted(rows, key=lambda x: (x[3], x[1]))
+    return rows[(len(rows) - 1) // 2][4]
 
 
 class _Builder:
@@ -206,24 +329,27 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
         stage_params = len(my_layers) * params_layer + params_embed * (first + last)
         ratio = stage_params / tm.stage_param_count(base_rank, base_stage_params[base_rank])
         state = {"last_on": {}, "thread": None, "counters": defaultdict(int), "ready": 0.0, "launched": 0.0,
-                 "clock": 0.0}
+                 "clock": 0.0, "base_rank": base_rank}
 
         def emit(bi: int, scale_params: float | None = None, p2p_ops=None, dp_bytes=None, lead=None,
-                 layer=None):
+                 layer=None, mb=None):
             _emit(plan, tm, b, state, bi, rank, s, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes, lead,
-                  layer)
+                  layer, mb)
 
         def step_blocks(phase: str, mb: int, blocks: list) -> None:
             """Emit one forward/backward step: base step-start lags first, interior lags after."""
             src_rank = (tm.ranks[0] if first else tm.ranks[-1]) if phase == "forward" else \
                 (tm.ranks[-1] if last else tm.ranks[0])
-            start = tm.step_lead.get((src_rank, phase, mb % tm.base_mb))
+            # the base stage plays itself (first -> first, last -> last) for the base's micro-batches;
+            # middle stages and extra micro-batches are replicas of a role
+            own = (first if src_rank == tm.ranks[0] else last) and mb < tm.base_mb
+            start = tm.lead(src_rank, phase, mb, replica=not own)
             for k, (bi, after, layer) in enumerate(blocks):
                 if k == 0:
                     lead = start
                 else:
                     lead = (tm.interior_lag.get(phase), None)
-                emit(bi, lead=lead, layer=layer)
+                emit(bi, lead=lead, layer=layer, mb=mb)
                 if after is not None:
                     after()
 
@@ -235,7 +361,8 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
                 tb = tm.p2p.get(tuple(sorted(k for k, _ in ops)))
                 if not tb:
                     raise ValueError(f"the base run has no pipeline exchange of shape {ops}")
-                emit(tb[state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))] % len(tb)], p2p_ops=ops)
+                emit(tm.p2p_block(tb, state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))]),
+                     p2p_ops=ops)
                 state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))] += 1
             elif act[0] == "F":
                 mb = act[1]
@@ -279,15 +406,17 @@ def _grads(state, params: float, tm: _Templates, emit, flush: bool = False) -> N
     bucket = tm.bucket_bytes / 2.0     # elements (BF16 gradients)
     while state["ready"] - state["launched"] >= bucket or (flush and state["ready"] - state["launched"] > 1e-9):
         n = min(bucket, state["ready"] - state["launched"])
+        first = state["launched"] == 0.0
         state["launched"] += n
-        emit(tm.dp_template, dp_bytes=2.0 * n)
+        emit(tm.dp_bucket(state["base_rank"], first), dp_bytes=2.0 * n)
 
 
 def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes,
-          lead=None, layer=None):
+          lead=None, layer=None, mb=None):
     g, st = plan.graph, plan.st
     blk = st.blocks[bi]
     layer = blk.layer if layer is None else layer
+    mb = blk.mb if mb is None or blk.mb < 0 else mb
     T = blk.tasks
     n = len(T)
     ids = b.n + np.arange(n, dtype=np.int64)
@@ -388,7 +517,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     mp["op_name"].append(st.op_name[T])
     mp["op_dims"].append(dims)
     mp["block"].append(np.full(n, len(b.blocks), np.int64))
-    nb = Block(kind=blk.kind, phase=blk.phase, layer=layer, mb=blk.mb, shape=blk.shape, rank=rank,
+    nb = Block(kind=blk.kind, phase=blk.phase, layer=layer, mb=mb, shape=blk.shape, rank=rank,
                thread_role=blk.thread_role, tasks=ids, start=float(ts.min()) if n else 0.0)
     b.blocks.append(nb)
     # the block's last task on each processor becomes "last on" for the next block
