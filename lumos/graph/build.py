@@ -102,10 +102,8 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
 
 def comm_names(names: np.ndarray) -> np.ndarray:
     """is_comm_kernel per row, evaluated once per distinct name."""
-    if len(names) == 0:
-        return np.zeros(0, dtype=bool)
-    uniq, inverse = np.unique(names.astype(str), return_inverse=True)
-    return np.array([schema.is_comm_kernel(n) for n in uniq], dtype=bool)[inverse]
+    lookup = {n: schema.is_comm_kernel(n) for n in set(names.tolist())}
+    return np.fromiter(map(lookup.__getitem__, names), dtype=bool, count=len(names))
 
 
 def _proc_names(ctx: BuildContext) -> np.ndarray:

@@ -31,8 +31,12 @@ speed. It takes the same `SimArrays` and makes the same picks as the reference:
   waiters kept in registration order; when nothing can run but syncs are
   parked, the earliest-issued one is let go and counted, as in the reference.
 
-Work arrays are allocated by numpy (huge pages: their first touch is about
-four times cheaper than arrays allocated inside compiled code).
+Memory: the per-task arrays every step touches are views into one numpy
+allocation (huge pages: their first touch is several times cheaper than that
+of arrays allocated inside compiled code, or of many separate small ones);
+arrays only syncs touch are separate np.zeros (the OS fills pages on first
+use), and the ripe heaps and ready list, touched at a few places, are allocated
+inside the compiled code (small pages: untouched ones cost nothing).
 
 Compile time: the first call in a fresh environment compiles for about 5-10 s;
 `cache=True` keeps the machine code in `__pycache__`, after which the first
@@ -175,10 +179,13 @@ def _grown(a):
 @njit(cache=True)
 def _core(n, proc, dur, release, tiebreak, out_ptr, out_dst, out_lag, out_launch, indeg0,
           wait_kind, wait_target, is_gpu, stream_ptr, stream_ops, rank_streams_ptr, rank_streams,
-          rank_index, n_procs, start, end, done, earliest, indeg, enq, has_launch_in, th, ready,
-          resolved, pending, first, last):
+          rank_index, n_procs, start, end, done, earliest, indeg, enq, has_launch_in, resolved, pending,
+          first, last):
     inf = np.inf
     n_ri = len(rank_index)
+    # touched at a few places only: allocated here (no huge pages), where untouched pages are free
+    th = np.empty(n, dtype=np.int64)  # the ripe heaps
+    ready = np.empty(n + 1, dtype=np.int64)  # tasks made ready, to queue
     for k in range(len(out_dst)):
         if out_launch[k]:
             has_launch_in[out_dst[k]] = True
@@ -406,18 +413,31 @@ def _args(a: SimArrays) -> tuple:
             c(a.rank_streams, i64), c(a.rank_index, i64), int(a.n_procs))
 
 
-def _workspace(n: int) -> tuple:
-    """The per-task arrays of one replay, allocated by numpy (see the module docstring).
+def _carve(n_items: list[tuple[int, type]], zeroed: bool) -> list[np.ndarray]:
+    """Arrays of the given (length, dtype) as views into one numpy allocation: one large
+    block gets huge pages however the allocator's state happens to be (many separate
+    sub-2 MB arrays would each take a 4 KB page fault per page on first touch)."""
+    sizes = [(-(-length * np.dtype(dt).itemsize // 8)) * 8 for length, dt in n_items]  # 8-byte aligned
+    block = (np.zeros if zeroed else np.empty)(max(1, sum(sizes)), dtype=np.uint8)
+    out, at = [], 0
+    for (length, dt), size in zip(n_items, sizes):
+        out.append(block[at:at + length * np.dtype(dt).itemsize].view(dt))
+        at += size
+    return out
 
-    start, end, done (results); earliest start, unmet in-degree, enqueue time, has a launch
-    edge in; the ripe heaps; the ready list; sync state: resolved, pending targets, 1 + first /
-    last waiter record of a target task (0: none). Zeroed ones start at zero or are rarely
-    touched (pages the OS fills only on first use).
-    """
+
+def _workspace(n: int) -> tuple:
+    """Per-task arrays, allocated by numpy. Touched by every step, as views into two blocks:
+    start, end, done (the results); earliest start, unmet in-degree, enqueue time, has a
+    launch edge in. Touched by syncs only, as separate np.zeros (pages zero-filled by the OS
+    on first use): resolved, unfinished targets of a parked sync, 1 + first / last waiter
+    record of a target task (0: none)."""
+    f64, i32, i64, b = np.float64, np.int32, np.int64, np.bool_
+    start, end, earliest, enq, indeg = _carve([(n, f64), (n, f64), (n, f64), (n, f64), (n, i32)], zeroed=False)
+    done, has_launch_in = _carve([(n, b), (n, b)], zeroed=True)
     z = np.zeros
-    return (np.empty(n), np.empty(n), z(n, dtype=np.bool_), np.empty(n), np.empty(n, dtype=np.int32),
-            np.empty(n), z(n, dtype=np.bool_), np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
-            z(n, dtype=np.bool_), z(n, dtype=np.int64), z(n, dtype=np.int64), z(n, dtype=np.int64))
+    return (start, end, done, earliest, indeg, enq, has_launch_in, z(n, dtype=b), z(n, dtype=i64),
+            z(n, dtype=i64), z(n, dtype=i64))
 
 
 def simulate_compiled(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -458,9 +478,9 @@ def _longest_path(n, dur, release, out_ptr, out_dst, out_lag, indeg0, finish, ea
 
 def longest_path_bound(a: SimArrays) -> np.ndarray:
     """Longest-path finish of every task (NaN on a cycle): one topological pass, no processors.
-    Its work arrays are allocated by numpy too, as the replay's are."""
+    Its work arrays are allocated as the replay's are."""
     c = np.ascontiguousarray
     n = int(a.n)
+    work = _carve([(n, np.float64), (n, np.float64), (n, np.int32), (n, np.int64)], zeroed=False)
     return _longest_path(n, c(a.dur, np.float64), c(a.release, np.float64), c(a.out_ptr, np.int64),
-                         c(a.out_dst, np.int64), c(a.out_lag, np.float64), c(a.indeg, np.int64),
-                         np.empty(n), np.empty(n), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int64))
+                         c(a.out_dst, np.int64), c(a.out_lag, np.float64), c(a.indeg, np.int64), *work)

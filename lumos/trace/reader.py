@@ -10,13 +10,16 @@ Two ways in, one result:
   needed field's value lies; the values are then decoded column by column
   (batched through orjson where they are not plain integers). No per-event
   Python object is ever built, so loading runs at about orjson's speed and
-  needs memory of about the file's size, where a decoded document of dicts
-  takes seven times that.
+  its working memory is about the file's size, where a decoded document of
+  dicts takes five to eight times that.
 - Anything the scanner is not sure of (invalid JSON, an escaped key, a field
   of an unexpected type, numbers near the float limits, deep nesting) sends
   the file down the plain path instead: `orjson.loads`, then `parse_document`,
   one event at a time. That path is the definition of the result and of every
-  error message; tests hold the two equal on every shipped trace.
+  error message; tests hold the two equal on every shipped trace, on random
+  documents and on corrupted bytes.
+
+The scanner compiles in about 7 s the first time (cached in `__pycache__`).
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def graph_of(kind, proc, dur, edges, proc_kind, *, release=None, ts=None, wait_k
         event=np.arange(n), layer=np.full(n, -1, np.int32), phase=np.full(n, -1, np.int8),
         proc_kind=np.array(proc_kind, np.int8),
         proc_rank=np.zeros(n_procs, np.int32) if proc_rank is None else np.array(proc_rank, np.int32),
-        proc_key=np.arange(n_procs, dtype=np.int64), proc_name=np.array([f"p{i}" for i in range(n_procs)], dtype=object),
+        proc_key=np.arange(n_procs, dtype=np.int64),
+        proc_name=np.array([f"p{i}" for i in range(n_procs)], dtype=object),
         src=src, dst=dst, cls=np.array([e[2] for e in edges], dtype=np.int8),
         lag=np.array([e[3] if len(e) > 3 else 0.0 for e in edges], dtype=np.float64),
         inferred=np.zeros(len(src), bool))
@@ -234,3 +235,16 @@ def test_big_synthetic_graph_replays_identically():
     start, _, done = assert_same_schedule(g)
     assert done.all()
     assert g.summary["sync_waits"]["stream"] > 100 and g.summary["sync_waits"]["device"] > 20
+
+
+def test_synthetic_graphs_are_reproducible_and_carry_every_edge_class():
+    a, b = synthetic_graph(20000, seed=5, n_ranks=2), synthetic_graph(20000, seed=5, n_ranks=2)
+    for f in Graph.TASK_FIELDS + Graph.PROC_FIELDS + Graph.EDGE_FIELDS:
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert abs(a.n_tasks - 20000) < 400
+    assert all(n > 0 for n in a.edge_counts().values()), a.edge_counts()
+    assert a.n_procs == 14 and set(a.proc_rank.tolist()) == {0, 1}
+    assert a.summary["sync_waits"]["stream"] > 0 and a.summary["sync_waits"]["device"] > 0
+    assert np.all(a.src != a.dst)
+    c = synthetic_graph(20000, seed=6, n_ranks=2)
+    assert not np.array_equal(a.dur[:100], c.dur[:100])
