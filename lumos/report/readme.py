@@ -15,14 +15,18 @@ from lumos.trace.atomic import write_text_atomic
 
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
 ORDER = ("replay_real", "replay_microbench", "replay_emulated", "scaleout", "variants", "ablation", "statistics")
+LINKED = ("ablation_by_trace",)  # too long to paste: linked instead
 
 
 def render(tables_dir: Path) -> str:
     parts = []
     names = [n for n in ORDER if (tables_dir / f"{n}.md").exists()]
-    names += sorted(p.stem for p in tables_dir.glob("*.md") if p.stem not in ORDER)
+    names += sorted(p.stem for p in tables_dir.glob("*.md") if p.stem not in ORDER + LINKED)
     for name in names:
         parts.append(f"#### `{name}`\n\n" + (tables_dir / f"{name}.md").read_text().strip() + "\n")
+    for name in LINKED:
+        if (tables_dir / f"{name}.md").exists():
+            parts.append(f"#### `{name}`\n\nEvery variant on every trace: `{tables_dir / name}.md` (and `.csv`).\n")
     return "\n".join(parts)
 
 

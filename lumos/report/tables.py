@@ -160,6 +160,22 @@ def ablation_summary(data: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def ablation_by_source(data: pd.DataFrame) -> pd.DataFrame:
+    """One row per trace (or emulated run) and ablation variant: signed and absolute iteration
+    error, component L1 and critical-path precision/recall; random drops as mean with CI over
+    seeds, every other variant a single replay (n = 1, interval collapses to the value)."""
+    df = data.copy()
+    df["domain"] = np.where(df["emulated"].astype(bool), "emulated", "real")
+    df["abs_iteration_error_pct"] = df["iteration_error_pct"].abs()
+    cols = [c for c in ("iteration_error_pct", "abs_iteration_error_pct", "component_l1_pct",
+                        "cp_precision", "cp_recall") if c in df]
+    out = summarize(df, ["domain", "source", "variant"], cols)
+    groups = [g for _, g in df.groupby(["domain", "source", "variant"], sort=False)]
+    out.insert(4, "failed", [int(g["iteration_error_pct"].isna().sum()) for g in groups])
+    out.insert(0, "kind", out.pop("domain"))
+    return out
+
+
 def statistics_table(replay_emulated: pd.DataFrame | None = None,
                      predictions: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
     """Run-to-run spread of the actual iteration time beside each experiment's mean error and its CI.

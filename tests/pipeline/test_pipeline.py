@@ -25,7 +25,8 @@ TRACES = ROOT / "resources" / "traces" / "real"
 DLRM0 = TRACES / "param" / "dlrm_8rank" / "kineto" / "worker0_step_12.1694128201545.pt.trace.json.gz"
 SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event_sync_trace.json.gz"
 
-TABLES = ["replay_real", "replay_microbench", "replay_emulated", "scaleout", "ablation", "statistics"]
+TABLES = ["replay_real", "replay_microbench", "replay_emulated", "scaleout", "ablation", "ablation_by_trace",
+          "statistics"]
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci"]
 pytestmark = pytest.mark.slow
 
@@ -101,6 +102,10 @@ def test_every_table_is_written_with_finite_numbers(work):
     full = abl[abl["variant"] == "lumos"]
     assert list(full["source"]) == ["real", "emulated"] and (full["abs_iteration_error_pct_mean"] < 1e-6).all()
     assert {"dpro", "drop:launch", "random:0.05", "gap:1000"} <= set(abl["variant"])
+    per = pd.read_csv(tables / "ablation_by_trace.csv")
+    # one row per (trace or emulated run, variant); each source has the full Lumos row at 0% error
+    assert per.groupby("source")["variant"].nunique().min() == abl["variant"].nunique()
+    assert (per.loc[per["variant"] == "lumos", "abs_iteration_error_pct_mean"] < 1e-6).all()
     stats = pd.read_csv(tables / "statistics.csv")
     assert len(stats) == 4 and stats["actual_iteration_ms_mean"].gt(0).all()
 
@@ -145,7 +150,8 @@ def test_touching_one_group_reruns_only_its_dependents(work):
 def test_touching_the_ablation_experiment_reruns_only_ablations(work):
     with edited(work / "config" / "experiment" / "ablation.yaml"):
         jobs = planned_jobs(snakemake(work, "-n"))
-    assert sorted(rule for rule, _ in jobs) == ["ablation_emulated", "ablation_real", "collect", "figure", "table"]
+    assert sorted(rule for rule, _ in jobs) == ["ablation_emulated", "ablation_real", "collect", "figure", "table",
+                                                "table"]
     assert [out for rule, out in jobs if rule == "figure"][0].startswith("figures/tiny/fig_ablation.png")
 
 

@@ -57,6 +57,8 @@ def table_inputs(wildcards):
         if prediction_jsons("variants"):
             out["variants"] = f"{R}/data/variants.csv"
         return out
+    if name == "ablation_by_trace":
+        return {name: f"{R}/data/ablation.csv"}
     return {name: f"{R}/data/{name}.csv"}
 
 
@@ -67,7 +69,7 @@ rule table:
         csv=f"{R}/tables/{{name}}.csv",
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
-        name="replay_real|replay_microbench|replay_emulated|scaleout|variants|ablation|statistics",
+        name="replay_real|replay_microbench|replay_emulated|scaleout|variants|ablation|ablation_by_trace|statistics",
     params:
         tag=TAG,
         overrides=OVERRIDES,

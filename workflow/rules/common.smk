@@ -127,7 +127,7 @@ def table_names():
     if prediction_jsons("variants"):
         names.append("variants")
     if ablation_csvs():
-        names.append("ablation")
+        names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():
         names.append("statistics")
     return names

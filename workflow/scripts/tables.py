@@ -31,6 +31,10 @@ with logged(smk):
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
+    elif name == "ablation_by_trace":
+        df = T.ablation_by_source(data[name])
+        title = ("Ablation per trace (real traces; emulated runs marked emulated): every variant on every "
+                 "shipped real training trace and emulated run; random drops: mean and 95% CI over seeds")
     elif name == "statistics":
         preds = [data[k] for k in ("scaleout", "variants") if k in data]
         df = T.statistics_table(data.get("replay_emulated"), preds)
