@@ -8,7 +8,6 @@ stalls shape the timeline without costing a simulation event each.
 
 from __future__ import annotations
 
-import math
 
 from .engine import COMM, COMPUTE, WAIT, Comm, Item
 from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
@@ -282,7 +281,7 @@ class RankProgram:
 
     # -- the iteration ------------------------------------------------------------
     def run(self):
-        th, m, rec = self.main, self.m, self.rec
+        th, m = self.main, self.m
         self.ann_begin(th, f"ProfilerStep#{self.emu.settings.step}")
         th.t += self._jit(self.h.step_start_us)   # iteration setup python (timers, data iterator)
         self.op_begin(th, "aten::zero_", {"Input Dims": [[int(self.stage_params)]], "Input type": [BF16]})

@@ -310,7 +310,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     tm = _Templates(plan)
     if not tm.layer:
         raise ValueError("the base run has no layer ranges: cannot rebuild its pipeline")
-    g, st = plan.graph, plan.st
+    st = plan.st
     b = _Builder(plan)
     ranks = stage_ranks(pp, plan.tp, plan.dp)
     pairs: dict[tuple, list] = defaultdict(list)
@@ -564,7 +564,6 @@ def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
                   lag=lag.astype(np.float64), inferred=np.zeros(len(src), bool))
     graph.summary = {"tasks": n, "edges": graph.edge_counts(), "predicted": True}
     mp = {k: cat(v) for k, v in b.m_parts.items()}
-    st0 = plan.st
     role = np.zeros(len(procs), np.int64)
     role[:] = [p[4] for p in procs]
     st = RunStructure(blocks=b.blocks, task_block=mp["block"], coll=mp["coll"], group=mp["group"],

@@ -121,7 +121,6 @@ def _innermost(table: TraceTable, cand: np.ndarray, pid: np.ndarray, tid: np.nda
 
 def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc: int,
                  proc_role: np.ndarray, coll: np.ndarray, tp_group_size: int | None) -> list[Block]:
-    ev = graph.event[tasks]
     cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
     cev = graph.event[cpu]
     ann_rows = np.flatnonzero((table.cat == schema.ANNOTATION)
