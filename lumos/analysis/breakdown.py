@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import intervals
+from lumos import intervals
 
 COMPONENTS = ("exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us")
 

@@ -18,6 +18,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from lumos import intervals
+
 from lumos.trace import TraceTable, schema
 
 
@@ -29,31 +31,6 @@ class Phase(IntEnum):
 
 UPDATE_MARKER = re.compile(r"optim", re.IGNORECASE)
 BACKWARD_MARKER = re.compile(r"backward|autograd::engine", re.IGNORECASE)
-
-
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals covering the same time (baselines sit below lumos.analysis)."""
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    if not len(s):
-        return s, e
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    last = np.append(idx[1:] - 1, len(s) - 1)
-    return s[idx], run_end[last]
-
-
-def _inside(t: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Whether each time in `t` lies inside one of the disjoint sorted intervals (s, e)."""
-    if not len(s):
-        return np.zeros(len(t), dtype=bool)
-    k = np.searchsorted(s, t, side="right") - 1
-    ok = k >= 0
-    out = np.zeros(len(t), dtype=bool)
-    out[ok] = t[ok] <= e[k[ok]]
-    return out
 
 
 def gpu_op_phases(table: TraceTable, rows: np.ndarray) -> np.ndarray:
@@ -80,7 +57,7 @@ def gpu_op_phases(table: TraceTable, rows: np.ndarray) -> np.ndarray:
         same = table.pid[ctx] == p
         for marker, value in ((is_backward, Phase.BACKWARD), (is_update, Phase.UPDATE)):
             m = ctx[same & marker]
-            s, e = _union(table.ts[m], table.ts[m] + table.dur[m])
-            phase[mine & _inside(t, s, e)] = value  # update is applied last: it wins
+            s, e = intervals.union(table.ts[m], table.ts[m] + table.dur[m])
+            phase[mine & intervals.inside(t, s, e)] = value  # update is applied last: it wins
     out[has] = phase
     return out

@@ -7,37 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lumos.graph import EdgeClass, Graph, TaskKind, WaitKind
+from lumos.graph import EdgeClass, TaskKind, WaitKind
 from lumos.sim import SimulationError, simulate
 
-
-def make_graph(kind, proc, dur, edges, proc_kind, release=None, wait_kind=None, wait_target=None,
-               stream_pos=None):
-    n = len(kind)
-    src = np.array([e[0] for e in edges], dtype=np.int64)
-    dst = np.array([e[1] for e in edges], dtype=np.int64)
-    cls = np.array([e[2] for e in edges], dtype=np.int8)
-    lag = np.array([e[3] if len(e) > 3 else 0.0 for e in edges], dtype=np.float64)
-    if stream_pos is None:
-        stream_pos = np.full(n, -1, np.int32)
-        for p in set(proc):
-            idx = [i for i in range(n) if proc[i] == p and kind[i] == TaskKind.GPU]
-            stream_pos[idx] = np.arange(len(idx))
-    if release is None:
-        has_in = np.zeros(n, bool)
-        has_in[dst] = True
-        release = np.where(has_in, -np.inf, 0.0)
-    return Graph(
-        name=np.array([f"t{i}" for i in range(n)], dtype=object), kind=np.array(kind, np.int8),
-        proc=np.array(proc, np.int32), dur=np.array(dur, float), ts=np.zeros(n), release=np.array(release, float),
-        comm=np.zeros(n, bool), in_step=np.array(kind) == TaskKind.GPU, rank=np.zeros(n, np.int32),
-        stream_pos=np.asarray(stream_pos, np.int32),
-        wait_kind=np.zeros(n, np.int8) if wait_kind is None else np.array(wait_kind, np.int8),
-        wait_target=np.full(n, -1, np.int32) if wait_target is None else np.array(wait_target, np.int32),
-        event=np.arange(n), layer=np.full(n, -1, np.int32), phase=np.full(n, -1, np.int8),
-        proc_kind=np.array(proc_kind, np.int8), proc_rank=np.zeros(len(proc_kind), np.int32),
-        proc_key=np.arange(len(proc_kind), dtype=np.int64), proc_name=np.array([f"p{i}" for i in range(len(proc_kind))], dtype=object),
-        src=src, dst=dst, cls=cls, lag=lag, inferred=np.zeros(len(src), bool))
+from ..graphgen import graph_of
 
 
 @st.composite
@@ -49,7 +22,7 @@ def random_dags(draw):
     pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
     edges = [(min(a, b), max(a, b), EdgeClass.INTRA_THREAD, draw(st.floats(0, 10, allow_nan=False)))
              for a, b in pairs if a != b]
-    return make_graph([TaskKind.CPU] * n, proc, dur, edges, [TaskKind.CPU] * n_procs)
+    return graph_of([TaskKind.CPU] * n, proc, dur, edges, [TaskKind.CPU] * n_procs)
 
 
 @settings(max_examples=150, deadline=None)
@@ -65,7 +38,7 @@ def test_replay_respects_edges_and_one_task_per_processor(g):
 
 
 def test_cycle_raises_naming_stuck_tasks_instead_of_hanging():
-    g = make_graph([TaskKind.CPU] * 3, [0, 0, 1], [1, 1, 1],
+    g = graph_of([TaskKind.CPU] * 3, [0, 0, 1], [1, 1, 1],
                    [(0, 1, EdgeClass.INTRA_THREAD), (1, 0, EdgeClass.INTER_THREAD)], [TaskKind.CPU, TaskKind.CPU])
     with pytest.raises(SimulationError, match=r"2 of 3 tasks are stuck.*#0 t0, #1 t1"):
         simulate(g, engine="reference")
@@ -76,7 +49,7 @@ def test_stream_sync_waits_for_what_is_last_on_its_stream_when_it_starts():
     kind = [TaskKind.CPU] * 4 + [TaskKind.GPU] * 2
     edges = [(0, 1, EdgeClass.INTRA_THREAD), (1, 2, EdgeClass.INTRA_THREAD), (2, 3, EdgeClass.INTRA_THREAD),
              (0, 4, EdgeClass.LAUNCH), (1, 5, EdgeClass.LAUNCH), (4, 5, EdgeClass.INTRA_STREAM)]
-    g = make_graph(kind, [0, 0, 0, 0, 1, 1], [2, 2, 1, 1, 10, 30], edges, [TaskKind.CPU, TaskKind.GPU],
+    g = graph_of(kind, [0, 0, 0, 0, 1, 1], [2, 2, 1, 1, 10, 30], edges, [TaskKind.CPU, TaskKind.GPU],
                    wait_kind=[0, 0, WaitKind.STREAM, 0, 0, 0], wait_target=[-1, -1, 1, -1, -1, -1])
     s = simulate(g, engine="reference")
     assert s.start[4] == 2 and s.end[5] == 42
@@ -89,7 +62,7 @@ def test_stream_sync_does_not_wait_for_work_launched_after_it_started():
     edges = [(0, 1, EdgeClass.INTRA_THREAD), (0, 3, EdgeClass.LAUNCH), (2, 4, EdgeClass.LAUNCH),
              (3, 4, EdgeClass.INTRA_STREAM)]
     release = [0.0, -np.inf, 5.0, -np.inf, -np.inf]
-    g = make_graph(kind, [0, 0, 1, 2, 2], [1, 1, 1, 10, 100], edges, [TaskKind.CPU, TaskKind.CPU, TaskKind.GPU],
+    g = graph_of(kind, [0, 0, 1, 2, 2], [1, 1, 1, 10, 100], edges, [TaskKind.CPU, TaskKind.CPU, TaskKind.GPU],
                    release=release, wait_kind=[0, WaitKind.STREAM, 0, 0, 0], wait_target=[-1, 2, -1, -1, -1])
     s = simulate(g, engine="reference")
     assert s.start[1] == 11.0  # waits for op 3 (ends 11), not op 4 (ends 111)
@@ -100,7 +73,7 @@ def test_device_sync_waits_for_every_stream_of_its_rank():
     kind = [TaskKind.CPU] * 3 + [TaskKind.GPU] * 2
     edges = [(0, 1, EdgeClass.INTRA_THREAD), (1, 2, EdgeClass.INTRA_THREAD), (0, 3, EdgeClass.LAUNCH),
              (1, 4, EdgeClass.LAUNCH)]
-    g = make_graph(kind, [0, 0, 0, 1, 2], [1, 1, 1, 50, 20], edges, [TaskKind.CPU, TaskKind.GPU, TaskKind.GPU],
+    g = graph_of(kind, [0, 0, 0, 1, 2], [1, 1, 1, 50, 20], edges, [TaskKind.CPU, TaskKind.GPU, TaskKind.GPU],
                    wait_kind=[0, 0, WaitKind.DEVICE, 0, 0], wait_target=[-1, -1, 0, -1, -1])
     s = simulate(g, engine="reference")
     assert s.start[2] == 51.0

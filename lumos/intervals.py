@@ -1,4 +1,8 @@
-"""Union and intersection lengths of sets of time intervals."""
+"""Union, intersection and membership for sets of time intervals.
+
+Dependency-free, so every stage that reasons about busy time (analysis, the
+dPRO-style baseline) uses the same union instead of its own copy.
+"""
 
 from __future__ import annotations
 
@@ -44,3 +48,14 @@ def clip(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tuple[np.n
     s, e = np.maximum(start, lo), np.minimum(end, hi)
     keep = e > s
     return s[keep], e[keep]
+
+
+def inside(t: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Whether each time in `t` lies inside one of the disjoint sorted intervals (s, e), ends included."""
+    if not len(s):
+        return np.zeros(len(t), dtype=bool)
+    k = np.searchsorted(s, t, side="right") - 1
+    ok = k >= 0
+    out = np.zeros(len(t), dtype=bool)
+    out[ok] = t[ok] <= e[k[ok]]
+    return out
