@@ -34,6 +34,7 @@ rule all:
 include: "workflow/rules/emulate.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/predict.smk"
+include: "workflow/rules/h200.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"

@@ -8,7 +8,7 @@ random tokens; AdamW. It runs on CPU (torch's CPU build) or CUDA:
     python -m lumos.capture.gpt --layers 2 --hidden 64 --ffn 256 --heads 2 \\
         --seq 32 --micro-batch 2 --steps 3 --out traces/tiny
     lumos capture gpt --layers 12 --hidden 2048 --ffn 8192 --heads 16 \\
-        --seq 2048 --micro-batch 4 --steps 3 --out traces/base     # same flags
+        --seq 2048 --micro-batch 4 --micro-batches 2 --steps 3 --out traces/base  # same flags
 
 It profiles `wait` (1) + `warmup` + `steps` iterations through
 `lumos.capture.profile.lumos_profile` and writes `<out>/rank{R}.json.gz`.
@@ -16,25 +16,32 @@ Under `torchrun` (WORLD_SIZE > 1) it joins a process group (NCCL on CUDA,
 gloo on CPU), trains data-parallel and all-reduces the gradient buckets.
 
 Annotations (`torch.profiler.record_function` ranges, category
-`user_annotation` in the trace) a predictor can key on, per iteration:
+`user_annotation` in the trace) a predictor can key on, per iteration; `mb{j}`
+is the micro-batch, j = 0 .. micro_batches-1 (`--micro-batches`, gradient
+accumulation; the names are the ones `lumos.transform.structure` reads, the
+same as the emulator writes):
 
-- `ProfilerStep#N`             one training iteration (written by the profiler)
-- `forward`                    the whole forward pass, containing
-  - `embedding/forward`        token + position embedding
-  - `layer_{i}/forward`        transformer block i, i = 0 .. layers-1
-  - `head/forward`             final LayerNorm, LM head and loss
-- `backward`                   the whole backward pass (`loss.backward()`), containing
-  - `layer_{i}/backward`       block i's backward, i = layers-1 .. 0. Opened
-    when the gradient reaches the block's output and closed when it leaves
-    its input (identity autograd markers at both ends), so it holds every
-    autograd op of block i; on CUDA it lies on the autograd device thread.
-  - `grad_bucket_{i}/reduce`   the communication-like reduction of block i's
-    gradients, launched as soon as they are all accumulated (see below)
-- `grad_sync`                  the main stream waiting for the side stream
-- `optimizer_step`             AdamW step (contains torch's own
-                               `Optimizer.step#AdamW.step`)
-- `zero_grad`                  `optimizer.zero_grad(set_to_none=True)`
-- `loss_item`                  `loss.item()` (a device-to-host sync on CUDA)
+- `ProfilerStep#N`                one training iteration (written by the profiler)
+- `forward`                       one micro-batch's forward pass, containing
+  - `embedding/forward/mb{j}`     token + position embedding
+  - `layer_{i}/forward/mb{j}`     transformer block i, i = 0 .. layers-1
+  - `head/forward/mb{j}`          final LayerNorm, LM head and loss
+- `backward`                      that micro-batch's backward (`loss.backward()`), containing
+  - `head/backward/mb{j}`         the loss and LM head's backward
+  - `layer_{i}/backward/mb{j}`    block i's backward, i = layers-1 .. 0,
+  - `embedding/backward/mb{j}`    the embeddings' backward. Each backward range is
+    opened when the gradient reaches the part's output and closed when it leaves
+    its input (identity autograd markers at both ends; the embedding's when its
+    weights' gradients are accumulated), so it holds every autograd op of that
+    part; on CUDA it lies on the autograd device thread.
+  - `grad_bucket_{i}/reduce`      the communication-like reduction of block i's
+    gradients, launched in the last micro-batch as soon as they are all
+    accumulated (see below)
+- `grad_sync`                     the main stream waiting for the side stream
+- `optimizer`                     AdamW step (contains torch's own
+                                  `Optimizer.step#AdamW.step`)
+- `zero_grad`                     `optimizer.zero_grad(set_to_none=True)`
+- `loss_item`                     `loss.item()` (a device-to-host sync on CUDA)
 
 Side stream (CUDA only, `--no-side-stream` turns it off; never on CPU): every
 block's gradients form one bucket, reduced DDP-style while the backward of
@@ -177,12 +184,14 @@ def _model_classes():
             self.fc1 = nn.Linear(cfg.hidden, cfg.ffn)
             self.fc2 = nn.Linear(cfg.ffn, cfg.hidden)
             self.drop = nn.Dropout(cfg.dropout)
-            self.bwd_range = _Range(f"layer_{index}/backward")
+            self.mb = 0   # the micro-batch being run; set by GPT.forward
+            self.bwd_range = _Range(f"layer_{index}/backward/mb0")
 
         def forward(self, x):
             mark = torch.is_grad_enabled() and x.requires_grad
-            with record_function(f"layer_{self.index}/forward"):
+            with record_function(f"layer_{self.index}/forward/mb{self.mb}"):
                 if mark:
+                    self.bwd_range = _Range(f"layer_{self.index}/backward/mb{self.mb}")
                     x = _CloseInBackward.apply(x, self.bwd_range)
                 x = x + self.drop(self.attn(self.ln1(x)))
                 x = x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
@@ -201,6 +210,16 @@ def _model_classes():
             self.ln_f = nn.LayerNorm(cfg.hidden)
             self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
             self.apply(self._init)
+            self.head_bwd = _Range("head/backward/mb0")
+            self.embed_bwd = _Range("embedding/backward/mb0")
+            self._embed_pending = 0
+            for p in (self.tok.weight, self.pos.weight):
+                p.register_post_accumulate_grad_hook(self._embed_grad_ready)
+
+        def _embed_grad_ready(self, _param) -> None:
+            self._embed_pending -= 1
+            if self._embed_pending == 0:
+                self.embed_bwd.close()
 
         @staticmethod
         def _init(m) -> None:
@@ -209,22 +228,35 @@ def _model_classes():
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
-        def forward(self, idx, targets):
+        def forward(self, idx, targets, mb: int = 0):
             b, s = idx.shape
-            with record_function("embedding/forward"):
+            mark = torch.is_grad_enabled()
+            with record_function(f"embedding/forward/mb{mb}"):
                 pos = torch.arange(s, device=idx.device)
                 x = self.drop(self.tok(idx) + self.pos(pos))
+                if mark:
+                    self.embed_bwd = _Range(f"embedding/backward/mb{mb}")
+                    self._embed_pending = 2
+                    x = _OpenInBackward.apply(x, self.embed_bwd)
             for block in self.blocks:
+                block.mb = mb
                 x = block(x)
-            with record_function("head/forward"):
+            with record_function(f"head/forward/mb{mb}"):
+                if mark:
+                    self.head_bwd = _Range(f"head/backward/mb{mb}")
+                    x = _CloseInBackward.apply(x, self.head_bwd)
                 logits = self.head(self.ln_f(x))
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+                if mark:
+                    loss = _OpenInBackward.apply(loss, self.head_bwd)
             return loss
 
         def close_ranges(self) -> None:
             """Close any backward range a failed backward left open."""
             for block in self.blocks:
                 block.bwd_range.close()
+            self.head_bwd.close()
+            self.embed_bwd.close()
 
     return GPT
 
@@ -261,6 +293,7 @@ class GradBuckets:
         self.rest = ("grad_bucket_rest", rest)
         self.pending: dict[int, int] = {}
         self.reduced: set[int] = set()
+        self.armed = True
         self.active = self.use_stream or self.world > 1
         if self.active:
             for b, (_, params) in enumerate(self.buckets):
@@ -273,6 +306,8 @@ class GradBuckets:
         self.reduced = set()
 
     def _ready(self, bucket: int, _param) -> None:
+        if not self.armed:
+            return
         self.pending[bucket] -= 1
         if self.pending[bucket] == 0 and bucket not in self.reduced:
             self.reduced.add(bucket)
@@ -358,21 +393,27 @@ DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmup: int = 1,
             wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
-            seed: int = 0, rank: int | None = None, log=print) -> Path:
-    """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path."""
+            seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print) -> Path:
+    """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path.
+
+    Each iteration runs `microbatches` forward/backward passes (gradient
+    accumulation) before one optimizer step.
+    """
     require_torch()
+    if microbatches < 1:
+        raise ValueError("microbatches must be >= 1")
     dist_info = _init_distributed(device)
     try:
         return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
-                                  seed=seed, rank=rank, log=log)
+                                  seed=seed, rank=rank, microbatches=microbatches, log=log)
     finally:
         if dist_info is not None and dist_info[3]:
             require_torch().distributed.destroy_process_group()
 
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
-                       side_stream, seed, rank, log) -> Path:
+                       side_stream, seed, rank, microbatches, log) -> Path:
     torch = require_torch()
     from .profile import lumos_profile
 
@@ -394,19 +435,23 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     buckets = GradBuckets(model, dev, side_stream)
     gen = torch.Generator(device="cpu").manual_seed(seed + (dist_info[0] if dist_info else 0))
     batch = (cfg.micro_batch, cfg.seq)
-    idx = torch.randint(cfg.vocab, batch, generator=gen).to(dev)
-    targets = torch.randint(cfg.vocab, batch, generator=gen).to(dev)
+    data = [(torch.randint(cfg.vocab, batch, generator=gen).to(dev),
+             torch.randint(cfg.vocab, batch, generator=gen).to(dev)) for _ in range(microbatches)]
 
     def train_step() -> float:
-        try:
-            with torch.profiler.record_function("forward"):
-                loss = model(idx, targets)
-            with torch.profiler.record_function("backward"):
-                loss.backward()
-        finally:
-            model.close_ranges()
+        for j, (idx, targets) in enumerate(data):
+            buckets.armed = j == microbatches - 1
+            try:
+                with torch.profiler.record_function("forward"):
+                    loss = model(idx, targets, mb=j)
+                    if microbatches > 1:
+                        loss = loss / microbatches
+                with torch.profiler.record_function("backward"):
+                    loss.backward()
+            finally:
+                model.close_ranges()
         buckets.finish()
-        with torch.profiler.record_function("optimizer_step"):
+        with torch.profiler.record_function("optimizer"):
             opt.step()
         with torch.profiler.record_function("zero_grad"):
             opt.zero_grad(set_to_none=True)
@@ -414,7 +459,7 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
             return loss.item()
 
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
-            "dtype": dtype, "side_stream": buckets.use_stream,
+            "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches,
             "parameters": cfg.parameter_count()}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
@@ -439,7 +484,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, default=d.heads, help="attention heads (default %(default)s)")
     p.add_argument("--seq", type=int, default=d.seq, help="sequence length (default %(default)s)")
     p.add_argument("--micro-batch", type=int, default=d.micro_batch,
-                   help="sequences per iteration (default %(default)s)")
+                   help="sequences per micro-batch (default %(default)s)")
+    p.add_argument("--micro-batches", type=int, default=1,
+                   help="micro-batches per iteration, gradients accumulated (default %(default)s)")
     p.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size (default %(default)s)")
     p.add_argument("--attention", choices=("sdpa", "math"), default=d.attention,
                    help="fused scaled_dot_product_attention or explicit bmm/softmax")
@@ -471,7 +518,8 @@ def run_from_args(args: argparse.Namespace) -> Path:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
-                   seed=args.seed, rank=args.rank, log=None if args.quiet else print)
+                   seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
+                   log=None if args.quiet else print)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return path
 

@@ -95,7 +95,7 @@ def prediction_row(doc: Mapping, labels: Mapping) -> dict:
 
 # ---- presentation tables ---------------------------------------------------------------------
 
-def replay_real_table(data: pd.DataFrame) -> pd.DataFrame:
+def replay_real_table(data: pd.DataFrame, source: str = "real") -> pd.DataFrame:
     """Per trace and rank: graph size, measured vs Lumos replay (and dPRO-style error when present)."""
     lumos = data[data["simulator"] == "lumos"]
     cols = (["trace", "rank", "step", "tasks", "edges", "inferred_edges", "violations"]
@@ -107,8 +107,44 @@ def replay_real_table(data: pd.DataFrame) -> pd.DataFrame:
             columns={"replayed_iteration_ms": "dpro_replayed_iteration_ms", "error_pct": "dpro_error_pct",
                      "component_l1_pct": "dpro_component_l1_pct"})
         out = out.merge(d, on=["trace", "rank"], how="left")
-    out.insert(0, "source", "real")
+    out.insert(0, "source", source)
     return out.reset_index(drop=True)
+
+
+def h200_whatif_table(docs: list[dict]) -> pd.DataFrame:
+    """One row per what-if target and base recording: predicted vs the mean of every measured iteration.
+
+    `docs` are `lumos predict` JSON documents with `predicted_by_base` (the prediction from each
+    recording of the base) and `measured_runs` (one entry per recorded run and profiled step)
+    added by the pipeline. `spread_pct` is (max - min) / mean over the measured iterations,
+    `run_to_run_pct` the difference between the two recordings' means.
+    """
+    rows = []
+    for doc in docs:
+        runs = pd.DataFrame(doc["measured_runs"])
+        it = runs["iteration_us"] / 1e3
+        mean = float(it.mean())
+        per_run = runs.groupby("run")["iteration_us"].mean() / 1e3
+        for base, pred in doc.get("predicted_by_base", {"base": doc["predicted"]}).items():
+            row = {"source": doc.get("source", "measured on hardware"), "target": doc["label"],
+                   "flags": " ".join(doc["flags"]) or "(none)", "base": base,
+                   "microbatches": doc["microbatches"], "micro_batch": doc["target"].get("micro_batch"),
+                   "layers": doc["target"]["layers"], "hidden": doc["target"]["hidden"],
+                   "ffn": doc["target"]["ffn"], "n_measured": len(runs)}
+            for p in PARTS:
+                row[f"predicted_{p}_ms"] = pred[f"{p}_us"] / 1e3
+                row[f"measured_{p}_ms"] = float(runs[f"{p}_us"].mean()) / 1e3
+            row["error_pct"] = 100.0 * (row["predicted_iteration_ms"] - mean) / mean
+            row["measured_min_ms"], row["measured_max_ms"] = float(it.min()), float(it.max())
+            row["spread_pct"] = 100.0 * (row["measured_max_ms"] - row["measured_min_ms"]) / mean
+            row["run_to_run_pct"] = 100.0 * float(per_run.max() - per_run.min()) / mean
+            row["within_spread"] = bool(row["measured_min_ms"] <= row["predicted_iteration_ms"]
+                                        <= row["measured_max_ms"])
+            for p in COMPONENT_PARTS:
+                m = row[f"measured_{p}_ms"]
+                row[f"{p}_error_pct"] = 100.0 * (row[f"predicted_{p}_ms"] - m) / m if m else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def replay_emulated_table(data: pd.DataFrame) -> pd.DataFrame:

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ffn", type=int, default=None, help="FFN hidden size")
     p.add_argument("--global-batch", type=int, default=None,
                    help="global batch (sequences); default: keep the base's micro-batches per iteration")
-    p.add_argument("--micro-batch", type=int, default=None, help="micro-batch size (must equal the base's)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="micro-batch size (sequences); with --global-batch it also sets the micro-batch count")
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", default=None, help="write the prediction JSON here")
@@ -59,8 +60,9 @@ def run(args) -> int:
 
 def format_table(doc: dict) -> str:
     t = doc["target"]
+    mbs = f", micro-batch {t['micro_batch']}" if "micro_batch" in t else ""
     lines = [f"{doc['base']} -> tp{t['tp']} pp{t['pp']} dp{t['dp']} layers {t['layers']} hidden {t['hidden']} "
-             f"ffn {t['ffn']} ({doc['microbatches']} micro-batches)"]
+             f"ffn {t['ffn']} ({doc['microbatches']} micro-batches{mbs})"]
     have = "measured" in doc
     label = "actual (emulated) ms" if doc.get("emulated_actual") else "actual ms"
     lines.append(f"  {'':<18}{'predicted ms':>14}" + (f"{label:>22}{'error %':>9}" if have else ""))

@@ -32,6 +32,7 @@ class Plan:
     ranks: list                 # global rank of each stage's representative
     collectives: AlphaBeta
     compute: ComputeModel
+    base_shape: ModelShape | None = None   # the profiled model's shape (parameter counts of the base)
     pairs: list = field(default_factory=list)   # rendezvous groups not yet in the graph
     notes: list = field(default_factory=list)   # assumptions taken from flags/config, said aloud
 

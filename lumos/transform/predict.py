@@ -28,6 +28,7 @@ from .rebuild import rebuild
 from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import load_profile
+from .micro_batch import change_micro_batch
 from .width import change_width
 
 KEYS = ("iteration_us",) + COMPONENTS
@@ -46,24 +47,22 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     ranks = sorted(st.stage_of_rank)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
-                collectives=coll_model, compute=comp)
+                collectives=coll_model, compute=comp, base_shape=st.shape)
 
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None) -> Plan:
-    """Apply the what-if changes in a fixed order: width, DP, then one pipeline rebuild."""
+    """Apply the what-if changes in a fixed order: width, micro-batch size, DP, then one pipeline rebuild."""
     if tp is not None and tp != plan.tp:
         raise ValueError(f"changing TP ({plan.tp} -> {tp}) is not supported (as in the paper)")
-    if micro_batch is not None and micro_batch != plan.shape.micro_batch:
-        raise ValueError(f"changing the micro-batch size ({plan.shape.micro_batch} -> {micro_batch}) "
-                         "is not supported")
     out = plan
     out = change_width(out, hidden, ffn)
+    out = change_micro_batch(out, micro_batch)
     dp = dp or plan.dp
     out = change_dp(out, dp)
     if global_batch is not None:
-        mb = plan.shape.micro_batch
+        mb = out.shape.micro_batch
         if global_batch % (dp * mb):
             raise ValueError(f"global batch {global_batch} is not a multiple of dp*micro_batch = {dp * mb}")
         m = global_batch // (dp * mb)
@@ -104,6 +103,18 @@ def measure_run(tables: Sequence[TraceTable], step=None) -> dict:
     return {"critical_rank": crit, **per[crit].as_dict()}
 
 
+def measured_steps(path) -> list[dict]:
+    """Run-level measured breakdown of every profiled step of the run at `path`, in step order."""
+    from lumos.trace import find_steps, load_run
+
+    tables = load_run(path)
+    rows = []
+    for s in find_steps(tables[0]):
+        m = measure_run(tables, step=s.number)
+        rows.append({"run": Path(path).name, "step": s.number, **_round(m)})
+    return rows
+
+
 def _round(d: dict) -> dict:
     return {k: round(float(d[k]), 3) for k in KEYS}
 
@@ -123,10 +134,11 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     predicted = _round(bd.as_dict())
     doc = {"base": base_name,
            "target": {"tp": out.tp, "pp": out.pp, "dp": out.dp, "layers": out.layers,
-                      "hidden": out.shape.hidden, "ffn": out.shape.ffn},
+                      "hidden": out.shape.hidden, "ffn": out.shape.ffn,
+                      "micro_batch": out.shape.micro_batch},
            "base_config": {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "layers": plan.layers,
                            "hidden": plan.shape.hidden, "ffn": plan.shape.ffn,
-                           "microbatches": plan.microbatches},
+                           "micro_batch": plan.shape.micro_batch, "microbatches": plan.microbatches},
            "microbatches": out.microbatches,
            "predicted": predicted,
            "critical_stage_rank": bd.critical_rank,
@@ -139,8 +151,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
         measured = measure_run(actual_tables, step=step)
         doc["measured"] = _round(measured)
         doc["error_pct"] = round(relative_error_pct(predicted["iteration_us"], measured["iteration_us"]), 4)
-        doc["component_error_pct"] = {k: round(relative_error_pct(predicted[k], measured[k]), 4)
-                                      for k in COMPONENTS}
+        comp = {k: relative_error_pct(predicted[k], measured[k]) for k in COMPONENTS}
+        doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}
         doc["emulated_actual"] = bool((actual_manifest or {}).get("emulated", False))
     return doc
 

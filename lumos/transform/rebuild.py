@@ -31,6 +31,9 @@ from .structure import Block, RunStructure
 from .suppliers import CollectiveSpec, ComputeSpec
 
 
+MULTI_TENSOR_OPS = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
+
+
 class _Templates:
     """Template blocks of the input plan, looked up by role, with their edges pre-split."""
 
@@ -39,6 +42,7 @@ class _Templates:
         self.plan = plan
         self.layer, self.embed, self.head, self.p2p = {}, {}, {}, defaultdict(list)
         self.dp, self.optimizer, self.prologue = [], {}, {}
+        self.bucket = {}      # layer -> its gradient-bucket reduction (lumos capture gpt)
         first_main = {}
         for i, b in enumerate(st.blocks):
             if b.kind == "layer":
@@ -51,6 +55,8 @@ class _Templates:
                 self.p2p[tuple(sorted(b.shape))].append(i)
             elif b.kind == "dp":
                 self.dp.append(i)
+            elif b.kind == "bucket":
+                self.bucket.setdefault(b.layer, i)
             elif b.kind == "optimizer":
                 self.optimizer.setdefault(b.rank, []).append(i)
             if b.kind in ("p2p", "layer", "embedding", "head") and b.rank not in first_main:
@@ -317,9 +323,11 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     shape = plan.shape
     params_layer, params_embed = shape.layer_params(), shape.embed_params()
     base_stage_params = {}
+    bsh = plan.base_shape or shape     # the templates' parameters are the profiled model's
+    layer_ratio = params_layer / bsh.layer_params()
     for i, r in enumerate(tm.ranks):
         nl = len({bl.layer for bl in st.blocks if bl.rank == r and bl.kind == "layer"})
-        base_stage_params[r] = nl * params_layer + params_embed * (
+        base_stage_params[r] = nl * bsh.layer_params() + bsh.embed_params() * (
             (i == 0) + (i == len(tm.ranks) - 1))
     for s in range(pp):
         rank = ranks[s]
@@ -379,10 +387,24 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
 
                 def ready(params):
                     return (lambda: _grads(state, params, tm, emit)) if grads else None
+
+                def layer_done(layer):
+                    """After a layer's last backward: its gradient bucket (when the base reduces per
+                    layer), then the DP buckets that became full."""
+                    bucket = tm.bucket.get(layer % tm.base_layers) if mb == m - 1 else None
+                    dp_ready = ready(params_layer)
+                    if bucket is None:
+                        return dp_ready
+
+                    def after():
+                        emit(bucket, scale_params=layer_ratio, layer=layer)
+                        if dp_ready is not None:
+                            dp_ready()
+                    return after
                 seq = []
                 if last and (bi := tm.role_block(tm.head, "backward", mb)) is not None:
                     seq.append((bi, ready(params_embed), None))
-                seq += [(tm.layer_block(l, "backward", mb), ready(params_layer), l) for l in reversed(my_layers)]
+                seq += [(tm.layer_block(l, "backward", mb), layer_done(l), l) for l in reversed(my_layers)]
                 if first and (bi := tm.role_block(tm.embed, "backward", mb)) is not None:
                     seq.append((bi, ready(params_embed), None))
                 step_blocks("backward", mb, seq)
@@ -457,12 +479,19 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     if scale_params is not None:
         for k, t in enumerate(T):
             d = dims[k]
-            if (g.kind[t] == TaskKind.GPU and coll[k] is None and d and len(d) == 1
-                    and isinstance(d[0], tuple) and len(d[0]) == 1 and d[0][0] > 1e6):
+            if g.kind[t] != TaskKind.GPU or coll[k] is not None:
+                continue
+            op = str(st.op_name[t])
+            if d and len(d) == 1 and isinstance(d[0], tuple) and len(d[0]) == 1 and d[0][0] > 1e6:
                 new = ((int(round(d[0][0] * scale_params)),),)
-                dur[k] = plan.compute.retime(dur[k], ComputeSpec(str(st.op_name[t]), d),
-                                             ComputeSpec(str(st.op_name[t]), new))
+                dur[k] = plan.compute.retime(dur[k], ComputeSpec(op, d), ComputeSpec(op, new))
                 dims[k] = new
+            elif op.startswith(MULTI_TENSOR_OPS) or blk.kind == "bucket":
+                # a multi-tensor kernel (foreach / fused optimizer) sweeps a share of all parameters, a
+                # bucket's flatten / reduce / unflatten kernels its layer's; the trace gives no sizes
+                # (tensor lists), so their time scales with the parameter count
+                c = min(plan.compute.fixed_us.get("elementwise", 0.0), dur[k])
+                dur[k] = c + (dur[k] - c) * scale_params
     comm_k = [k for k in range(n) if coll[k] is not None]
     for k in comm_k:
         t = T[k]

@@ -7,7 +7,12 @@ with the GPU ops those tasks launched:
   `head/...` (Megatron/NeMo-style NVTX ranges; see docs/prediction.md);
 - a pipeline exchange: one `c10d::batch_isend_irecv` op (its send/recv kernels);
 - a data-parallel gradient all-reduce issued outside any layer range;
-- the `optimizer` range; anything else is glue (e.g. `aten::zero_` at the start).
+- a layer's gradient bucket reduction (`grad_bucket_{L}/reduce`, as `lumos capture
+  gpt` writes it, on a side stream or inline);
+- the `optimizer` range (or torch's own `Optimizer.step#...` inside it); anything
+  else is glue (e.g. `aten::zero_` at the start).
+A range interrupted by a nested one (a bucket reduction inside a layer's backward)
+stays one block: the tasks after the nested range rejoin the block they left.
 The model shape (hidden, FFN, sequence, micro-batch, vocabulary, heads, TP) is
 read from the GEMM, layer-norm, attention and embedding ops' Input Dims.
 """
@@ -23,7 +28,12 @@ from lumos.graph.edges.cross_rank import parse_ranks
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
 
+from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
+
 ANN = re.compile(r"^(?:layer_(\d+)|(embedding)|(head))/(forward|backward)/mb(\d+)$")
+BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
+OPTIMIZER = ("optimizer", "optimizer_step")
+EMBEDDING_OPS = ("aten::embedding", "aten::index_select", "aten::gather")
 P2P_OP = "c10d::batch_isend_irecv"
 DTYPE_BYTES = {"BFloat16": 2, "Half": 2, "Float": 4, "float": 4, "c10::BFloat16": 2, "Double": 8}
 
@@ -141,16 +151,22 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
     for p, idx in by_thread.items():
         idx = sorted(idx, key=lambda i: graph.ts[cpu[i]])
         prev_key, cur = None, None
+        open_ann: dict[int, Block] = {}     # annotation event -> its block, to rejoin after a nested range
         for i in idx:
             a = int(ann[i])
             key = ("ann", a) if a >= 0 else ("op", int(top[i]))
-            if key != prev_key:
+            if key != prev_key and a >= 0 and a in open_ann:
+                cur = open_ann[a]
+                prev_key = key
+            elif key != prev_key:
                 cur = Block(kind="glue", rank=int(table.rank), thread_role=int(proc_role[p]),
                             start=float(graph.ts[cpu[i]]))
                 cur._members = []
                 cur._ann = table.name[a] if a >= 0 else None
                 cur._top = table.name[top[i]] if top[i] >= 0 else None
                 blocks.append(cur)
+                if a >= 0:
+                    open_ann[a] = cur
                 prev_key = key
             cur._members.append(int(cpu[i]))
             block_of[int(cpu[i])] = cur
@@ -165,12 +181,15 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
     for b in blocks:
         b.tasks = np.array(sorted(b._members, key=lambda t: (graph.kind[t], graph.ts[t])), dtype=np.int64)
         m = ANN.match(b._ann) if b._ann else None
+        mb_ = BUCKET.match(b._ann) if b._ann else None
         comm_kinds = [coll[t] for t in b.tasks if coll[t] is not None]
         if m:
             b.kind = "layer" if m.group(1) is not None else (m.group(2) or m.group(3))
             b.layer = int(m.group(1)) if m.group(1) is not None else -1
             b.phase, b.mb = m.group(4), int(m.group(5))
-        elif b._ann == "optimizer":
+        elif mb_ and not comm_kinds:
+            b.kind, b.layer = "bucket", int(mb_.group(1))
+        elif b._ann in OPTIMIZER or (b._ann or "").startswith("Optimizer.step#"):
             b.kind = "optimizer"
         elif b._top == P2P_OP:
             b.kind = "p2p"
@@ -188,41 +207,53 @@ def _dims_of(table: TraceTable, row: int):
     return tuple(tuple(x) if isinstance(x, list) else x for x in d) if d is not None else None
 
 
-def infer_shape(blocks: list, op_name, op_dims, tp_hint: int | None = None) -> ModelShape:
-    """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes."""
+def infer_shape(blocks: list, op_name, op_dims, is_gpu=None) -> ModelShape:
+    """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes.
+
+    The layer's GEMMs in launch order are QKV (h -> 3h/t), projection, FC1 (h -> f/t)
+    and FC2; the layer norm gives h (its weight) and the activation's two leading
+    dims; attention says which of them is the sequence (Megatron's activations are
+    [s, b, h], an eager PyTorch model's [b, s, h]). Only kernels (`is_gpu`) are read: a
+    CPU task's op is the op itself (`aten::linear` around `aten::addmm` would count
+    twice), and cuBLAS may launch a memset before a GEMM.
+    """
     fwd = next((b for b in blocks if b.kind == "layer" and b.phase == "forward"), None)
     if fwd is None:
         raise ValueError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
-    mms, ln, attn = [], None, None
-    seen = set()
+    gemms, ln, attn = [], None, None
+    last = None
     for t in fwd.tasks:
         n, d = op_name[t], op_dims[t]
-        if d is None or (n, id(d)) in seen:
+        if d is None or (is_gpu is not None and not is_gpu[t]):
             continue
-        if n == "aten::mm" and len(d) == 2:
-            mms.append(d)
-        elif n == "aten::layer_norm" and ln is None:
+        if n in GEMM_OPS:
+            mkn = gemm_mkn(str(n), d)
+            if mkn is not None and d is not last:   # one op may launch several kernels
+                gemms.append(mkn)
+                last = d
+        elif n in ("aten::layer_norm", "aten::native_layer_norm") and ln is None:
             ln = d
-        elif "flash_attention_forward" in str(n) and attn is None:
-            attn = d
-    # dedupe consecutive identical launches of one op
-    uniq = []
-    for d in mms:
-        if not uniq or uniq[-1] is not d:
-            uniq.append(d)
-    if ln is None or len(uniq) < 4:
-        raise ValueError("cannot read the model shape: a layer forward needs a layer_norm and 4 GEMMs")
-    s, b, h = (int(x) for x in ln[0])
-    qkv_n = int(uniq[0][1][1])
+        elif "attention" in str(n) and attn is None:
+            attn = attention_bshd(str(n), d)
+    if ln is None or len(gemms) < 4 or not ln[0] or len(ln[0]) != 3:
+        raise ValueError("cannot read the model shape: a layer forward needs a layer_norm and 4 GEMMs "
+                         f"(found {len(gemms)} GEMMs, layer norm {'yes' if ln else 'no'}) in "
+                         f"layer {fwd.layer} forward, micro-batch {fwd.mb}")
+    x0, x1, h = (int(x) for x in ln[0])
+    s, b = x0, x1                                   # [s, b, h] unless attention says [b, s, h]
+    if attn is not None and attn[1] == x1 and attn[0] == x0 and x0 != x1:
+        b, s = x0, x1
+    qkv_n = int(gemms[0][2])
     tp = max(int(round(3 * h / qkv_n)), 1)
-    ffn = int(uniq[2][1][1]) * tp
-    heads = int(attn[0][2]) * tp if attn is not None else h // 128
+    ffn = int(gemms[2][2]) * tp
+    heads = int(attn[2]) * tp if attn is not None else h // 128
     vocab = 0
-    for bl in blocks:
+    for bl in blocks:     # the first lookup table [V/t, h] an embedding forward reads
         if bl.kind == "embedding" and bl.phase == "forward":
             for t in bl.tasks:
-                if op_name[t] == "aten::embedding" and op_dims[t] is not None:
-                    vocab = int(op_dims[t][0][0]) * tp
+                d = op_dims[t]
+                if op_name[t] in EMBEDDING_OPS and d and len(d[0]) == 2 and int(d[0][1]) == h:
+                    vocab = int(d[0][0]) * tp
                     break
             if vocab:
                 break
@@ -280,7 +311,8 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
         zero = np.flatnonzero((table.cat == schema.CPU_OP) & (table.name == "aten::zero_"))
         if len(zero) and table.input_dims[zero[0]]:
             stage_params[r] = float(table.input_dims[zero[0]][0][0])
-    shape = infer_shape(blocks, op_name, op_dims)
+    kernel = (graph.kind == TaskKind.GPU) & ~np.char.startswith(graph.name.astype(str), "Mem")
+    shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel)
     layers = {b.layer for b in blocks if b.kind == "layer"}
     mbs = {b.mb for b in blocks if b.mb >= 0}
     ranks = sorted(by_rank)

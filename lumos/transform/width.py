@@ -1,9 +1,11 @@
 """Hidden / FFN size: new tensor shapes; re-time the GEMM, attention, element-wise and TP/PP
 communication tasks they touch.
 
-Each task's Input Dims are rewritten by value: a dimension equal to h, h/t, 3h/t,
-f/t or heads/t becomes its new value (f/t is tried before h when both match,
-which only matters when f/t == h and the FFN ratio changes). Compute tasks are
+Each task's Input Dims are rewritten by the dimension's role (`shapes.py`): a
+model width equal to h, h/t, 3h/t or f/t becomes its new value (f/t is tried
+before h when both match, which only matters when f/t == h and the FFN ratio
+changes), heads/t in attention, never the token count or the sequence, even when
+they share a value with a width. Compute tasks are
 re-timed by the compute supplier (FLOP or byte ratio), tensor-parallel and
 pipeline messages (s*b*h elements) scale with h through the collective supplier.
 Parameter counts (DP buckets, optimizer) follow from the new shape when the
@@ -14,11 +16,10 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
-
 from lumos.graph.model import TaskKind
 
 from .plan import Plan
+from .shapes import rewrite_width
 from .suppliers import CollectiveSpec, ComputeSpec
 
 
@@ -33,14 +34,6 @@ def _mapping(shape, hidden: int, ffn: int) -> dict:
     return m
 
 
-def _subst(d, m: dict):
-    if isinstance(d, tuple):
-        return tuple(_subst(x, m) for x in d)
-    if isinstance(d, (int, np.integer)):
-        return m.get(int(d), int(d))
-    return d
-
-
 def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) -> Plan:
     hidden = hidden or plan.shape.hidden
     ffn = ffn or plan.shape.ffn
@@ -52,6 +45,11 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
     g, st = out.graph, out.st
     m = _mapping(plan.shape, hidden, ffn)
     act_ratio = hidden / plan.shape.hidden
+    sh = plan.shape
+    tokens = sh.seq * sh.micro_batch
+    head_dim = sh.hidden // max(sh.heads, 1)
+    heads_t = max(sh.heads // sh.tp, 1)
+    new_heads_t = max(sh.heads * hidden // sh.hidden // sh.tp, 1)
     for t in range(g.n_tasks):
         d = st.op_dims[t]
         if st.coll[t] is not None:
@@ -62,8 +60,8 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
             continue
         if d is None:
             continue
-        nd = _subst(d, m)
-        if nd != d:
+        nd = rewrite_width(str(st.op_name[t]), d, m, tokens, head_dim, heads_t, new_heads_t)
+        if nd is not None:
             if g.kind[t] == TaskKind.GPU:
                 op = str(st.op_name[t])
                 g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd))

@@ -40,10 +40,11 @@ def test_cpu_ops_carry_input_dims(gpt_trace):
 
 def test_layer_and_phase_annotations(gpt_trace):
     names = collections.Counter(e["name"] for e in _annotations(gpt_trace))
-    for name in ("forward", "backward", "embedding/forward", "head/forward",
-                 "layer_0/forward", "layer_1/forward", "layer_0/backward", "layer_1/backward",
-                 "optimizer_step", "zero_grad", "loss_item"):
+    for name in ("forward", "backward", "embedding/forward/mb0", "head/forward/mb0",
+                 "layer_0/forward/mb0", "layer_1/forward/mb0", "layer_0/backward/mb0", "layer_1/backward/mb0",
+                 "head/backward/mb0", "embedding/backward/mb0", "optimizer", "zero_grad", "loss_item"):
         assert names[name] == 2, (name, names[name])  # once per active iteration
+    assert not any(n.endswith("/mb1") for n in names)  # one micro-batch unless --micro-batches says more
 
 
 def test_layer_backward_holds_that_layers_autograd_ops(gpt_trace):
@@ -51,7 +52,7 @@ def test_layer_backward_holds_that_layers_autograd_ops(gpt_trace):
     ann = _annotations(gpt_trace)
     bwd = [e for e in ann if e["name"] == "backward"][0]
     for i in (0, 1):
-        rng = min((e for e in ann if e["name"] == f"layer_{i}/backward" and e["ts"] >= bwd["ts"]),
+        rng = min((e for e in ann if e["name"] == f"layer_{i}/backward/mb0" and e["ts"] >= bwd["ts"]),
                   key=lambda e: e["ts"])
         assert bwd["ts"] <= rng["ts"] and rng["ts"] + rng["dur"] <= bwd["ts"] + bwd["dur"] + 1
         inside = [e["name"] for e in events if e.get("cat") == "cpu_op" and e["tid"] == rng["tid"]
@@ -59,9 +60,58 @@ def test_layer_backward_holds_that_layers_autograd_ops(gpt_trace):
         assert any("AddmmBackward" in n for n in inside)
         assert any("NativeLayerNormBackward" in n for n in inside)
     # block 1's backward runs before block 0's
-    l0 = min(e["ts"] for e in ann if e["name"] == "layer_0/backward")
-    l1 = min(e["ts"] for e in ann if e["name"] == "layer_1/backward")
+    l0 = min(e["ts"] for e in ann if e["name"] == "layer_0/backward/mb0")
+    l1 = min(e["ts"] for e in ann if e["name"] == "layer_1/backward/mb0")
     assert l1 < l0
+
+
+def _first(ann, name, after):
+    return min((e for e in ann if e["name"] == name and e["ts"] >= after), key=lambda e: e["ts"])
+
+
+def test_head_and_embedding_backward_bracket_the_layers(gpt_trace):
+    """head/backward opens the backward pass, embedding/backward closes it, each around its own ops."""
+    events = gpt_trace["traceEvents"]
+    ann = _annotations(gpt_trace)
+    bwd = [e for e in ann if e["name"] == "backward"][0]
+    head = _first(ann, "head/backward/mb0", bwd["ts"])
+    emb = _first(ann, "embedding/backward/mb0", bwd["ts"])
+    last_layer = _first(ann, "layer_1/backward/mb0", bwd["ts"])
+    first_layer = _first(ann, "layer_0/backward/mb0", bwd["ts"])
+    assert head["ts"] + head["dur"] <= last_layer["ts"] + 1
+    assert first_layer["ts"] + first_layer["dur"] <= emb["ts"] + 1
+    def ops_in(rng):
+        return [e["name"] for e in events if e.get("cat") == "cpu_op" and e["tid"] == rng["tid"]
+                and rng["ts"] <= e["ts"] and e["ts"] + e.get("dur", 0) <= rng["ts"] + rng["dur"]]
+    assert any("NllLossBackward" in n for n in ops_in(head))
+    assert any("EmbeddingBackward" in n for n in ops_in(emb))
+
+
+def test_micro_batches_accumulate_with_one_range_set_each(tmp_path, tiny_args):
+    """--micro-batches 2: two forward/backward passes per iteration, named mb0 and mb1, one optimizer step."""
+    import gzip
+    import json
+
+    from lumos.cli import main
+
+    args = [a for a in tiny_args]
+    args[args.index("--steps") + 1] = "1"
+    assert main(["capture", "gpt", *args, "--micro-batches", "2", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    with gzip.open(tmp_path / "rank0.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    names = collections.Counter(e["name"] for e in _annotations(doc))
+    for mb in (0, 1):
+        for part in ("embedding/forward", "layer_0/forward", "layer_1/backward", "head/backward",
+                     "embedding/backward"):
+            assert names[f"{part}/mb{mb}"] == 1, (part, mb)
+    assert names["forward"] == names["backward"] == 2
+    assert names["optimizer"] == 1
+    assert doc["lumosCapture"]["microbatches"] == 2
+    # micro-batch 1's forward starts after micro-batch 0's backward ended
+    ann = _annotations(doc)
+    b0 = next(e for e in ann if e["name"] == "embedding/backward/mb0")
+    f1 = next(e for e in ann if e["name"] == "embedding/forward/mb1")
+    assert f1["ts"] >= b0["ts"] + b0["dur"]
 
 
 def test_distributed_info_and_capture_settings(gpt_trace):

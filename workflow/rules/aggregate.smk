@@ -3,8 +3,9 @@
 
 def collect_inputs(kind):
     """(files, labels) of one long data table; labels say which trace/run/seed/simulator each file is."""
-    if kind in ("replay_real", "replay_microbench"):
-        group = "real_traces" if kind == "replay_real" else "microbenchmarks"
+    if kind in ("replay_real", "replay_microbench", "replay_h200"):
+        group = {"replay_real": "real_traces", "replay_microbench": "microbenchmarks",
+                 "replay_h200": "h200_traces"}[kind]
         labels = [{"trace": t, "simulator": s} for t in config.get(group, {}) for s in SIMULATORS]
         return replay_real_jsons(group), labels
     if kind == "replay_emulated":
@@ -31,7 +32,7 @@ rule collect:
     output:
         csv=f"{R}/data/{{kind}}.csv",
     wildcard_constraints:
-        kind="replay_real|replay_microbench|replay_emulated|scaleout|variants|ablation",
+        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|ablation",
     params:
         labels=lambda w: collect_inputs(w.kind)[1],
     log:
@@ -69,7 +70,7 @@ rule table:
         csv=f"{R}/tables/{{name}}.csv",
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
-        name="replay_real|replay_microbench|replay_emulated|scaleout|variants|ablation|ablation_by_trace|statistics",
+        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|ablation|ablation_by_trace|statistics",
     params:
         tag=TAG,
         overrides=OVERRIDES,

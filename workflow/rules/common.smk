@@ -29,8 +29,21 @@ def seeds_of(run):
     return list(range(int(config.get("seeds_per_run", {}).get(run, config["seeds"]))))
 
 
+def h200_traces():
+    """name -> directory of every recorded H200 run (`h200_CONFIG_rREP`); empty without an h200 section."""
+    h = config.get("h200")
+    if not h:
+        return {}
+    root = Path(h["dir"])
+    return {f"h200_{p.name}": str(p) for p in sorted(root.iterdir())
+            if p.is_dir() and any(p.glob("rank*.json*"))}
+
+
+config["h200_traces"] = h200_traces()
+
+
 def trace_path(name):
-    for group in ("real_traces", "microbenchmarks"):
+    for group in ("real_traces", "microbenchmarks", "h200_traces"):
         if name in config.get(group, {}):
             return config[group][name]
     raise ValueError(f"config: no real trace or microbenchmark named {name!r}")
@@ -72,6 +85,15 @@ def check_config():
     for name, path in list(config.get("real_traces", {}).items()) + list(config.get("microbenchmarks", {}).items()):
         if not Path(path).exists():
             raise ValueError(f"config: trace {name!r}: no such file or directory {path}")
+    h = config.get("h200")
+    if h:
+        have = {n[len("h200_"):].rsplit("_r", 1)[0] for n in config["h200_traces"]}
+        for b in h["bases"]:
+            if f"h200_{b}" not in config["h200_traces"]:
+                raise ValueError(f"config: h200.bases: {b!r} is not a run directory under {h['dir']}")
+        for label, t in h["targets"].items():
+            if t["config"] not in have:
+                raise ValueError(f"config: h200.targets.{label}: no recording of {t['config']!r} under {h['dir']}")
 
 
 check_config()
@@ -122,6 +144,10 @@ def table_names():
         names.append("replay_microbench")
     if config["replay"]["emulated"]:
         names.append("replay_emulated")
+    if config.get("h200_traces"):
+        names.append("replay_h200")
+    if config.get("h200", {}).get("targets"):
+        names.append("h200_whatif")
     if prediction_jsons("scaleout"):
         names.append("scaleout")
     if prediction_jsons("variants"):

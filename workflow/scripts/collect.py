@@ -19,14 +19,14 @@ with logged(smk):
             continue
         with open(path) as fh:
             doc = json.load(fh)
-        if kind in ("replay_real", "replay_microbench"):
+        if kind in ("replay_real", "replay_microbench", "replay_h200"):
             rows.extend(replay_rows(doc, labels))
         elif kind == "replay_emulated":
             rows.append(run_replay_row(doc, labels))
         else:
             rows.append(prediction_row(doc, labels))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(rows)
-    if kind not in ("replay_real", "replay_microbench", "ablation"):
+    if kind not in ("replay_real", "replay_microbench", "replay_h200", "ablation"):
         df.insert(0, "source", "emulated")
     write_csv(df, smk.output.csv)
     print(f"{kind}: {len(df)} rows from {len(smk.input)} files")

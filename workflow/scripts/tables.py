@@ -20,6 +20,10 @@ with logged(smk):
     elif name == "replay_microbench":
         df = T.replay_real_table(data[name])
         title = "Replay of real synchronization microbenchmark traces (not training iterations)"
+    elif name == "replay_h200":
+        df = T.replay_real_table(data[name], source="measured on hardware (H200)")
+        title = ("Replay of the H200 traces (measured on hardware: bundled GPT, bf16, one H200): "
+                 "measured vs Lumos replay and dPRO-style")
     elif name == "replay_emulated":
         df = T.replay_emulated_table(data[name])
         title = "Replay accuracy on emulated runs (emulated): Lumos vs dPRO-style, mean over seeds with 95% CI"

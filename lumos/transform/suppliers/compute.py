@@ -2,8 +2,10 @@
 
 Assumptions:
 - A kernel's time is a fixed part (launch tail, setup) plus a part proportional to
-  its work: 2mkn FLOPs for a GEMM ((m,k) x (k,n)), b*s^2*heads*head_dim for flash
-  attention, the number of elements touched for anything else (memory-bound).
+  its work: 2mkn FLOPs for a GEMM ((m,k) x (k,n), read from mm / addmm / bmm /
+  linear / matmul shapes), b*s^2*heads*head_dim for attention (flash, memory-
+  efficient, cuDNN or torch's scaled_dot_product ops, each in its own tensor
+  layout), the number of elements touched for anything else (memory-bound).
 - GEMM and attention kernels of transformer sizes (hundreds of us) are compute-bound:
   they scale with the FLOP ratio and no fixed part. (A least-squares intercept over the
   handful of GEMM shapes in one trace mostly absorbs per-shape tile efficiency, which
@@ -48,16 +50,73 @@ def _prod(d) -> float:
     return p
 
 
+def _matrix(x) -> bool:
+    return isinstance(x, (list, tuple)) and len(x) >= 2 and all(isinstance(v, (int, float)) for v in x)
+
+
+def gemm_mkn(op: str, dims) -> tuple | None:
+    """(m, k, n) of a GEMM op from its Input Dims, or None when they do not say.
+
+    `aten::mm` [[m,k],[k,n]]; `aten::addmm` [[bias],[m,k],[k,n]]; `aten::bmm`
+    [[b,m,k],[b,k,n]] (m counts all b); `aten::linear` / `aten::matmul` with an
+    N-d input [..., k] and a weight [n, k] (linear) or [k, n] (matmul), m the
+    product of the leading input dims.
+    """
+    if not dims:
+        return None
+    try:
+        mats = [tuple(int(v) for v in d) for d in dims if _matrix(d)]
+        if op == "aten::linear" and len(mats) >= 2 and len(mats[1]) == 2:
+            x, w = mats[0], mats[1]
+            return (int(np.prod(x[:-1])), x[-1], w[0])
+        if op == "aten::matmul" and len(mats) >= 2 and len(mats[1]) == 2:
+            x, w = mats[0], mats[1]
+            return (int(np.prod(x[:-1])), x[-1], w[1])
+        if op == "aten::bmm" and len(mats) >= 2 and len(mats[0]) == 3:
+            a, b = mats[0], mats[1]
+            return (a[0] * a[1], a[2], b[2])
+        two = [d for d in mats if len(d) == 2]
+        if len(two) >= 2 and two[-2][1] == two[-1][0]:
+            return (two[-2][0], two[-2][1], two[-1][1])
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+#: attention ops whose tensors are (batch, heads, seq, head_dim), as torch's
+#: scaled_dot_product_attention takes them; the flash / memory-efficient kernels'
+#: own ops (and the emulator's) take (batch, seq, heads, head_dim).
+_HEADS_SECOND = ("scaled_dot_product", "cudnn_attention")
+
+
+def attention_bshd(op: str, dims) -> tuple | None:
+    """(batch, seq, heads, head_dim) of an attention op's query, or None."""
+    if not dims:
+        return None
+    q = next((d for d in dims if _matrix(d) and len(d) == 4), None)
+    if q is None:
+        return None
+    b, x, y, hd = (int(v) for v in q)
+    if any(k in op for k in _HEADS_SECOND):
+        return (b, y, x, hd)
+    return (b, x, y, hd)
+
+
 def work(spec: ComputeSpec) -> float:
     d = spec.dims
     if not d:
         return 0.0
     cls = op_class(spec.op)
     try:
-        if cls == "gemm" and len(d) >= 2 and len(d[0]) == 2 and len(d[1]) == 2:
-            return 2.0 * d[0][0] * d[0][1] * d[1][1]
+        if cls == "gemm":
+            mkn = gemm_mkn(spec.op, d)
+            if mkn is not None:
+                return 2.0 * mkn[0] * mkn[1] * mkn[2]
         if cls == "attention":
-            b, s, a, hd = d[0][:4] if len(d[0]) >= 4 else (1, 1, 1, 1)
+            bshd = attention_bshd(spec.op, d)
+            if bshd is None:
+                return 0.0
+            b, s, a, hd = bshd
             return float(b) * s * s * a * hd
         return float(sum(_prod(x) for x in d if isinstance(x, (list, tuple))))
     except (TypeError, IndexError, ValueError):

@@ -1,0 +1,134 @@
+"""Rewrite an op's Input Dims for a new model width or micro-batch size, by the dimension's role.
+
+Rewriting by value alone ("every 2048 becomes 3072") is wrong as soon as two roles
+share a value, which real models do: an eager GPT with sequence 2048 and hidden
+2048 has both in one activation [b, s, h], and with micro-batch 4 its token count
+b*s = 8192 equals its FFN width. So each op kind is rewritten by position:
+
+- GEMM (m, k, n): exactly one of the three is the token count T = b*s (m for the
+  forward and the input gradient, k for the weight gradient); the other two are
+  model widths, mapped through the width table. When T also equals a width, which
+  of the equal values is called T does not change the FLOP ratio.
+- attention (batch, seq, heads, head_dim) in the op's own layout: heads (width) or
+  batch (micro-batch) change.
+- anything else: in an activation (leading dim b with 3+ dims, or T with 2) the
+  last dim is the feature width and the leading dim the batch; a 4-d tensor whose
+  last dim is the head dim has its heads dim mapped instead; 1-d tensors (biases,
+  LayerNorm weights) are widths; an in-place op (`add_`, `zero_`, ...: gradient
+  accumulation, zeroing) on a tensor shaped like a GEMM weight works on a
+  parameter and keeps its size when the batch changes.
+"""
+
+from __future__ import annotations
+
+from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
+
+
+def _ints(d) -> tuple:
+    return tuple(int(x) for x in d)
+
+
+def _is_tensor(d) -> bool:
+    return isinstance(d, tuple) and len(d) > 0 and all(isinstance(x, (int,)) or hasattr(x, "__index__")
+                                                      for x in d)
+
+
+def _gemm_dims(op: str, mkn: tuple) -> tuple:
+    """Input Dims of `op` for (m, k, n), in the form `gemm_mkn` reads back."""
+    m, k, n = mkn
+    if op == "aten::linear":
+        return ((m, k), (n, k))
+    return ((m, k), (k, n))
+
+
+def _attention_dims(op: str, old, bshd_new: tuple):
+    b, s, a, hd = bshd_new
+    bo, so, ao, _ = attention_bshd(op, old)
+    heads_second = attention_bshd(op, ((1, 2, 3, 4),))[1] == 3
+    new = []
+    for d in old:
+        if _is_tensor(d) and len(d) == 4:
+            x = _ints(d)
+            if heads_second:
+                new.append((b if x[0] == bo else x[0], a if x[1] == ao else x[1],
+                            s if x[2] == so else x[2], x[3]))
+            else:
+                new.append((b if x[0] == bo else x[0], s if x[1] == so else x[1],
+                            a if x[2] == ao else x[2], x[3]))
+        else:
+            new.append(d)
+    return tuple(new)
+
+
+def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads: int, new_heads: int):
+    """Dims of `op` after mapping model widths through `width` ({old: new}); None if unchanged."""
+    if not dims:
+        return None
+    if op in GEMM_OPS:
+        mkn = gemm_mkn(op, dims)
+        if mkn is None:
+            return None
+        pos = mkn.index(tokens) if tokens in mkn else -1
+        new = tuple(v if i == pos else width.get(v, v) for i, v in enumerate(mkn))
+        return None if new == mkn else _gemm_dims(op, new)
+    if "attention" in op:
+        bshd = attention_bshd(op, dims)
+        if bshd is None or bshd[2] != heads:
+            return None
+        return _attention_dims(op, dims, (bshd[0], bshd[1], new_heads, bshd[3]))
+    out, changed = [], False
+    for d in dims:
+        if not _is_tensor(d):
+            out.append(d)
+            continue
+        x = list(_ints(d))
+        if len(x) == 4 and x[-1] == head_dim and heads in x[1:3]:
+            x[x.index(heads, 1)] = new_heads
+        else:
+            x[-1] = width.get(x[-1], x[-1])
+        changed |= tuple(x) != tuple(d)
+        out.append(tuple(x))
+    return tuple(out) if changed else None
+
+
+def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: frozenset):
+    """Dims of `op` with the micro-batch scaled by `ratio`; None if unchanged."""
+    if not dims:
+        return None
+    if op in GEMM_OPS:
+        mkn = gemm_mkn(op, dims)
+        if mkn is None or tokens not in mkn:
+            return None
+        new = list(mkn)
+        new[mkn.index(tokens)] = int(round(tokens * ratio))
+        return _gemm_dims(op, tuple(new))
+    if "attention" in op:
+        bshd = attention_bshd(op, dims)
+        if bshd is None or bshd[0] != batch:
+            return None
+        return _attention_dims(op, dims, (int(round(batch * ratio)),) + tuple(bshd[1:]))
+    out, changed = [], False
+    for d in dims:
+        if not _is_tensor(d) or (op.endswith("_") and _ints(d) in params):
+            out.append(d)
+            continue
+        x = list(_ints(d))
+        if len(x) >= 3 and x[0] == batch:
+            x[0] = int(round(batch * ratio))
+        elif len(x) == 2 and x[0] == tokens:
+            x[0] = int(round(tokens * ratio))
+        changed |= tuple(x) != tuple(d)
+        out.append(tuple(x))
+    return tuple(out) if changed else None
+
+
+def parameter_shapes(op_names, op_dims) -> frozenset:
+    """Shapes of GEMM weights (both orientations) seen in a run: tensors that are parameters."""
+    shapes = set()
+    for op, d in zip(op_names, op_dims):
+        if op in GEMM_OPS and d:
+            mkn = gemm_mkn(str(op), d)
+            if mkn is not None and str(op) in ("aten::addmm", "aten::linear"):
+                shapes.add((mkn[1], mkn[2]))
+                shapes.add((mkn[2], mkn[1]))
+    return frozenset(shapes)

@@ -1,0 +1,26 @@
+"""Shim of rule `predict_h200`: `lumos predict BASE FLAGS` from each base recording, and every measured
+step of the target's recordings."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
+from _shim import logged, run_cli, write_json  # noqa: E402
+
+smk = snakemake  # noqa: F821
+with logged(smk):
+    from lumos.transform.predict import measured_steps
+
+    docs = [json.loads(run_cli(["predict", str(b), *smk.params.flags, "--format", "json"]))
+            for b in smk.params.bases]
+    doc = docs[0]
+    doc["predicted_by_base"] = {Path(b).name: d["predicted"] for b, d in zip(smk.params.bases, docs)}
+    doc["label"] = smk.wildcards.label
+    doc["flags"] = list(smk.params.flags)
+    doc["measured_runs"] = [row for d in smk.params.actual for row in measured_steps(d)]
+    doc["source"] = "measured on hardware (H200)"
+    write_json(smk.output.json, doc)
+    its = [r["iteration_us"] for r in doc["measured_runs"]]
+    preds = ", ".join(f"{k} {v['iteration_us'] / 1e3:.3f}" for k, v in doc["predicted_by_base"].items())
+    print(f"{smk.wildcards.label}: predicted ms from {preds}; measured {min(its) / 1e3:.3f}-"
+          f"{max(its) / 1e3:.3f} ms over {len(its)} iterations")

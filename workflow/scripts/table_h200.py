@@ -1,0 +1,17 @@
+"""Shim of rule `table_h200_whatif`: predictions from the H200 base vs the measured runs, one row a target."""
+import json
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
+from _shim import logged  # noqa: E402
+
+smk = snakemake  # noqa: F821
+with logged(smk):
+    from lumos.report import tables as T
+
+    docs = [json.load(open(p)) for p in smk.input]
+    df = T.h200_whatif_table(docs)
+    title = ("What-if predictions from the H200 base trace vs measured on hardware (one H200, bundled GPT, "
+             "bf16): measured = mean over 2 recordings x 3 profiled steps; spread = (max - min) / mean of those")
+    T.write_table(df, smk.output.csv, smk.output.md, title)
+    print(T.to_markdown(df, title))
