@@ -3,7 +3,12 @@
 With `enable_cuda_sync_events` the trace carries, per wait, the waiting
 stream, the recording stream and the record call's correlation id: the edge
 runs from the op the event captured to the first op launched on the waiting
-stream after the wait. Older traces lack them; there the edge is inferred from
+stream after the wait. Newer CUPTI (seen with torch 2.11 / CUDA 13 on an H200)
+writes -1 for both and names only the event (`wait_on_cuda_event_id`); there the
+record is the waiting thread's last cudaEventRecord before the wait, on the
+stream that thread launched to last before recording (torch records on the
+current stream), which is how torch and DDP pair them. Older traces lack the
+sync events altogether; there the edge is inferred from
 the timeline: an op that started later than its launch and its stream
 predecessor allow, right after an op on another stream of the same device
 ended, and whose launching thread called cudaStreamWaitEvent just before
@@ -24,19 +29,67 @@ TOLERANCE_US = 2.0   # a start this much later than its constraints is a delay
 WINDOW_US = 50.0     # the op waited for ended at most this long before the start
 
 
+class _ThreadHistory:
+    """Per CPU thread: its event-record calls and its launches, in time order."""
+
+    def __init__(self, ctx: BuildContext):
+        rec = np.flatnonzero(~ctx.is_gpu & np.isin(ctx.name, list(schema.EVENT_RECORD_CALLS)))
+        self.records = self._by_thread(ctx, rec, rec)
+        gpu = np.flatnonzero(ctx.is_gpu & (ctx.launcher >= 0))
+        self.launches = self._by_thread(ctx, ctx.launcher[gpu], gpu)
+        self.ctx = ctx
+
+    @staticmethod
+    def _by_thread(ctx, calls, payload) -> dict:
+        out: dict[int, tuple] = {}
+        keys = ctx.thread_key[calls]
+        for k in np.unique(keys):
+            sel = keys == k
+            order = np.argsort(ctx.ts[calls[sel]], kind="stable")
+            out[int(k)] = (ctx.ts[calls[sel]][order], payload[sel][order])
+        return out
+
+    def _last_before(self, table: dict, thread: int, t: float) -> int:
+        ts, ids = table.get(thread, (np.zeros(0), np.zeros(0, np.int64)))
+        i = np.searchsorted(ts, t, side="left") - 1
+        return int(ids[i]) if i >= 0 else -1
+
+    def record_and_stream(self, wait_call: int) -> tuple[int, int]:
+        """The record call a wait pairs with and the stream processor it recorded on (-1, -1: none)."""
+        ctx = self.ctx
+        thread = int(ctx.thread_key[wait_call])
+        rec = self._last_before(self.records, thread, ctx.ts[wait_call])
+        if rec < 0:
+            return -1, -1
+        op = self._last_before(self.launches, thread, ctx.ts[rec])
+        return rec, (int(ctx.proc[op]) if op >= 0 else -1)
+
+
 def _explicit(ctx: BuildContext, out: EdgeList) -> int:
     t = ctx.table
-    rows = np.flatnonzero((t.cat == schema.SYNC) & (t.wait_corr >= 0) & (t.stream >= 0))
+    rows = np.flatnonzero((t.cat == schema.SYNC) & (t.stream >= 0))
     n = 0
+    history = None
     for r in rows:
         if t.sync_kind[r] not in (None, "Stream Wait Event") and "Wait" not in str(t.name[r]):
             continue
+        if str(t.sync_kind[r] or t.name[r]) in ("Stream Sync", "Context Sync", "Event Sync"):
+            continue
         wait_call = ctx.runtime_by_corr.get(int(t.corr[r]), -1)
-        record_call = ctx.runtime_by_corr.get(int(t.wait_corr[r]), -1)
-        if wait_call < 0 or record_call < 0:
+        if wait_call < 0:
             continue
         dev = int(t.device[r])
-        src = recorded_op(ctx, record_call, ctx.proc_of_stream(dev, int(t.wait_stream[r])))
+        if t.wait_corr[r] >= 0:
+            record_call = ctx.runtime_by_corr.get(int(t.wait_corr[r]), -1)
+            if record_call < 0:
+                continue
+            src = recorded_op(ctx, record_call, ctx.proc_of_stream(dev, int(t.wait_stream[r])))
+        else:
+            history = history or _ThreadHistory(ctx)
+            record_call, stream_proc = history.record_and_stream(wait_call)
+            if t.wait_stream[r] >= 0:
+                stream_proc = ctx.proc_of_stream(dev, int(t.wait_stream[r]))
+            src = recorded_op(ctx, record_call, stream_proc) if record_call >= 0 else -1
         waiting = ctx.proc_of_stream(dev, int(t.stream[r]))
         if src < 0 or waiting < 0:
             continue
