@@ -3,7 +3,9 @@
 `python -m lumos.report.readme` replaces everything between
 `<!-- tables:begin -->` and `<!-- tables:end -->` with the files in
 `results/tables/*.md`, in a fixed order, so the README shows what the last
-`snakemake --cores 8` produced and nothing typed by hand.
+`snakemake --cores 8` produced and nothing typed by hand; between
+`<!-- h200:begin -->` and `<!-- h200:end -->` it writes a narrow view of
+`h200_whatif.csv` (the measured-on-hardware what-ifs).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from lumos.trace.atomic import write_text_atomic
 
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
-ORDER = ("replay_real", "replay_microbench", "replay_emulated", "scaleout", "variants", "ablation", "statistics")
+ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "ablation", "statistics")
 LINKED = ("ablation_by_trace",)  # too long to paste: linked instead
 
 
@@ -30,13 +32,35 @@ def render(tables_dir: Path) -> str:
     return "\n".join(parts)
 
 
+H200_BEGIN, H200_END = "<!-- h200:begin -->", "<!-- h200:end -->"
+H200_COLUMNS = {"target": "target", "flags": "lumos predict flags", "base": "base",
+                "predicted_iteration_ms": "predicted ms", "measured_iteration_ms": "measured ms (mean of 6)",
+                "measured_min_ms": "min", "measured_max_ms": "max", "error_pct": "error %",
+                "spread_pct": "spread %", "exposed_compute_error_pct": "compute error %"}
+
+
+def render_h200(tables_dir: Path) -> str:
+    import pandas as pd
+
+    from .tables import to_markdown
+
+    df = pd.read_csv(tables_dir / "h200_whatif.csv")[list(H200_COLUMNS)].rename(columns=H200_COLUMNS)
+    return to_markdown(df, "What-ifs from the H200 base, measured on hardware (one H200)").strip() + "\n"
+
+
+def _replace(text: str, begin: str, end: str, body: str, readme: Path) -> str:
+    if begin not in text or end not in text:
+        raise SystemExit(f"{readme}: markers {begin} / {end} not found")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def paste(readme: Path, tables_dir: Path) -> None:
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{readme}: markers {BEGIN} / {END} not found")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    write_text_atomic(readme, f"{head}{BEGIN}\n{render(tables_dir)}\n{END}{tail}")
+    text = _replace(readme.read_text(), BEGIN, END, render(tables_dir), readme)
+    if (tables_dir / "h200_whatif.csv").exists() and H200_BEGIN in text:
+        text = _replace(text, H200_BEGIN, H200_END, render_h200(tables_dir), readme)
+    write_text_atomic(readme, text)
 
 
 def main() -> None:

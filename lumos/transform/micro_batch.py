@@ -22,6 +22,7 @@ from lumos.graph.model import TaskKind
 from .plan import Plan
 from .shapes import parameter_shapes, rewrite_batch
 from .suppliers import CollectiveSpec, ComputeSpec
+from .suppliers.compute import scales_with_op
 
 PER_MICRO_BATCH = ("layer", "embedding", "head")
 
@@ -54,7 +55,7 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
         nd = rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params)
         if nd is None:
             continue
-        if g.kind[t] == TaskKind.GPU:
+        if g.kind[t] == TaskKind.GPU and scales_with_op(g.name[t], op):
             g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd))
         st.op_dims[t] = nd
     out.shape = copy.copy(sh)

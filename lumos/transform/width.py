@@ -21,6 +21,7 @@ from lumos.graph.model import TaskKind
 from .plan import Plan
 from .shapes import rewrite_width
 from .suppliers import CollectiveSpec, ComputeSpec
+from .suppliers.compute import scales_with_op
 
 
 def _mapping(shape, hidden: int, ffn: int) -> dict:
@@ -51,6 +52,8 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
     heads_t = max(sh.heads // sh.tp, 1)
     new_heads_t = max(sh.heads * hidden // sh.hidden // sh.tp, 1)
     for t in range(g.n_tasks):
+        if st.task_block[t] >= 0 and st.blocks[st.task_block[t]].kind == "bucket":
+            continue    # a layer's gradient bucket scales with its parameters in the rebuild
         d = st.op_dims[t]
         if st.coll[t] is not None:
             if out.role[t] in ("tp", "pp"):
@@ -62,8 +65,8 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
             continue
         nd = rewrite_width(str(st.op_name[t]), d, m, tokens, head_dim, heads_t, new_heads_t)
         if nd is not None:
-            if g.kind[t] == TaskKind.GPU:
-                op = str(st.op_name[t])
+            op = str(st.op_name[t])
+            if g.kind[t] == TaskKind.GPU and scales_with_op(g.name[t], op):
                 g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd))
             st.op_dims[t] = nd
     out.shape = copy.copy(plan.shape)

@@ -123,6 +123,13 @@ def work(spec: ComputeSpec) -> float:
         return 0.0
 
 
+def scales_with_op(kernel_name: str, op: str) -> bool:
+    """False for a memset / memcpy that a GEMM or attention op launches beside its kernel (cuBLAS,
+    cuDNN workspace zeroing): its size is the library's, not the op's FLOPs (seen on the H200 traces:
+    scaled by FLOPs it came out 2x too long at hidden 4096)."""
+    return not (str(kernel_name).startswith(("Memset", "Memcpy")) and op_class(op) in ("gemm", "attention"))
+
+
 @dataclass
 class ComputeModel:
     fixed_us: dict = field(default_factory=lambda: {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0})
