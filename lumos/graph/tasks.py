@@ -123,7 +123,7 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
         if not np.any(in_time & (table.pid == step.pid)) and np.any(in_time):
             cpu_pids = np.unique(table.pid[in_time])
             notes.append(f"{step.label} is annotated on pid {step.pid}, which has no CPU op or runtime call "
-                    f"in it; CPU tasks taken from pid {', '.join(map(str, cpu_pids.tolist()))}")
+                         f"in it; CPU tasks taken from pid {', '.join(map(str, cpu_pids.tolist()))}")
     in_win = cpu_mask & (table.ts >= w0) & (table.ts < w1) & np.isin(table.pid, cpu_pids)
     cpu_rows = np.flatnonzero(in_win)
     order = np.lexsort((-table.dur[cpu_rows], table.ts[cpu_rows], table.tid[cpu_rows], table.pid[cpu_rows]))

@@ -53,8 +53,8 @@ LAUNCH_CALLS = _calls(
             "cuMemsetD32Async", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"},
     hip_only={"hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel",
               "hipExtLaunchKernel", "hipExtLaunchMultiKernelMultiDevice", "hipMemcpyWithStream",
-              "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync", "hipMemsetD8Async",
-              "hipMemsetD32Async"})
+              "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync",
+              "hipMemcpyDtoDAsync", "hipMemsetD8Async", "hipMemsetD32Async"})
 # Calls that block the calling thread until GPU work completes.
 STREAM_SYNC_CALLS = _calls({"cudaStreamSynchronize"}, driver={"cuStreamSynchronize"})
 DEVICE_SYNC_CALLS = _calls({"cudaDeviceSynchronize"}, driver={"cuCtxSynchronize"})

@@ -141,7 +141,8 @@ def test_two_files_both_rank_0_are_refused_unless_ranks_from_files(tmp_path, cap
         "in file-name order")
     assert main(["replay", str(tmp_path), "--ranks-from-files"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "ranks taken from file-name order (--ranks-from-files): rank 0 = a_amd.json.gz, rank 1 = b_triton.json.gz"
+    assert out[0] == ("ranks taken from file-name order (--ranks-from-files): rank 0 = a_amd.json.gz, "
+                      "rank 1 = b_triton.json.gz")
     doc = run_json(capsys, tmp_path, "--ranks-from-files")
     assert doc["ranks_from_files"] == {"0": "a_amd.json.gz", "1": "b_triton.json.gz"}
     assert [(r["rank"], r["graph"]["gpu_tasks"]) for r in doc["ranks"]] == [(0, 16), (1, 1)]
