@@ -5,6 +5,13 @@ compute and communication queues, measured gaps; `lumos/baselines/dpro.py`).
 `--drop CLASS,..` and `--drop-random FRACTION --seed S` replay an ablated
 graph. Every replay is scored against the measured timeline: iteration error,
 per-component L1 error and critical-path precision/recall (`metrics` in JSON).
+
+A directory is replayed as the ranks of one run only if its files say they
+are (`lumos.trace.run`); `--ranks-from-files` takes each file as its own rank
+in file-name order instead. What the tool decided for the user (a default step
+that skips a stub, where the CPU tasks came from, ranks taken from file
+order) and device events it does not model are printed under the rank's line
+and listed in JSON (`graph.notes`, `graph.unmodelled_device_events`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drop-random", type=float, default=0.0, metavar="FRACTION",
                    help="after the build, drop this fraction of all edges at random (ablation)")
     p.add_argument("--seed", type=int, default=0, help="seed of --drop-random (default 0)")
+    p.add_argument("--ranks-from-files", action="store_true",
+                   help="take each file of a directory as its own rank, in file-name order, even when the "
+                        "files' rank info is missing or clashes")
     p.add_argument("--joint", action="store_true",
                    help="also replay a multi-rank run as one graph, ranks joined by cross-rank edges "
                         "(collective peers and pipeline send/recv meet at a rendezvous); reported under 'joint'")
@@ -76,7 +86,7 @@ def _check_variant_args(args, classes: frozenset) -> None:
 def run(args) -> int:
     classes = edge_classes_from(args)
     _check_variant_args(args, classes)
-    tables = load_run(args.path)
+    tables = load_run(args.path, ranks_from_files=args.ranks_from_files)
     try:
         if args.simulator == "dpro":
             result = replay_dpro_tables(tables, step=args.step)
@@ -88,18 +98,24 @@ def run(args) -> int:
         from lumos.cli import UserError
         what = "the ablated graph" if args.drop or args.drop_random else "the graph"
         raise UserError(f"{what} cannot be replayed: {exc}") from None
+    _refuse_empty(result, tables)
     lumos_graphs = {r.rank: r.graph for r in result.ranks} if args.simulator == "lumos" else {}
     refs = {t.rank: reference_for(t, args.step, lumos_graphs.get(t.rank)) for t in tables}
     metrics, per_rank = run_metrics(result, refs)
     if args.out:
         _write_out(Path(args.out), result, tables)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
+    if args.ranks_from_files:
+        doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
     if args.joint:
         doc["joint"] = _joint(args, tables, classes)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        if args.ranks_from_files:
+            print("ranks taken from file-name order (--ranks-from-files): "
+                  + ", ".join(f"rank {t.rank} = {Path(t.path).name}" for t in tables))
         print(format_table(result, args.path, metrics))
         if args.joint:
             j = doc["joint"]
@@ -107,6 +123,22 @@ def run(args) -> int:
                   f"measured {j['measured']['iteration_us'] / 1e3:.3f} ms, replayed "
                   f"{j['replayed']['iteration_us'] / 1e3:.3f} ms, error {j['error_pct']:+.3f}%")
     return 0
+
+
+def _refuse_empty(result: RunReplay, tables) -> None:
+    """A rank replayed with no task at all is an error, not a row of zeros. The Lumos graph
+    refuses an empty step itself (EmptyStepError); this catches what a simulator that
+    models less (the dPRO baseline has no CPU threads) finds empty."""
+    from lumos.cli import UserError
+    from lumos.trace.errors import format_counts
+    by_rank = {t.rank: t for t in tables}
+    for r in result.ranks:
+        s = r.graph.summary
+        if s["tasks"] == 0:
+            t = by_rank[r.rank]
+            what = "the dPRO-style baseline (GPU ops only)" if s.get("simulator") == "dpro" else "the graph"
+            raise UserError(f"{t.path}: {what} finds no task in step {s['step']}; events by category: "
+                            f"{format_counts(t.category_counts())}")
 
 
 def _joint(args, tables, classes) -> dict:
@@ -143,6 +175,12 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
                      f"({s['cpu_tasks']} CPU, {s['gpu_tasks']} GPU, {s['carry_in_gpu_ops']} carried in), "
                      f"{sum(s['edges'].values())} edges ({s['inferred_edges']} inferred), "
                      f"{s['violations']} timeline violations")
+        for note in s.get("notes", ()):
+            lines.append(f"  note: {note}")
+        if s.get("unmodelled_device_events"):
+            counts = s["unmodelled_device_events"]
+            lines.append(f"  not modelled: {sum(counts.values())} device events of categories Lumos does not "
+                         f"model ({', '.join(f'{k} {n}' for k, n in counts.items())})")
         lines.append(f"  {'':<18}{'measured ms':>14}{'replayed ms':>14}{'diff %':>9}")
         for key in ("iteration_us",) + COMPONENTS:
             m, p = getattr(r.measured, key), getattr(r.replayed, key)

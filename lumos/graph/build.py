@@ -12,8 +12,9 @@ from typing import Iterable
 
 import numpy as np
 
-from lumos.trace import TraceTable, schema
-from lumos.trace.steps import Step, select_step
+from lumos.trace import EmptyStepError, TraceTable, schema
+from lumos.trace.errors import format_counts
+from lumos.trace.steps import Step, find_steps, select_step
 
 from .context import BuildContext
 from .edges.inter_stream import inter_stream_edges
@@ -32,16 +33,30 @@ DEFAULT_GAP_THRESHOLD_US = 100.0
 def resolve_step(table: TraceTable, step) -> Step | None:
     if isinstance(step, Step):
         return step
-    from lumos.trace.steps import find_steps
     if step is None and not find_steps(table):
         return None  # a trace without iterations (a microbenchmark): use all of it
     return select_step(table, step)
+
+
+def check_not_empty(table: TraceTable, step: Step | None, sel) -> None:
+    """Refuse a step with no CPU task and no GPU op launched in it: its replay would be zeros."""
+    if np.any(~sel.is_gpu) or np.any(sel.in_step):
+        return
+    steps = find_steps(table)
+    have = ", ".join(f"#{s.number} ({(s.end - s.start) / 1e3:.3f} ms)" for s in steps) or "none"
+    what = "the trace" if step is None else f"step {step.number} ({step.label}, {(step.end - step.start) / 1e3:.3f} ms)"
+    unmodelled = (f"; device events of categories not modelled: {format_counts(table.unmodelled)}"
+                  if table.unmodelled else "")
+    raise EmptyStepError(table.path, f"{what} holds nothing to replay: no CPU op, runtime call or GPU op "
+                                     f"launched in it. Steps in the trace: {have}; events by category: "
+                                     f"{format_counts(table.category_counts())}{unmodelled}")
 
 
 def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] = ALL_EDGE_CLASSES,
                 gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US) -> Graph:
     step = resolve_step(table, step)
     sel = select_tasks(table, step)
+    check_not_empty(table, step, sel)
     ctx = BuildContext(table, sel)
     keep = frozenset(EdgeClass(c) for c in edge_classes)
 
@@ -95,6 +110,9 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "violations": int(np.sum(timing.violations)),
         "violations_by_class": violations_by_class,
         "gap_threshold_us": gap_threshold_us,
+        # what the reader or the task selection decided for the user, in words
+        "notes": ([step.note] if step is not None and step.note else []) + list(sel.notes),
+        "unmodelled_device_events": dict(table.unmodelled),
     }
     # Ablation: drop classes only now, after the lags were fitted on the full graph.
     return drop_classes(graph, set(EdgeClass) - keep)

@@ -5,6 +5,16 @@ ops that contain no other op), so a thread is a chain of non-overlapping tasks
 and a parent op's self time becomes the gap between its children. Driver calls
 nested inside a runtime call are folded into it.
 
+A trace with no GPU op at all (a CPU-only rank, e.g. a gloo job profiled with
+CPU activities only) keeps its user annotations in the call tree too: there
+the childless ones are the work (`gloo:all_reduce` on the gloo threads, a step
+whose ops were not recorded), and the iteration is the span of these tasks.
+
+The CPU tasks come from the process the step annotation is on. A trace whose
+step annotation sits in a process with no CPU op or runtime call inside it
+(the Triton example: the step on one pid, the work on another) takes them
+from the processes that have some, and says so (`TaskSelection.notes`).
+
 GPU side: every kernel, memcpy and memset launched from inside the iteration,
 plus the "carry-in" ops still queued or running when the iteration began
 (launched in an earlier step, or before the profiler started, so without a
@@ -22,7 +32,6 @@ from lumos.trace import schema
 from lumos.trace.steps import Step
 from lumos.trace.table import TraceTable
 
-POLLING_CALLS = frozenset({"cudaEventQuery", "cudaStreamQuery"})
 # Timestamps are microseconds printed with nanosecond digits; sums of them differ in
 # the last float bit. Back-to-back events closer than this do not nest.
 CLOCK_EPS_US = 1e-3
@@ -37,6 +46,7 @@ class TaskSelection:
     in_step: np.ndarray   # GPU ops launched inside the step
     carry_in: np.ndarray  # GPU ops not launched inside the step (anchored)
     window: tuple[float, float]
+    notes: tuple[str, ...] = ()  # choices made for the user: CPU-only trace, CPU tasks from another process
 
 
 def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,13 +106,24 @@ def _clip_stream_overlaps(table: TraceTable, rows: np.ndarray) -> np.ndarray:
 
 def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     """Tasks of `step` (or of the whole trace when `step` is None)."""
-    cpu_mask = np.isin(table.cat, (schema.CPU_OP, schema.RUNTIME))
+    cpu_only = not np.any(table.is_gpu())
+    cpu_cats = (schema.CPU_OP, schema.RUNTIME, schema.ANNOTATION) if cpu_only else (schema.CPU_OP, schema.RUNTIME)
+    cpu_mask = np.isin(table.cat, cpu_cats)
+    notes = []
+    if cpu_only:
+        notes.append("CPU-only trace (no kernel, memcpy or memset): the iteration is the span of the CPU "
+                     "tasks, user annotations included")
     if step is None:
         w0, w1 = float(table.ts.min()), float(table.end.max())
         cpu_pids = np.unique(table.pid[cpu_mask])
     else:
         w0, w1 = step.start, step.end
         cpu_pids = np.array([step.pid])
+        in_time = cpu_mask & (table.ts >= w0) & (table.ts < w1)
+        if not np.any(in_time & (table.pid == step.pid)) and np.any(in_time):
+            cpu_pids = np.unique(table.pid[in_time])
+            notes.append(f"{step.label} is annotated on pid {step.pid}, which has no CPU op or runtime call "
+                         f"in it; CPU tasks taken from pid {', '.join(map(str, cpu_pids.tolist()))}")
     in_win = cpu_mask & (table.ts >= w0) & (table.ts < w1) & np.isin(table.pid, cpu_pids)
     cpu_rows = np.flatnonzero(in_win)
     order = np.lexsort((-table.dur[cpu_rows], table.ts[cpu_rows], table.tid[cpu_rows], table.pid[cpu_rows]))
@@ -147,4 +168,5 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     gpu_dur = _clip_stream_overlaps(table, gpu_ev)
     dur = np.concatenate([cpu_dur, gpu_dur])
     return TaskSelection(event=event, is_gpu=is_gpu, ts=table.ts[event].astype(np.float64),
-                         dur=dur.astype(np.float64), in_step=in_step, carry_in=carry_in, window=(w0, w1))
+                         dur=dur.astype(np.float64), in_step=in_step, carry_in=carry_in, window=(w0, w1),
+                         notes=tuple(notes))

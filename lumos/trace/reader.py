@@ -3,6 +3,9 @@
 Only complete ('X') events of the categories in `schema.CATEGORY_CODES` are
 kept; flows, instants, metadata and memory events are dropped after parsing,
 because the correlation id on both ends already links a launch to its GPU op.
+Complete events of another category that carry a `device` or `stream` arg are
+device work Lumos does not model: they are counted by category
+(`TraceTable.unmodelled`) so that a replay can name them.
 
 Two ways in, one result:
 - `load_trace` scans the file's bytes with a compiled (numba) JSON scanner that
@@ -36,7 +39,7 @@ import numpy as np
 import orjson
 
 from . import schema
-from .errors import TraceError
+from .errors import TraceError, format_counts
 from .table import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, TraceTable
 from .scan import F, I_FIRST, T_ABSENT, T_ARR, T_INT, T_NULL, T_NUM, T_OBJ, T_STR, T_STR_ESC, _classify, _gather, _scan
 
@@ -93,6 +96,7 @@ def parse_document(doc, path) -> TraceTable:
 
     cols: dict[str, list] = {c: [] for c in INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS}
     codes = schema.CATEGORY_CODES
+    unmodelled: dict[str, int] = {}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -100,6 +104,8 @@ def parse_document(doc, path) -> TraceTable:
         code = codes.get(cat.lower()) if isinstance(cat, str) else None
         name = ev.get("name")
         if code is None:
+            if isinstance(cat, str) and _on_device(ev.get("args")):
+                unmodelled[cat] = unmodelled.get(cat, 0) + 1
             continue
         if not isinstance(name, str):
             raise TraceError(path, "event has no name", event=f"#{i}")
@@ -146,16 +152,25 @@ def parse_document(doc, path) -> TraceTable:
         arrays[c] = np.asarray(cols[c], dtype=np.float64)
     for c in OBJECT_COLUMNS:
         arrays[c] = np.fromiter(cols[c], dtype=object, count=len(cols[c]))
-    return _table(arrays, doc, path)
+    return _table(arrays, doc, path, unmodelled)
 
 
-def _table(arrays: dict, doc: dict, path) -> TraceTable:
+def _on_device(args) -> bool:
+    """An event's args say it ran on a device (Kineto writes both keys on device activities)."""
+    return isinstance(args, dict) and (args.get("device") is not None or args.get("stream") is not None)
+
+
+def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int]) -> TraceTable:
     dist = doc.get("distributedInfo") or {}
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
+    unmodelled = dict(sorted(unmodelled.items()))
     table = TraceTable(path=str(path), rank=_as_int(dist.get("rank"), 0),
-                       world_size=_as_int(dist.get("world_size"), 1), metadata=meta, **arrays)
+                       world_size=_as_int(dist.get("world_size"), 1), metadata=meta, unmodelled=unmodelled,
+                       **arrays)
     if len(table) == 0:
-        raise TraceError(path, "no CPU or GPU events of a known category")
+        held = "; it holds device events of categories Lumos does not model: " + format_counts(unmodelled) \
+            if unmodelled else ""
+        raise TraceError(path, "no CPU or GPU events of a known category" + held)
     return table
 
 
@@ -191,14 +206,18 @@ def _strings(buf, typ, st, en) -> list[str]:
     return out
 
 
-def _categories(buf, typ, st, en) -> np.ndarray:
-    """Category code of each event (-1: not one Lumos uses), as `cat.lower()` reads it."""
+def _categories(buf, typ, st, en, on_device) -> tuple[np.ndarray, dict[str, int]]:
+    """Category code of each event (-1: not one Lumos uses), as `cat.lower()` reads it,
+    and the count of device events (`on_device`) by category Lumos does not use."""
     code = np.full(len(typ), -1, dtype=np.int8)
     strings = np.flatnonzero((typ == T_STR) | (typ == T_STR_ESC))
     names = _strings(buf, typ[strings], st[strings], en[strings])
     lookup = {c: schema.CATEGORY_CODES.get(c.lower(), -1) for c in set(names)}
     code[strings] = np.fromiter(map(lookup.__getitem__, names), dtype=np.int8, count=len(names))
-    return code
+    unmodelled: dict[str, int] = {}
+    for k in np.flatnonzero((code[strings] < 0) & on_device[strings]).tolist():
+        unmodelled[names[k]] = unmodelled.get(names[k], 0) + 1
+    return code, unmodelled
 
 
 def _int_field(buf, typ, st, en, iv, default, none_default) -> np.ndarray:
@@ -244,8 +263,9 @@ def _check_utf8(data: bytes) -> None:
         raise _Unusual from None
 
 
-def _scanned_columns(data: bytes) -> tuple[dict, dict]:
-    """Columns of the kept events, and the document without its events (the metadata).
+def _scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
+    """Columns of the kept events, the document without its events (the metadata) and
+    the unmodelled device events by category.
     Raises _Unusual where the plain path must decide."""
     buf = np.frombuffer(data, dtype=np.uint8)
     ok, rows, loc, args_ok, lo, hi = _scan(buf, data.count(b'"ph"'))  # every X event has a "ph" key
@@ -255,7 +275,8 @@ def _scanned_columns(data: bytes) -> tuple[dict, dict]:
     typ, iv = _classify(buf, loc, rows)
     st, en = loc[:rows, :, 0], loc[:rows, :, 1]
     f = F["cat"]
-    code = _categories(buf, typ[:, f], st[:, f], en[:, f])
+    on_device = (typ[:, F["device"]] > T_NULL) | (typ[:, F["stream"]] > T_NULL)
+    code, unmodelled = _categories(buf, typ[:, f], st[:, f], en[:, f], on_device)
     keep = np.flatnonzero(code >= 0)
     code, typ, iv, st, en, args_ok = code[keep], typ[keep], iv[keep], st[keep], en[keep], args_ok[keep]
     del loc
@@ -304,7 +325,7 @@ def _scanned_columns(data: bytes) -> tuple[dict, dict]:
         out[col] = _object_field(buf, *field(key))
     out["input_dims"] = _object_field(buf, *field("Input Dims"), only=code == schema.CPU_OP)
     doc = orjson.loads(data[:lo] + b"[]" + data[hi:])
-    return out, doc
+    return out, doc, unmodelled
 
 
 @contextmanager
@@ -326,11 +347,11 @@ def load_trace(path: str | os.PathLike) -> TraceTable:
     data = _read_bytes(path)
     with _gc_paused():
         try:
-            arrays, doc = _scanned_columns(data)
+            arrays, doc, unmodelled = _scanned_columns(data)
         except _Unusual:
             pass
         else:
-            return _table(arrays, doc, path)
+            return _table(arrays, doc, path, unmodelled)
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -1,4 +1,13 @@
-"""A multi-rank run: a directory of per-rank trace files, ordered by rank."""
+"""A multi-rank run: a directory of per-rank trace files, ordered by rank.
+
+The rank and world size of each file come from its `distributedInfo`. A
+directory whose files do not read as the ranks of one run (a file without
+rank info, two files claiming one rank, world sizes that disagree, a rank
+outside its world) is refused with one line naming the files and the clash:
+replaying such a set as one run would silently pair unrelated timelines.
+`ranks_from_files=True` takes each file as its own rank instead, in file-name
+order, and marks each table (`metadata["rank_from_file_order"]`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ from .reader import load_trace
 from .table import TraceTable
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+HINT = "pass --ranks-from-files to take each file as its own rank, in file-name order"
 
 
 def trace_files(directory: Path) -> list[Path]:
@@ -18,8 +28,46 @@ def trace_files(directory: Path) -> list[Path]:
     return files
 
 
-def load_run(path: str | os.PathLike) -> list[TraceTable]:
-    """Load a file (one rank) or a directory (one file per rank; rank from distributedInfo)."""
+def _rank_info(table: TraceTable) -> tuple[int | None, int | None]:
+    """(rank, world size) as the file states them; None where it does not."""
+    dist = table.metadata.get("distributedInfo")
+    if not isinstance(dist, dict):
+        return None, None
+    rank = table.rank if dist.get("rank") is not None else None
+    world = table.world_size if dist.get("world_size") is not None else None
+    return rank, world
+
+
+def rank_clash(tables: list[TraceTable]) -> str | None:
+    """Why these files are not the ranks of one run, or None if they are."""
+    names = [Path(t.path).name for t in tables]
+    info = [_rank_info(t) for t in tables]
+    missing = [n for n, (r, _) in zip(names, info) if r is None]
+    if missing:
+        return f"{', '.join(missing)} {'carries' if len(missing) == 1 else 'carry'} no rank (no distributedInfo.rank)"
+    by_rank: dict[int, list[str]] = {}
+    for n, (r, _) in zip(names, info):
+        by_rank.setdefault(r, []).append(n)
+    for r, files in sorted(by_rank.items()):
+        if len(files) > 1:
+            return f"{' and '.join(files)} all claim rank {r}" if len(files) > 2 else \
+                f"{files[0]} and {files[1]} both claim rank {r}"
+    worlds = {w for _, w in info if w is not None}
+    if len(worlds) > 1:
+        said = ", ".join(f"{n} says {w}" for n, (_, w) in zip(names, info) if w is not None)
+        return f"world sizes disagree ({said})"
+    for n, (r, w) in zip(names, info):
+        if w is not None and not 0 <= r < w:
+            return f"{n} claims rank {r} of a world of size {w}"
+    return None
+
+
+def load_run(path: str | os.PathLike, ranks_from_files: bool = False) -> list[TraceTable]:
+    """Load a file (one rank) or a directory (one file per rank; rank from distributedInfo).
+
+    A directory whose files are not the ranks of one run raises TraceError,
+    unless `ranks_from_files`: then file k (in name order) is rank k of len(files).
+    """
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file or directory")
@@ -29,10 +77,13 @@ def load_run(path: str | os.PathLike) -> list[TraceTable]:
     if not files:
         raise TraceError(path, "directory holds no .json or .json.gz trace")
     tables = [load_trace(f) for f in files]
-    ranks = [t.rank for t in tables]
-    if len(set(ranks)) != len(ranks):
-        # No distributedInfo: fall back to file order, but say so in the metadata.
+    if ranks_from_files:
         for i, t in enumerate(tables):
             t.metadata["rank_from_file_order"] = True
-            t.rank = i
+            t.rank, t.world_size = i, len(tables)
+        return tables
+    if len(tables) > 1:
+        clash = rank_clash(tables)
+        if clash is not None:
+            raise TraceError(path, f"the files are not ranks of one run: {clash}; {HINT}")
     return sorted(tables, key=lambda t: t.rank)

@@ -27,21 +27,47 @@ CATEGORY_CODES = {
 GPU_CATEGORIES = (KERNEL, MEMCPY, MEMSET)
 CPU_CATEGORIES = (CPU_OP, ANNOTATION, RUNTIME)
 
-# Runtime calls that put work on a stream (their correlation id names the GPU op).
-LAUNCH_CALLS = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-    "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernelMultiDevice",
-    "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy", "cudaMemset", "cudaMemcpy2DAsync",
-    "cudaMemcpyPeerAsync", "cudaGraphLaunch", "cuGraphLaunch", "cuMemcpyAsync",
-    "cuMemsetD8Async", "cuMemsetD32Async", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
-})
-# Runtime calls that block the calling thread until GPU work completes.
-STREAM_SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize"})
-DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
-EVENT_SYNC_CALLS = frozenset({"cudaEventSynchronize", "cuEventSynchronize"})
-BLOCKING_COPY_CALLS = frozenset({"cudaMemcpy", "cudaMemset"})
-EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cuEventRecord", "cudaEventRecordWithFlags"})
-STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
+# Runtime and driver calls, by what they do to the calling thread and the streams.
+# The CUDA runtime (cudaX), the CUDA driver API (cuX: Triton and other JIT kernels
+# launch through cuLaunchKernel) and ROCm's HIP runtime all land here: HIP mirrors
+# the runtime names (cudaX -> hipX, `_hip`) and adds entry points of its own, and
+# roctracer files them under `cuda_runtime` like CUPTI does. Map a new vendor's
+# names here, nowhere else.
+
+
+def _hip(cuda_names: set[str]) -> set[str]:
+    """The HIP twin of each CUDA runtime name (cudaLaunchKernel -> hipLaunchKernel)."""
+    return {"hip" + n[len("cuda"):] for n in cuda_names if n.startswith("cuda")}
+
+
+def _calls(cuda: set[str], driver: set[str] = frozenset(), hip_only: set[str] = frozenset()) -> frozenset:
+    return frozenset(set(cuda) | set(driver) | _hip(cuda) | set(hip_only))
+
+
+# Calls that put work on a stream (their correlation id names the GPU op).
+LAUNCH_CALLS = _calls(
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+     "cudaLaunchCooperativeKernelMultiDevice", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy",
+     "cudaMemset", "cudaMemcpy2DAsync", "cudaMemcpyPeerAsync", "cudaGraphLaunch"},
+    driver={"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch", "cuMemcpyAsync", "cuMemsetD8Async",
+            "cuMemsetD32Async", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"},
+    hip_only={"hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel",
+              "hipExtLaunchKernel", "hipExtLaunchMultiKernelMultiDevice", "hipMemcpyWithStream",
+              "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync",
+              "hipMemcpyDtoDAsync", "hipMemsetD8Async", "hipMemsetD32Async"})
+# Calls that block the calling thread until GPU work completes.
+STREAM_SYNC_CALLS = _calls({"cudaStreamSynchronize"}, driver={"cuStreamSynchronize"})
+DEVICE_SYNC_CALLS = _calls({"cudaDeviceSynchronize"}, driver={"cuCtxSynchronize"})
+EVENT_SYNC_CALLS = _calls({"cudaEventSynchronize"}, driver={"cuEventSynchronize"})
+# Copies that return only when their own copy is done. hipMemcpyWithStream is
+# hipMemcpy on a given stream: it synchronizes that stream before returning.
+BLOCKING_COPY_CALLS = _calls({"cudaMemcpy", "cudaMemset"},
+                             hip_only={"hipMemcpyWithStream", "hipMemcpyHtoD", "hipMemcpyDtoH",
+                                       "hipMemcpyDtoD"})
+EVENT_RECORD_CALLS = _calls({"cudaEventRecord", "cudaEventRecordWithFlags"}, driver={"cuEventRecord"})
+STREAM_WAIT_CALLS = _calls({"cudaStreamWaitEvent"}, driver={"cuStreamWaitEvent"})
+# Calls that poll without blocking (NCCL watchdogs spin on them): never a dependency.
+POLLING_CALLS = _calls({"cudaEventQuery", "cudaStreamQuery"})
 
 FLOW_CATEGORIES = frozenset({"ac2g", "async_cpu_to_gpu", "async"})
 

@@ -3,11 +3,21 @@
 Iterations are `ProfilerStep#N` annotations. Traces recorded without the
 profiler schedule have none; there an iteration is delimited by the repeated
 data-loader annotation (`enumerate(DataLoader)#...`), numbered from 0.
+
+The default is a steady-state step: the second one, or the only one. A step
+that holds no work is never the default while another one does, nor is a last
+step cut short when the profiler stopped (shorter than `STUB_FRACTION` of the
+others' median): an MI250 trace ends in a 49 us `ProfilerStep#2` that holds
+nothing, after a 9.3 ms `ProfilerStep#1` that holds the training step. The step
+taken then says why (`Step.note`).
+
+    ProfilerStep#1 [=================================]   holds the work: default
+    ProfilerStep#2                                      [=]  stub: skipped
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -16,6 +26,7 @@ from .errors import TraceError
 from .table import TraceTable
 
 LOADER_PREFIX = "enumerate(DataLoader)"
+STUB_FRACTION = 0.1  # a last step shorter than this share of the others' median is cut short
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,11 @@ class Step:
     pid: int
     tid: int
     source: str  # 'ProfilerStep' or 'DataLoader'
+    note: str = field(default="", compare=False)  # why the default took this step, when not the usual one
+
+    @property
+    def label(self) -> str:
+        return f"ProfilerStep#{self.number}" if self.source == "ProfilerStep" else f"DataLoader iteration {self.number}"
 
 
 def find_steps(table: TraceTable) -> list[Step]:
@@ -49,14 +65,48 @@ def find_steps(table: TraceTable) -> list[Step]:
     return steps
 
 
+def work_events(table: TraceTable, step: Step) -> int:
+    """CPU ops, runtime calls and annotations (other than steps) that start inside `step`, on any process."""
+    inside = (table.ts >= step.start) & (table.ts < step.end)
+    rows = np.flatnonzero(inside & np.isin(table.cat, schema.CPU_CATEGORIES))
+    return sum(1 for i in rows if table.cat[i] != schema.ANNOTATION
+               or schema.profiler_step_number(table.name[i]) is None)
+
+
+def _stub_reason(table: TraceTable, steps: list[Step], k: int) -> str | None:
+    """Why steps[k] is no iteration to default to, or None if it is one."""
+    s = steps[k]
+    if work_events(table, s) == 0:
+        return f"{s.label} ({(s.end - s.start) / 1e3:.3f} ms) holds no CPU op, runtime call or annotation"
+    others = [o.end - o.start for j, o in enumerate(steps) if j != k]
+    if k == len(steps) - 1 and others and s.end - s.start < STUB_FRACTION * float(np.median(others)):
+        return (f"{s.label} ({(s.end - s.start) / 1e3:.3f} ms) is the last step and shorter than "
+                f"{STUB_FRACTION:.0%} of the others' median ({float(np.median(others)) / 1e3:.3f} ms): cut short")
+    return None
+
+
+def default_step(table: TraceTable, steps: list[Step]) -> Step:
+    """The second step (steady state), or the only one; a stub only if every step is one."""
+    preferred = [1, 0] + list(range(2, len(steps))) if len(steps) >= 2 else [0]
+    skipped = []
+    for k in preferred:
+        why = _stub_reason(table, steps, k)
+        if why is None:
+            if not skipped:
+                return steps[k]
+            return replace(steps[k], note=f"default step {steps[k].label} taken: " + "; ".join(skipped))
+        skipped.append(why)
+    return steps[preferred[0]]
+
+
 def select_step(table: TraceTable, number: int | None = None) -> Step:
-    """The step numbered `number`, or by default a steady-state one (the second, if any)."""
+    """The step numbered `number`, or by default a steady-state one (`default_step`)."""
     steps = find_steps(table)
     if not steps:
         raise TraceError(table.path, "no iteration found: no ProfilerStep#N annotation and no "
                                      "repeated DataLoader annotation")
     if number is None:
-        return steps[1] if len(steps) >= 2 else steps[0]
+        return default_step(table, steps)
     for s in steps:
         if s.number == number:
             return s

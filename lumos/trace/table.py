@@ -52,6 +52,10 @@ class TraceTable:
     rank: int = 0
     world_size: int = 1
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Device events (a `device` or `stream` arg) of a category Lumos does not model,
+    # counted by category as the file spells it: not rows of the table, but named
+    # in every replay so that nothing on a device is dropped unseen.
+    unmodelled: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -70,7 +74,7 @@ class TraceTable:
         """A new table holding the rows `index` (a boolean mask or integer indices)."""
         kw = {c: getattr(self, c)[index] for c in self.columns()}
         return TraceTable(path=self.path, rank=self.rank, world_size=self.world_size,
-                          metadata=self.metadata, **kw)
+                          metadata=self.metadata, unmodelled=self.unmodelled, **kw)
 
     def category_counts(self) -> dict[str, int]:
         codes, counts = np.unique(self.cat, return_counts=True)

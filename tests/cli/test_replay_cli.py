@@ -80,3 +80,91 @@ def test_joint_replay_of_an_emulated_pipeline_run(tmp_path, capsys):
     assert abs(joint["error_pct"]) < 0.01
     cut = run_json(capsys, tmp_path, "--joint", "--drop", "cross_rank")["joint"]
     assert cut["rendezvous"] == 0
+
+
+# --- traces that replayed as "0 tasks" before, and directories that are not one run ----------
+
+def test_rocm_trace_says_which_step_it_took(capsys):
+    from ..conftest import AMD
+    assert main(["replay", str(AMD)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("rank 0 step 1: 56 tasks (40 CPU, 16 GPU, 0 carried in), 73 edges (2 inferred), "
+                           "0 timeline violations")
+    assert out[1] == ("  note: default step ProfilerStep#1 taken: ProfilerStep#2 (0.049 ms) holds no CPU op, "
+                      "runtime call or annotation")
+    assert "  iteration                  8.912         8.912    +0.00" in out
+    assert "iteration time error: +0.000%" in out
+
+
+def test_cpu_only_and_triton_traces_replay_nonzero(capsys):
+    from ..conftest import CPU_ONLY, TRITON
+    cpu = run_json(capsys, CPU_ONLY)
+    assert cpu["measured"]["iteration_us"] == cpu["replayed"]["iteration_us"] == 210109.162
+    triton = run_json(capsys, TRITON)
+    assert triton["measured"]["iteration_us"] == pytest.approx(1.76, abs=1e-3)
+    assert triton["graph"]["edges"]["launch"] == 1 and triton["error_pct"] == 0.0
+
+
+def test_empty_step_is_a_one_line_error():
+    from ..conftest import AMD
+    proc = subprocess.run([sys.executable, "-m", "lumos.cli", "replay", str(AMD), "--step", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        f"lumos replay: error: {AMD}: step 2 (ProfilerStep#2, 0.049 ms) holds nothing to replay: no CPU op, "
+        "runtime call or GPU op launched in it. Steps in the trace: #1 (9.288 ms), #2 (0.049 ms); events by "
+        "category: cpu_op 70, user_annotation 3, cuda_runtime 21, kernel 14, gpu_memcpy 2, gpu_user_annotation 2")
+
+
+def test_unmodelled_device_events_are_named_in_the_summary(tmp_path, capsys):
+    from ..tracegen import TraceBuilder
+    t = TraceBuilder()
+    t.launch("k", 10, 5, 20, 30)
+    t.gpu("ccp_op", 60, 5, cat="mtia_ccp_events")
+    path = t.write(tmp_path / "t.json")
+    assert main(["replay", str(path)]) == 0
+    assert ("  not modelled: 1 device events of categories Lumos does not model (mtia_ccp_events 1)"
+            in capsys.readouterr().out.splitlines())
+    assert run_json(capsys, path)["graph"]["unmodelled_device_events"] == {"mtia_ccp_events": 1}
+
+
+def test_two_files_both_rank_0_are_refused_unless_ranks_from_files(tmp_path, capsys):
+    import shutil
+    from ..conftest import AMD, TRITON
+    shutil.copy(AMD, tmp_path / "a_amd.json.gz")       # neither file carries distributedInfo: both rank 0
+    shutil.copy(TRITON, tmp_path / "b_triton.json.gz")
+    proc = subprocess.run([sys.executable, "-m", "lumos.cli", "replay", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (
+        f"lumos replay: error: {tmp_path}: the files are not ranks of one run: a_amd.json.gz, b_triton.json.gz "
+        "carry no rank (no distributedInfo.rank); pass --ranks-from-files to take each file as its own rank, "
+        "in file-name order")
+    assert main(["replay", str(tmp_path), "--ranks-from-files"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("ranks taken from file-name order (--ranks-from-files): rank 0 = a_amd.json.gz, "
+                      "rank 1 = b_triton.json.gz")
+    doc = run_json(capsys, tmp_path, "--ranks-from-files")
+    assert doc["ranks_from_files"] == {"0": "a_amd.json.gz", "1": "b_triton.json.gz"}
+    assert [(r["rank"], r["graph"]["gpu_tasks"]) for r in doc["ranks"]] == [(0, 16), (1, 1)]
+
+
+def test_two_files_claiming_rank_0_are_refused_in_one_line(tmp_path, capsys):
+    from ..tracegen import TraceBuilder
+    for name in ("r_a.json", "r_b.json"):
+        t = TraceBuilder(rank=0)
+        t.launch("k", 10, 5, 20, 30)
+        t.write(tmp_path / name)
+    proc = subprocess.run([sys.executable, "-m", "lumos.cli", "replay", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "the files are not ranks of one run: r_a.json and r_b.json both claim rank 0" in proc.stderr
+    doc = run_json(capsys, tmp_path, "--ranks-from-files")
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+
+
+def test_dpro_baseline_on_a_cpu_only_rank_is_an_error_not_zeros():
+    from ..conftest import CPU_ONLY
+    proc = subprocess.run([sys.executable, "-m", "lumos.cli", "replay", str(CPU_ONLY), "--simulator", "dpro"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (f"lumos replay: error: {CPU_ONLY}: the dPRO-style baseline (GPU ops only) finds "
+                                   "no task in step 551; events by category: cpu_op 4, user_annotation 11")

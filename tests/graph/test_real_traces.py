@@ -14,7 +14,8 @@ from ..conftest import ALL_TRACES, TRAINING_TRACES
 def test_no_edge_contradicts_the_measured_timeline(real_tables, path):
     g = build_graph(real_tables[path])
     assert g.summary["violations"] == 0, g.summary["violations_by_class"]
-    assert g.n_edges > 0
+    # the CPU-only rank's threads hold one task each (a step, two gloo all-reduces): nothing to link
+    assert g.n_edges > 0 or path.name.startswith("cpu_only__")
 
 
 @pytest.mark.parametrize("path", TRAINING_TRACES, ids=lambda p: p.name[:40])

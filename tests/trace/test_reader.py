@@ -16,7 +16,7 @@ from ..conftest import ALL_TRACES, DLRM, REAL
 
 
 def test_every_shipped_trace_loads(real_tables):
-    assert len(real_tables) == len(ALL_TRACES) == 15
+    assert len(real_tables) == len(ALL_TRACES) == 18
     for path, table in real_tables.items():
         assert len(table) > 0, path
         assert np.all(table.dur >= 0)

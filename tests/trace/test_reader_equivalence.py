@@ -53,6 +53,7 @@ def reference_parse(doc, path) -> TraceTable:
     if not isinstance(events, list):
         raise TraceError(path, "'traceEvents' is not a list")
     cols = {c: [] for c in INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS}
+    unmodelled = {}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -60,6 +61,11 @@ def reference_parse(doc, path) -> TraceTable:
         code = schema.CATEGORY_CODES.get(cat.lower()) if isinstance(cat, str) else None
         name = ev.get("name")
         if code is None:
+            # a device event (device or stream arg) of a category Lumos does not model
+            args = ev.get("args")
+            if isinstance(cat, str) and isinstance(args, dict) and (
+                    args.get("device") is not None or args.get("stream") is not None):
+                unmodelled[cat] = unmodelled.get(cat, 0) + 1
             continue
         if not isinstance(name, str):
             raise TraceError(path, "event has no name", event=f"#{i}")
@@ -107,9 +113,12 @@ def reference_parse(doc, path) -> TraceTable:
     dist = doc.get("distributedInfo") or {}
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
     table = TraceTable(path=str(path), rank=_ref_int(dist.get("rank"), 0),
-                       world_size=_ref_int(dist.get("world_size"), 1), metadata=meta, **arrays)
+                       world_size=_ref_int(dist.get("world_size"), 1), metadata=meta,
+                       unmodelled=dict(sorted(unmodelled.items())), **arrays)
     if len(table) == 0:
-        raise TraceError(path, "no CPU or GPU events of a known category")
+        held = ("; it holds device events of categories Lumos does not model: "
+                + ", ".join(f"{k} {n}" for k, n in table.unmodelled.items())) if unmodelled else ""
+        raise TraceError(path, "no CPU or GPU events of a known category" + held)
     return table
 
 
@@ -136,6 +145,7 @@ def assert_same_table(new: TraceTable, ref: TraceTable) -> None:
             assert np.array_equal(a, b, equal_nan=True), (c, np.flatnonzero(a != b)[:5])
     assert (new.path, new.rank, new.world_size) == (ref.path, ref.rank, ref.world_size)
     assert new.metadata == ref.metadata and list(new.metadata) == list(ref.metadata)
+    assert new.unmodelled == ref.unmodelled and list(new.unmodelled) == list(ref.unmodelled)
 
 
 def outcome(load, path):
@@ -160,9 +170,9 @@ def assert_same_outcome(path) -> None:
 @pytest.mark.parametrize("path", ALL_TRACES, ids=[p.name[:40] for p in ALL_TRACES])
 def test_every_shipped_trace_reads_identically_by_the_scanner(path):
     data = gzip.decompress(path.read_bytes())
-    arrays, doc = reader._scanned_columns(data)  # the fast path itself, not its fallback
+    arrays, doc, unmodelled = reader._scanned_columns(data)  # the fast path itself, not its fallback
     ref = reference_load(path)
-    assert_same_table(reader._table(arrays, doc, path), ref)
+    assert_same_table(reader._table(arrays, doc, path, unmodelled), ref)
     assert_same_table(load_trace(path), ref)
 
 
@@ -210,7 +220,8 @@ def events(draw, messy: bool):
     if not sometimes(draw, 10):
         ev["cat"] = draw(st.sampled_from(["cpu_op", "Operator", "kernel", "KERNEL", "cuda_runtime", "Runtime",
                                           "gpu_memcpy", "Memset", "cuda_sync", "user_annotation",
-                                          "gpu_user_annotation", "python_function", "ac2g", "Trace", "kernel"]))
+                                          "gpu_user_annotation", "python_function", "ac2g", "Trace", "kernel",
+                                          "mtia_ccp_events", "hpu_op"]))
     if sometimes(draw, bad):
         if draw(st.booleans()):
             ev["name"] = draw(values)
@@ -325,8 +336,8 @@ def test_repeated_keys_take_the_last_value_as_orjson_does(tmp_path):
     path.write_bytes(b'{"traceEvents": [{"ph": "B", "ph": "X", "cat": "cpu_op", "cat": "kernel", "name": "a", '
                      b'"name": "k", "ts": 1, "dur": 2, "dur": 3, "args": {"stream": 1}, '
                      b'"args": {"stream": "stream 9", "stream": 4, "device": 2.7}}]}')
-    arrays, doc = reader._scanned_columns(path.read_bytes())  # decided by the scanner, no fallback
-    table = reader._table(arrays, doc, path)
+    arrays, doc, unmodelled = reader._scanned_columns(path.read_bytes())  # decided by the scanner, no fallback
+    table = reader._table(arrays, doc, path, unmodelled)
     assert_same_table(table, reference_load(path))
     assert (table.name[0], table.cat[0], table.dur[0], table.stream[0], table.device[0]) == ("k", schema.KERNEL,
                                                                                               3.0, 4, 2)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lumos.trace import schema
+
 from ..context import BuildContext, EdgeList
-from ..tasks import POLLING_CALLS
 
 HOW = "gap rule"
 
@@ -20,7 +21,7 @@ HOW = "gap rule"
 def inter_thread_edges(ctx: BuildContext, threshold_us: float) -> EdgeList:
     out = EdgeList()
     cpu = np.flatnonzero(~ctx.is_gpu)
-    usable = np.array([n not in POLLING_CALLS for n in ctx.name[cpu]], dtype=bool) & (ctx.tid[cpu] >= 0)
+    usable = np.array([n not in schema.POLLING_CALLS for n in ctx.name[cpu]], dtype=bool) & (ctx.tid[cpu] >= 0)
     cand = cpu[usable]
     if len(cand) == 0:
         return out

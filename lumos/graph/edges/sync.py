@@ -8,6 +8,11 @@
 - A blocking cudaMemcpy/cudaMemset returns after its own copy: an edge from
   the copy to the next task on the calling thread.
 
+HIP twins (hipStreamSynchronize, hipDeviceSynchronize, hipEventSynchronize,
+hipMemcpy, and hipMemcpyWithStream, a blocking copy on a given stream) are
+the same calls under ROCm names; `schema` maps them, so the rules above
+never test a vendor's name.
+
 The stream of a stream sync comes from the CUPTI `cuda_sync` record when the
 trace has one (`stream` arg). Otherwise it is inferred: the stream of the GPU
 op that finished last while the call was blocked, else of the op the thread
