@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "resources" / "traces" / "real"
 DLRM0 = TRACES / "param" / "dlrm_8rank" / "kineto" / "worker0_step_12.1694128201545.pt.trace.json.gz"
 SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event_sync_trace.json.gz"
+H200 = ROOT / "resources" / "traces" / "h200"
 
-TABLES = ["replay_real", "replay_microbench", "replay_emulated", "scaleout", "ablation", "ablation_by_trace",
-          "statistics"]
+TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
+          "ablation", "ablation_by_trace", "statistics"]
+MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif")
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci"]
 pytestmark = pytest.mark.slow
 
@@ -69,6 +71,9 @@ def work(tmp_path_factory) -> Path:
     profile = yaml.safe_load((ROOT / "config" / "profile" / "tiny.yaml").read_text())
     profile["real_traces"] = {"dlrm_rank0": f"traces/{DLRM0.name}"}
     profile["microbenchmarks"] = {"hta_event_sync": f"traces/{SYNC.name}"}
+    for run in profile["h200"]["traces"]:
+        shutil.copytree(H200 / run, work / "h200" / run)
+    profile["h200"]["dir"] = "h200"
     (work / "tiny.yaml").write_text(yaml.safe_dump(profile))
     snakemake(work)
     return work
@@ -82,8 +87,20 @@ def test_every_table_is_written_with_finite_numbers(work):
         assert len(df) > 0, name
         md = (tables / f"{name}.md").read_text().splitlines()
         assert md[0].startswith("**") and len(md) == len(df) + 4, name
-        if name != "replay_real" and name != "replay_microbench":
+        if name not in MEASURED:
             assert "emulated" in md[0], name
+        else:
+            assert "emulated" not in md[0], name
+    h200 = pd.read_csv(tables / "replay_h200.csv")
+    assert list(h200["trace"]) == ["h200_base_r0", "h200_layers_1.5x_r0"]
+    assert (h200["violations"] == 0).all() and (h200["error_pct"] == 0.0).all()
+    assert set(h200["source"]) == {"measured on hardware (H200)"}
+    assert h200["measured_iteration_ms"].iloc[0] == pytest.approx(129.983, abs=1e-3)
+    whatif = pd.read_csv(tables / "h200_whatif.csv")
+    assert len(whatif) == 1 and whatif["target"].iloc[0] == "layers_1.5x"
+    assert whatif["n_measured"].iloc[0] == 3 and whatif["layers"].iloc[0] == 18
+    # predicted 189.9 ms vs 193.3 +- 9 measured (3 steps of one recording)
+    assert abs(whatif["error_pct"].iloc[0]) < 6.0
     real = pd.read_csv(tables / "replay_real.csv")
     row = real.iloc[0]
     assert (row["trace"], row["rank"], row["step"], row["tasks"], row["violations"]) == ("dlrm_rank0", 0, 10, 1460, 0)
@@ -141,9 +158,10 @@ def test_touching_one_group_reruns_only_its_dependents(work):
     assert {"replay_real", "replay_emulated", "collect", "table", "figure"} <= rules
     assert not rules & {"emulate", "predict", "ablation_real", "ablation_emulated", "timeline"}
     replays = [out for rule, out in jobs if rule.startswith("replay_")]
-    assert len(replays) == 3 and all("/dpro.json" in out for out in replays)  # dlrm, sync fixture, tiny run
+    # dlrm, sync fixture, two H200 recordings, tiny run
+    assert len(replays) == 5 and all("/dpro.json" in out for out in replays)
     tables = sorted(re.search(r"tables/(\w+)\.csv", out).group(1) for rule, out in jobs if rule == "table")
-    assert tables == ["replay_emulated", "replay_microbench", "replay_real", "statistics"]
+    assert tables == ["replay_emulated", "replay_h200", "replay_microbench", "replay_real", "statistics"]
     assert "Nothing to be done" in snakemake(work, "-n")
 
 

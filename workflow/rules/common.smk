@@ -35,8 +35,9 @@ def h200_traces():
     if not h:
         return {}
     root = Path(h["dir"])
+    only = h.get("traces")   # a subset of the recordings (the tiny profile); default all
     return {f"h200_{p.name}": str(p) for p in sorted(root.iterdir())
-            if p.is_dir() and any(p.glob("rank*.json*"))}
+            if p.is_dir() and any(p.glob("rank*.json*")) and (only is None or p.name in only)}
 
 
 config["h200_traces"] = h200_traces()
