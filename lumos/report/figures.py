@@ -94,24 +94,30 @@ def breakdown_figure(data: pd.DataFrame, run: str):
 # ---- Fig. 6 analogue ---------------------------------------------------------------------------
 
 def timeline_frame(path, step=None, drop=(), gap_threshold_us: float = 100.0, bin_us: float = 1000.0) -> pd.DataFrame:
-    """Duty cycle per bin of the critical rank: measured vs Lumos replay (bins from each one's own start)."""
+    """Duty cycle per bin of the critical rank: measured vs Lumos replay vs the dPRO-style replay
+    (bins from each one's own start)."""
     from lumos.analysis import duty_cycle
     from lumos.analysis.replay import replay_tables
+    from lumos.baselines.dpro import build_dpro, replay_dpro
     from lumos.graph import ALL_EDGE_CLASSES, EdgeClass
     from lumos.graph.model import TaskKind
     from lumos.trace import load_run
 
     classes = frozenset(ALL_EDGE_CLASSES - {EdgeClass.parse(c) for c in drop})
-    run = replay_tables(load_run(path), step=step, edge_classes=classes, gap_threshold_us=gap_threshold_us)
+    tables = load_run(path)
+    run = replay_tables(tables, step=step, edge_classes=classes, gap_threshold_us=gap_threshold_us)
     r = run.critical
     g = r.graph
     gpu = g.kind == TaskKind.GPU
     measured = duty_cycle(g.ts, g.end, gpu, g.in_step, bin_us)
     replayed = duty_cycle(r.schedule.start, r.schedule.end, gpu, g.in_step, bin_us)
-    n = max(len(measured), len(replayed))
+    d = build_dpro(next(t for t in tables if t.rank == r.rank), step=step)
+    ds = replay_dpro(d)
+    dpro = duty_cycle(ds.start, ds.end, np.ones(len(d), bool), d.in_step, bin_us)
+    n = max(len(measured), len(replayed), len(dpro))
     pad = lambda a: np.concatenate([a, np.full(n - len(a), np.nan)])  # noqa: E731
     return pd.DataFrame({"rank": r.rank, "bin": np.arange(n), "t_ms": np.arange(n) * bin_us / 1e3,
-                         "measured": pad(measured), "replayed": pad(replayed)})
+                         "measured": pad(measured), "replayed": pad(replayed), "dpro": pad(dpro)})
 
 
 def timeline_figure(frames: dict[str, pd.DataFrame]):
@@ -123,12 +129,16 @@ def timeline_figure(frames: dict[str, pd.DataFrame]):
         ax.step(df["t_ms"], df["measured"], where="post", color="#333333", lw=1.2,
                 label="measured (emulated)" if emulated else "measured")
         ax.step(df["t_ms"], df["replayed"], where="post", color="#2A9D8F", lw=1.0, ls="--", label="Lumos replay")
+        if "dpro" in df:
+            ax.step(df["t_ms"], df["dpro"], where="post", color="#E76F51", lw=1.0, ls=":",
+                    label="dPRO-style replay")
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("stream-active share")
         bins = df["bin"].max() + 1 if len(df) else 0
         m, p = np.nanmean(df["measured"]), np.nanmean(df["replayed"])
+        dp = f", dPRO-style {np.nanmean(df['dpro']):.3f}" if "dpro" in df else ""
         ax.set_title(f"{label}{' (emulated)' if emulated else ' (real trace)'}, rank {int(df['rank'].iloc[0])}: "
-                     f"mean duty cycle measured {m:.3f}, replayed {p:.3f} over {bins} bins", fontsize=9)
+                     f"mean duty cycle measured {m:.3f}, Lumos {p:.3f}{dp} over {bins} bins", fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
         if emulated:
             _emulated_note(ax)

@@ -72,8 +72,12 @@ def test_timeline_figure_panels():
     fig = Fg.timeline_figure({"real": df, "emulated": df.assign(label="e")})
     assert len(fig.axes) == 2
     assert "(real trace)" in fig.axes[0].get_title() and "(emulated)" in fig.axes[1].get_title()
-    assert "measured 0.438, replayed 0.583" in fig.axes[0].get_title()
+    assert "measured 0.438, Lumos 0.583 over" in fig.axes[0].get_title()
     assert has_emulated_note(fig)
+    fig = Fg.timeline_figure({"real": df.assign(dpro=[0.5, 0.5, 0.5, 0.5])})
+    assert "measured 0.438, Lumos 0.583, dPRO-style 0.500" in fig.axes[0].get_title()
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == \
+        ["measured", "Lumos replay", "dPRO-style replay"]
 
 
 def test_timeline_frame_on_a_real_trace():
@@ -83,6 +87,9 @@ def test_timeline_frame_on_a_real_trace():
     assert len(df) == 14  # the 13.0 ms iteration of DLRM rank 0
     assert np.allclose(df["measured"], df["replayed"])  # unchanged replay is exact on real traces
     assert ((df["measured"] >= 0) & (df["measured"] <= 1)).all()
+    # the dPRO-style replay of the same iteration is a third line; on DLRM rank 0 it is exact too
+    # (replay_real: dPRO-style error +0.00 there), so all three coincide
+    assert np.allclose(df["dpro"], df["measured"])
 
 
 def test_ablation_and_error_figures():
