@@ -148,6 +148,41 @@ def timeline_figure(frames: dict[str, pd.DataFrame]):
     return fig
 
 
+# ---- What-ifs measured on hardware (H200) ------------------------------------------------------
+
+def h200_whatif_figure(table: pd.DataFrame):
+    """Per target: the measured iterations (mean, min-max) and the prediction from each base recording."""
+    targets = list(dict.fromkeys(table["target"]))
+    bases = list(dict.fromkeys(table["base"]))
+    x = np.arange(len(targets))
+    first = table.drop_duplicates("target").set_index("target").loc[targets]
+    mean = first["measured_iteration_ms"].to_numpy(float)
+    lo = mean - first["measured_min_ms"].to_numpy(float)
+    hi = first["measured_max_ms"].to_numpy(float) - mean
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.95 * len(targets) + 2), 4.2))
+    ax.bar(x, mean, 0.55, color="#BBBBBB", label="measured (mean of 2 recordings x 3 steps)")
+    ax.errorbar(x, mean, yerr=[lo, hi], fmt="none", ecolor="#333333", capsize=4, lw=1.0,
+                label="measured min-max")
+    markers = ("o", "s", "^", "D")
+    for k, b in enumerate(bases):
+        rows = table[table["base"] == b].set_index("target").loc[targets]
+        off = (k - (len(bases) - 1) / 2) * 0.14
+        ax.scatter(x + off, rows["predicted_iteration_ms"], marker=markers[k % 4], zorder=3, s=28,
+                   color=("#2A9D8F", "#E76F51", "#264653", "#E9C46A")[k % 4], label=f"Lumos from {b}")
+        for xi, top, (_, r) in zip(x + off, first["measured_max_ms"], rows.iterrows()):
+            ax.text(xi, max(top, r["predicted_iteration_ms"]) * 1.03 + 3, f"{r['error_pct']:+.0f}%",
+                    ha="center", va="bottom", fontsize=6, rotation=90)
+    ax.set_xticks(x, [t + ("" if f == "(none)" else "\n" + f.replace(" --", "\n--"))
+                      for t, f in zip(targets, first["flags"])], fontsize=7)
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_ylim(0, float(np.nanmax(first["measured_max_ms"])) * 1.3)
+    ax.set_title("What-if predictions from one H200 base trace vs measured on hardware (one H200, bundled "
+                 "GPT, bf16); % = error vs the measured mean", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
 # ---- Fig. 7 / Fig. 8 analogues -----------------------------------------------------------------
 
 def prediction_figure(table: pd.DataFrame, title: str):

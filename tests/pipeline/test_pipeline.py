@@ -29,7 +29,7 @@ H200 = ROOT / "resources" / "traces" / "h200"
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
           "ablation", "ablation_by_trace", "statistics"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif")
-FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci"]
+FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif"]
 pytestmark = pytest.mark.slow
 
 

@@ -104,3 +104,20 @@ def test_ablation_and_error_figures():
                           "abs_error_pct_lo": [2.0], "abs_error_pct_hi": [4.0], "actual_iteration_cv_pct": [1.0]})
     fig = Fg.error_ci_figure(stats)
     assert "emulated" in fig.axes[0].get_title() and has_emulated_note(fig)
+
+
+def test_h200_whatif_figure_says_measured_on_hardware():
+    rows = []
+    for base, preds in (("base_r0", (130.0, 190.0)), ("base_r1", (126.5, 188.0))):
+        for target, flags, pred, mean, lo, hi in (("base", "(none)", preds[0], 128.3, 126.5, 131.4),
+                                                    ("layers_1.5x", "--layers 18", preds[1], 196.6, 189.9, 208.6)):
+            rows.append({"target": target, "flags": flags, "base": base, "predicted_iteration_ms": pred,
+                         "measured_iteration_ms": mean, "measured_min_ms": lo, "measured_max_ms": hi,
+                         "error_pct": 100 * (pred - mean) / mean})
+    fig = Fg.h200_whatif_figure(pd.DataFrame(rows))
+    ax = fig.axes[0]
+    assert "measured on hardware" in ax.get_title() and "emulated" not in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "Lumos from base_r0", "Lumos from base_r1", "measured (mean of 2 recordings x 3 steps)", "measured min-max"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["base", "layers_1.5x\n--layers 18"]
+    assert sorted(t.get_text() for t in ax.texts) == ["+1%", "-1%", "-3%", "-4%"]

@@ -175,6 +175,8 @@ def figure_names():
         names.append("fig_ablation")
     if prediction_targets() or config["replay"]["emulated"]:
         names.append("fig_error_ci")
+    if config.get("h200", {}).get("targets"):
+        names.append("fig_h200_whatif")
     return names
 
 

@@ -21,6 +21,8 @@ def figure_inputs(wildcards):
         return {"table": f"{R}/tables/ablation.csv"}
     if name == "fig_error_ci":
         return {"table": f"{R}/tables/statistics.csv"}
+    if name == "fig_h200_whatif":
+        return {"table": f"{R}/tables/h200_whatif.csv"}
     raise ValueError(f"unknown figure {name!r}")
 
 
@@ -31,7 +33,7 @@ rule figure:
         png=f"{F}/{{name}}.png",
         pdf=f"{F}/{{name}}.pdf",
     wildcard_constraints:
-        name="fig1_breakdown|fig6_timeline|fig7_scaleout|fig8_variants|fig_ablation|fig_error_ci",
+        name="fig1_breakdown|fig6_timeline|fig7_scaleout|fig8_variants|fig_ablation|fig_error_ci|fig_h200_whatif",
     params:
         breakdown_run=config.get("figures", {}).get("breakdown_run"),
         timeline_labels={k: config.get("figures", {}).get(f"timeline_{k}") for k in ("real", "emulated")},

@@ -24,6 +24,8 @@ with logged(smk):
         fig = Fg.ablation_figure(data["table"])
     elif name == "fig_error_ci":
         fig = Fg.error_ci_figure(data["table"])
+    elif name == "fig_h200_whatif":
+        fig = Fg.h200_whatif_figure(data["table"])
     else:
         raise ValueError(f"unknown figure {name!r}")
     Fg.save_figure(fig, smk.output.png, smk.output.pdf)
