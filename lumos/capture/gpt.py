@@ -516,6 +516,8 @@ def run_from_args(args: argparse.Namespace) -> Path:
     cfg = config_from_args(args)
     if args.steps < 1 or args.warmup < 0:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
+    if args.micro_batches < 1:
+        raise ValueError(f"--micro-batches must be >= 1, got {args.micro_batches}")
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
