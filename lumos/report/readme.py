@@ -16,7 +16,7 @@ from pathlib import Path
 from lumos.trace.atomic import write_text_atomic
 
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
-ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "ablation", "statistics")
+ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "speed", "ablation", "statistics")
 LINKED = ("ablation_by_trace",)  # too long to paste: linked instead
 
 

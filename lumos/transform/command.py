@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="global batch (sequences); default: keep the base's micro-batches per iteration")
     p.add_argument("--micro-batch", type=int, default=None,
                    help="micro-batch size (sequences); with --global-batch it also sets the micro-batch count")
+    p.add_argument("--compute-speed", type=float, default=None,
+                   help="compute kernels X times faster (0.5 = half as fast)")
+    p.add_argument("--network-speed", type=float, default=None,
+                   help="collective bandwidth (NVLink and network) Y times higher")
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", default=None, help="write the prediction JSON here")
@@ -45,7 +49,8 @@ def run(args) -> int:
     try:
         doc = predict(base, target, global_batch=args.global_batch, micro_batch=args.micro_batch,
                       actual_tables=actual, actual_manifest=read_manifest(args.actual) if args.actual else None,
-                      base_name=str(args.base), engine=args.engine, step=args.step)
+                      base_name=str(args.base), engine=args.engine, step=args.step,
+                      compute_speed=args.compute_speed, network_speed=args.network_speed)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     text = json.dumps(doc, indent=1)

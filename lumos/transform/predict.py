@@ -29,6 +29,7 @@ from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import load_profile
 from .micro_batch import change_micro_batch
+from .speed import change_speed
 from .width import change_width
 
 KEYS = ("iteration_us",) + COMPONENTS
@@ -52,11 +53,13 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
-              global_batch: int | None = None, micro_batch: int | None = None) -> Plan:
-    """Apply the what-if changes in a fixed order: width, micro-batch size, DP, then one pipeline rebuild."""
+              global_batch: int | None = None, micro_batch: int | None = None,
+              compute_speed: float | None = None, network_speed: float | None = None) -> Plan:
+    """Apply the what-if changes in a fixed order: hardware speed, width, micro-batch size, DP, then one
+    pipeline rebuild."""
     if tp is not None and tp != plan.tp:
         raise ValueError(f"changing TP ({plan.tp} -> {tp}) is not supported (as in the paper)")
-    out = plan
+    out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
     out = change_micro_batch(out, micro_batch)
     dp = dp or plan.dp
@@ -122,14 +125,15 @@ def _round(d: dict) -> dict:
 def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int | None = None,
             micro_batch: int | None = None, actual_tables: Sequence[TraceTable] | None = None,
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
-            step=None) -> dict:
+            step=None, compute_speed: float | None = None, network_speed: float | None = None) -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
     """
     plan = base_plan(base_tables, step=step)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
-    out = transform(plan, global_batch=global_batch, micro_batch=micro_batch, **tgt)
+    out = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=compute_speed,
+                    network_speed=network_speed, **tgt)
     graph, sched, bd = simulate_plan(out, engine=engine)
     predicted = _round(bd.as_dict())
     doc = {"base": base_name,
@@ -140,6 +144,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                            "hidden": plan.shape.hidden, "ffn": plan.shape.ffn,
                            "micro_batch": plan.shape.micro_batch, "microbatches": plan.microbatches},
            "microbatches": out.microbatches,
+           "hardware": {"compute_speed": compute_speed or 1.0, "network_speed": network_speed or 1.0},
            "predicted": predicted,
            "critical_stage_rank": bd.critical_rank,
            "graph": {"tasks": int(graph.n_tasks), "edges": int(graph.n_edges),

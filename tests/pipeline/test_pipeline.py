@@ -27,7 +27,7 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "ablation", "ablation_by_trace", "statistics"]
+          "speed", "ablation", "ablation_by_trace", "statistics"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif")
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif"]
 pytestmark = pytest.mark.slow
@@ -123,6 +123,9 @@ def test_every_table_is_written_with_finite_numbers(work):
     # one row per (trace or emulated run, variant); each source has the full Lumos row at 0% error
     assert per.groupby("source")["variant"].nunique().min() == abl["variant"].nunique()
     assert (per.loc[per["variant"] == "lumos", "abs_iteration_error_pct_mean"] < 1e-6).all()
+    speed = pd.read_csv(tables / "speed.csv")
+    assert list(speed["label"]) == ["compute_2"] and speed["actual_iteration_ms_mean"].iloc[0] > 0
+    assert abs(speed["error_pct_mean"].iloc[0]) < 10.0
     stats = pd.read_csv(tables / "statistics.csv")
     assert len(stats) == 4 and stats["actual_iteration_ms_mean"].gt(0).all()
 

@@ -17,6 +17,10 @@ def collect_inputs(kind):
                   for label, group, run in prediction_targets() if (group == "variant") == (kind == "variants")
                   for seed in seeds_of(run)]
         return prediction_jsons(kind), labels
+    if kind == "speed":
+        labels = [{"label": v, "group": "speed", "run": config["speed"]["base"], "seed": s}
+                  for v in config["speed"]["variants"] for s in range(int(config["speed"].get("seeds", 1)))]
+        return speed_jsons(), labels
     if kind == "ablation":
         abl = config.get("ablation", {})
         labels = ([{"source": t, "emulated": False} for t in abl.get("real", [])]
@@ -32,7 +36,7 @@ rule collect:
     output:
         csv=f"{R}/data/{{kind}}.csv",
     wildcard_constraints:
-        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|ablation",
+        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|ablation",
     params:
         labels=lambda w: collect_inputs(w.kind)[1],
     log:
@@ -70,7 +74,7 @@ rule table:
         csv=f"{R}/tables/{{name}}.csv",
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
-        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|ablation|ablation_by_trace|statistics",
+        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|ablation|ablation_by_trace|statistics",
     params:
         tag=TAG,
         overrides=OVERRIDES,

@@ -153,6 +153,8 @@ def table_names():
         names.append("scaleout")
     if prediction_jsons("variants"):
         names.append("variants")
+    if config.get("speed", {}).get("variants"):
+        names.append("speed")
     if ablation_csvs():
         names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():

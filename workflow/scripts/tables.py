@@ -32,6 +32,10 @@ with logged(smk):
         what = "nine scale-out counterfactuals from the 15B 2x2x4 base (Fig. 7 analogue)" if name == "scaleout" \
             else "architecture variants V1-V4 from the 15B 2x2x4 base (Fig. 8 analogue)"
         title = f"Prediction vs emulated actual (emulated): {what}, mean over seeds with 95% CI"
+    elif name == "speed":
+        df = T.prediction_table(data[name])
+        title = ("Faster / slower hardware what-ifs vs the emulated actual (emulated): the base re-emulated with "
+                 "compute (peak FLOP/s, HBM) or collective bandwidth (NVLink, NICs) scaled, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"

@@ -1,0 +1,54 @@
+"""Faster (or slower) hardware: compute kernels X times faster, collective bandwidth Y times.
+
+- Compute (`--compute-speed X`): every GPU task that is not a collective and not a
+  host<->device or peer copy (those ride PCIe / NVLink, not the SMs or HBM) keeps the
+  compute supplier's fixed part of its class and divides the rest by X.
+- Network (`--network-speed Y`): the collective supplier's bandwidth of every level
+  (NVLink and the inter-host network alike) is multiplied by Y, latencies kept; each
+  collective gets the model's change (the part spent waiting for peers is kept, as in
+  every other collective re-timing), and later transforms use the faster model.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from lumos.graph.model import TaskKind
+
+from .plan import Plan
+from .suppliers import CollectiveSpec
+from .suppliers.compute import op_class
+
+NOT_COMPUTE = ("Memcpy HtoD", "Memcpy DtoH", "Memcpy PtoP", "Memcpy HtoH")
+
+
+def change_speed(plan: Plan, compute: float | None = None, network: float | None = None) -> Plan:
+    compute = 1.0 if compute is None else float(compute)
+    network = 1.0 if network is None else float(network)
+    if compute <= 0 or network <= 0:
+        raise ValueError(f"speed factors must be > 0 (compute {compute}, network {network})")
+    if compute == 1.0 and network == 1.0:
+        return plan
+    out = plan.clone()
+    g, st = out.graph, out.st
+    if compute != 1.0:
+        for t in range(g.n_tasks):
+            if g.kind[t] != TaskKind.GPU or g.comm[t] or st.coll[t] is not None:
+                continue
+            if str(g.name[t]).startswith(NOT_COMPUTE):
+                continue
+            c = min(out.compute.fixed_us.get(op_class(str(st.op_name[t] or "")), 0.0), g.dur[t])
+            g.dur[t] = c + (g.dur[t] - c) / compute
+        out.notes.append(f"compute kernels x{compute:g} faster (fixed part per class kept)")
+    if network != 1.0:
+        old = out.collectives
+        new = copy.deepcopy(old)
+        new.beta_bytes_per_us = {lv: b * network for lv, b in old.beta_bytes_per_us.items()}
+        for t in range(g.n_tasks):
+            if st.coll[t] is None or not st.group[t]:
+                continue
+            spec = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+            g.dur[t] = max(g.dur[t] + new.time_us(spec) - old.time_us(spec), 0.0)
+        out.collectives = new
+        out.notes.append(f"collective bandwidth x{network:g} on every level (latencies kept)")
+    return out
