@@ -27,6 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="compute kernels X times faster (0.5 = half as fast)")
     p.add_argument("--network-speed", type=float, default=None,
                    help="collective bandwidth (NVLink and network) Y times higher")
+    mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
+    mem.add_argument("--bytes-per-param", type=float, default=None,
+                     help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
+    mem.add_argument("--distributed-optimizer", action="store_true", default=None,
+                     help="optimizer state sharded over data-parallel ranks")
+    mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    mem.add_argument("--sequence-parallel", action="store_true", default=None)
+    mem.add_argument("--gpu-memory-gib", type=float, default=None, help="memory of one GPU")
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", default=None, help="write the prediction JSON here")
@@ -50,7 +58,11 @@ def run(args) -> int:
         doc = predict(base, target, global_batch=args.global_batch, micro_batch=args.micro_batch,
                       actual_tables=actual, actual_manifest=read_manifest(args.actual) if args.actual else None,
                       base_name=str(args.base), engine=args.engine, step=args.step,
-                      compute_speed=args.compute_speed, network_speed=args.network_speed)
+                      compute_speed=args.compute_speed, network_speed=args.network_speed,
+                      memory={"bytes_per_param": args.bytes_per_param,
+                              "distributed_optimizer": args.distributed_optimizer,
+                              "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,
+                              "gpu_memory_gib": args.gpu_memory_gib})
     except ValueError as exc:
         raise UserError(str(exc)) from None
     text = json.dumps(doc, indent=1)
@@ -79,6 +91,10 @@ def format_table(doc: dict) -> str:
             err = f"{100 * (p - m) / m:+.2f}" if m else "-"
             row += f"{m / 1e3:>22.3f}{err:>9}"
         lines.append(row)
+    if "memory" in doc:
+        m = doc["memory"]
+        lines.append(f"  memory per GPU (peak stage): {m['memory_gib_per_gpu']:.1f} GiB of {m['gpu_memory_gib']:.1f}"
+                     f" -> {'fits' if m['fits'] else 'does NOT fit'}")
     for n in doc.get("notes", []):
         lines.append(f"  note: {n}")
     return "\n".join(lines)

@@ -106,6 +106,16 @@ def measure_run(tables: Sequence[TraceTable], step=None) -> dict:
     return {"critical_rank": crit, **per[crit].as_dict()}
 
 
+def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
+    """Peak memory per GPU of a plan's configuration (`memory.py`), settings from the cluster profile."""
+    from .memory import MemorySettings, plan_memory
+    from .schedule import layers_of_stage
+
+    settings = MemorySettings.from_profile(load_profile(), **(overrides or {}))
+    per_stage = [len(list(layers_of_stage(s, plan.pp, plan.layers))) for s in range(plan.pp)]
+    return plan_memory(plan.shape, per_stage, plan.pp, plan.dp, plan.microbatches, settings)
+
+
 def measured_steps(path) -> list[dict]:
     """Run-level measured breakdown of every profiled step of the run at `path`, in step order."""
     from lumos.trace import find_steps, load_run
@@ -125,7 +135,8 @@ def _round(d: dict) -> dict:
 def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int | None = None,
             micro_batch: int | None = None, actual_tables: Sequence[TraceTable] | None = None,
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
-            step=None, compute_speed: float | None = None, network_speed: float | None = None) -> dict:
+            step=None, compute_speed: float | None = None, network_speed: float | None = None,
+            memory: dict | None = None) -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -152,6 +163,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
            "suppliers": {"collectives": plan.collectives.as_dict(),
                          "compute_fixed_us": {k: round(v, 3) for k, v in plan.compute.fixed_us.items()}},
            "notes": out.notes}
+    doc["memory"] = memory_of(out, memory)
     if actual_tables is not None:
         measured = measure_run(actual_tables, step=step)
         doc["measured"] = _round(measured)

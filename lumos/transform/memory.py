@@ -1,0 +1,100 @@
+"""Peak memory per GPU of a (predicted) configuration, per pipeline stage, and whether it fits.
+
+    memory(stage) = parameters(stage) x bytes per parameter
+                  + activations per layer x layers(stage) x micro-batches in flight(stage)
+                  + the last stage's logits + a workspace constant
+
+Sources of each term:
+- Bytes per parameter, mixed-precision Adam (Megatron-LM, "Distributed Optimizer" guide):
+  bf16 parameters with fp32 gradients and fp32 master copy and Adam moments = 18 bytes;
+  with the distributed optimizer (optimizer state sharded over DP) 6 + 12 / dp. A model
+  trained in plain bf16 with AdamW (like `lumos capture gpt`) keeps parameters, gradients
+  and both moments in bf16: 8 bytes (`bytes_per_param: 8`).
+- Activations of one transformer layer for one micro-batch (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", Table 2), s sequence,
+  b micro-batch, h hidden, a heads, t TP degree, in bytes (16-bit activations):
+  no recomputation         s b h (10 + 24/t + 5 a s / (h t))
+  sequence parallel        s b h (34 + 5 a s / h) / t
+  selective recomputation  s b h (10 + 24/t)       (with SP: 34 s b h / t)
+  full recomputation       2 s b h                  (the layer's input only)
+  A fused (flash / cuDNN) attention kernel keeps no s x s scores, which is the selective
+  case: `flash_attention: true` drops the 5 a s / h term.
+- Micro-batches in flight under non-interleaved 1F1B (Narayanan et al. 2021): stage s of p
+  holds min(p - s, m) micro-batches' activations at its peak.
+- The last stage keeps one micro-batch's fp32 logits for the loss: 4 s b V / t bytes.
+- A workspace constant (CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, allocator
+  fragmentation) from the cluster profile; not calibrated from traces here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    bytes_per_param: float = 18.0
+    distributed_optimizer: bool = False
+    recompute: str = "selective"          # none | selective | full
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+    workspace_gib: float = 1.0
+    gpu_memory_gib: float = 79.2
+
+    @classmethod
+    def from_profile(cls, profile: dict | None, **overrides) -> "MemorySettings":
+        base = dict((profile or {}).get("memory", {}))
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        s = cls(**base)
+        if s.recompute not in ("none", "selective", "full"):
+            raise ValueError(f"recompute must be none, selective or full, got {s.recompute!r}")
+        return s
+
+
+def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int,
+                               m: MemorySettings) -> float:
+    s, b, h, a, t = float(seq), float(micro_batch), float(hidden), float(heads), float(tp)
+    sbh = s * b * h
+    if m.recompute == "full":
+        return 2.0 * sbh
+    scores = 0.0 if (m.recompute == "selective" or m.flash_attention) else 5.0 * a * s / h
+    if m.sequence_parallel:
+        return sbh * (34.0 + scores) / t
+    return sbh * (10.0 + 24.0 / t + scores / t)
+
+
+def param_bytes(params: float, dp: int, m: MemorySettings) -> float:
+    if m.distributed_optimizer:
+        # the 16-bit copy and the gradients stay whole; master weights and moments are sharded
+        whole = 6.0 if m.bytes_per_param >= 16 else 4.0
+        return params * (whole + (m.bytes_per_param - whole) / max(dp, 1))
+    return params * m.bytes_per_param
+
+
+def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, microbatches: int,
+                 m: MemorySettings) -> dict:
+    """Bytes of one GPU of `stage`: parameters (with optimizer state), activations, logits, workspace."""
+    first, last = stage == 0, stage == pp - 1
+    params = layers_in_stage * shape.layer_params() + shape.embed_params() * (first + last)
+    inflight = min(pp - stage, max(microbatches, 1))
+    act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m)
+    logits = 4.0 * shape.seq * shape.micro_batch * shape.vocab / shape.tp if last else 0.0
+    parts = {"parameters_gib": param_bytes(params, dp, m) / GIB,
+             "activations_gib": act * layers_in_stage * inflight / GIB,
+             "logits_gib": logits / GIB, "workspace_gib": m.workspace_gib}
+    parts["total_gib"] = sum(parts.values())
+    parts["inflight_microbatches"] = inflight
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in parts.items()}
+
+
+def plan_memory(shape, layers_per_stage: list[int], pp: int, dp: int, microbatches: int,
+                m: MemorySettings) -> dict:
+    stages = [stage_memory(shape, n, s, pp, dp, microbatches, m) for s, n in enumerate(layers_per_stage)]
+    peak = max(st["total_gib"] for st in stages)
+    return {"memory_gib_per_gpu": round(peak, 3), "gpu_memory_gib": m.gpu_memory_gib,
+            "fits": bool(peak <= m.gpu_memory_gib), "per_stage": stages,
+            "assumptions": {"bytes_per_param": m.bytes_per_param, "distributed_optimizer": m.distributed_optimizer,
+                            "recompute": m.recompute, "sequence_parallel": m.sequence_parallel,
+                            "flash_attention": m.flash_attention, "workspace_gib": m.workspace_gib}}
