@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "replay": ("lumos.commands.replay", "replay a measured iteration and compare with the measurement"),
     "predict": ("lumos.transform.command", "predict a new configuration from a base trace (what-if)"),
+    "search": ("lumos.transform.search", "rank every layout of N GPUs predicted from one base trace"),
     "emulate": ("lumos.emulator.command", "emulate a GPU cluster iteration and write per-rank traces (emulated)"),
     "capture": ("lumos.capture.command", "record a trace Lumos can use (needs torch)"),
 }

@@ -11,8 +11,8 @@ b*s = 8192 equals its FFN width. So each op kind is rewritten by position:
   of the equal values is called T does not change the FLOP ratio.
 - attention (batch, seq, heads, head_dim) in the op's own layout: heads (width) or
   batch (micro-batch) change.
-- anything else: in an activation (leading dim b with 3+ dims, or T with 2) the
-  last dim is the feature width and the leading dim the batch; a 4-d tensor whose
+- anything else: in an activation ([b, s, ...] or Megatron's [s, b, ...] with 3+ dims,
+  or [T, ...] with 2) the last dim is the feature width and b the batch; a 4-d tensor whose
   last dim is the head dim has its heads dim mapped instead; 1-d tensors (biases,
   LayerNorm weights) are widths; an in-place op (`add_`, `zero_`, ...: gradient
   accumulation, zeroing) on a tensor shaped like a GEMM weight works on a
@@ -113,8 +113,11 @@ def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: 
             out.append(d)
             continue
         x = list(_ints(d))
-        if len(x) >= 3 and x[0] == batch:
-            x[0] = int(round(batch * ratio))
+        seq = tokens // max(batch, 1)
+        if len(x) >= 3 and x[0] == batch and (x[1] == seq or x[1] != batch):
+            x[0] = int(round(batch * ratio))                  # [b, s, ...] (eager PyTorch)
+        elif len(x) >= 3 and x[0] == seq and x[1] == batch:
+            x[1] = int(round(batch * ratio))                  # [s, b, ...] (Megatron)
         elif len(x) == 2 and x[0] == tokens:
             x[0] = int(round(tokens * ratio))
         changed |= tuple(x) != tuple(d)

@@ -69,3 +69,9 @@ def test_micro_batch_scales_activations_not_parameters():
     assert attention_bshd("aten::_cudnn_attention_forward",
                           rewrite_batch("aten::_cudnn_attention_forward", CUDNN, 4, T, 0.5, params)) == \
         (2, 2048, 16, 128)
+
+
+def test_micro_batch_finds_the_batch_in_megatron_layout():
+    # [s, b, h] = [2048, 2, 6144]: the batch is the second dim
+    assert rewrite_batch("aten::gelu", ((2048, 2, 6144), ()), 2, 4096, 2.0, frozenset()) == ((2048, 4, 6144), ())
+    assert rewrite_batch("aten::gelu", ((2, 2048, 6144), ()), 2, 4096, 2.0, frozenset()) == ((4, 2048, 6144), ())
