@@ -18,7 +18,8 @@ def collect_inputs(kind):
                   for seed in seeds_of(run)]
         return prediction_jsons(kind), labels
     if kind == "speed":
-        labels = [{"label": v, "group": "speed", "run": config["speed"]["base"], "seed": s}
+        labels = [{"label": v, "group": "micro-batch" if "micro_batch" in config["speed"]["variants"][v] else "speed",
+                   "run": config["speed"]["base"], "seed": s}
                   for v in config["speed"]["variants"] for s in range(int(config["speed"].get("seeds", 1)))]
         return speed_jsons(), labels
     if kind == "ablation":

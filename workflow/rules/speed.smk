@@ -1,6 +1,7 @@
-# Faster / slower hardware what-ifs, checked on the emulator (emulated): the base run re-emulated with
-# the cluster's compute (peak FLOP/s and HBM bandwidth) or collective bandwidth (NVLink and NICs)
-# scaled, and `lumos predict BASE --compute-speed X --network-speed Y` from the unchanged base.
+# Faster / slower hardware and other micro-batch sizes, checked on the emulator (emulated): the base run
+# re-emulated with the cluster's compute (peak FLOP/s and HBM bandwidth) or collective bandwidth (NVLink
+# and NICs) scaled, or with another micro-batch size (same micro-batch count), and
+# `lumos predict BASE --compute-speed X --network-speed Y [--micro-batch M]` from the unchanged base.
 
 SPEED = config.get("speed", {})
 SPEED_COMPUTE = ("peak_bf16_tflops", "hbm_tb_s")
@@ -26,7 +27,9 @@ rule emulate_speed:
         manifest=f"{R}/emulated_speed/{{variant}}/seed{{seed}}/manifest.json",
         resolved=f"{R}/emulated_speed/{{variant}}/seed{{seed}}/config.resolved.yaml",
     params:
-        overrides=lambda w: job_overrides("emulate", speed_base().emulate_overrides() + [f"seed={w.seed}"]),
+        overrides=lambda w: job_overrides("emulate", speed_base().emulate_overrides() + [f"seed={w.seed}"]
+                                          + ([f"model.micro_batch_size={SPEED['variants'][w.variant]['micro_batch']}"]
+                                             if "micro_batch" in SPEED["variants"][w.variant] else [])),
         scale=lambda w: {**{k: float(SPEED["variants"][w.variant].get("compute", 1.0)) for k in SPEED_COMPUTE},
                          **{k: float(SPEED["variants"][w.variant].get("network", 1.0)) for k in SPEED_NETWORK}},
     log:
@@ -47,7 +50,9 @@ rule predict_speed:
         json=f"{R}/predict_speed/{{variant}}/seed{{seed}}.json",
     params:
         flags=lambda w: ["--compute-speed", str(SPEED["variants"][w.variant].get("compute", 1.0)),
-                         "--network-speed", str(SPEED["variants"][w.variant].get("network", 1.0))],
+                         "--network-speed", str(SPEED["variants"][w.variant].get("network", 1.0))]
+                        + (["--micro-batch", str(SPEED["variants"][w.variant]["micro_batch"])]
+                           if "micro_batch" in SPEED["variants"][w.variant] else []),
     log:
         f"{R}/logs/predict_speed/{{variant}}/seed{{seed}}.log",
     threads: 1

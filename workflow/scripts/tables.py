@@ -34,8 +34,9 @@ with logged(smk):
         title = f"Prediction vs emulated actual (emulated): {what}, mean over seeds with 95% CI"
     elif name == "speed":
         df = T.prediction_table(data[name])
-        title = ("Faster / slower hardware what-ifs vs the emulated actual (emulated): the base re-emulated with "
-                 "compute (peak FLOP/s, HBM) or collective bandwidth (NVLink, NICs) scaled, mean over seeds")
+        title = ("Faster / slower hardware and micro-batch-size what-ifs vs the emulated actual (emulated): the "
+                 "base re-emulated with compute (peak FLOP/s, HBM) or collective bandwidth (NVLink, NICs) scaled, "
+                 "or another micro-batch size, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
