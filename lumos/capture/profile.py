@@ -22,6 +22,11 @@ or, for a loop you do not want to wrap in a function:
             cap.step()              # marks the iteration: ProfilerStep#N
     print(cap.path)
 
+Pass `model=` (any torch.nn.Module) to either and its transformer blocks,
+embedding and head write the `layer_{L}/forward/mb{i}` ... ranges
+`lumos predict` reads, forward and backward (`lumos.capture.annotate`; on by
+default, `annotate=False` turns it off).
+
 Settings, and why Lumos needs each (docs/capture.md has the longer version):
 
 - activities CPU and, when CUDA is available, CUDA: the replay graph needs the
@@ -54,7 +59,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import require_torch
 
@@ -160,28 +165,53 @@ class LumosCapture:
     iterations are done).
     """
 
-    def __init__(self, profiler, total_iterations: int, rank: int, world_size: int, target: Path):
+    def __init__(self, profiler, total_iterations: int, rank: int, world_size: int, target: Path,
+                 annotator=None):
         self.profiler = profiler
         self.total_iterations = total_iterations
         self.rank = rank
         self.world_size = world_size
         self.target = target
+        self.annotator = annotator     # a ModuleAnnotator, or None (no model, or annotate=False)
         self.path: Path | None = None
 
     def step(self) -> None:
+        """End of one iteration: close the annotator's ranges, then `profiler.step()`."""
+        if self.annotator is not None:
+            self.annotator.step()
         self.profiler.step()
+
+    def microbatch(self, i: int) -> None:
+        """Name the following forward / backward ranges `mb{i}` (until `step()`).
+
+        Without it the micro-batch is counted: the number of forward calls of
+        block 0 earlier in the iteration. A no-op when nothing is annotated.
+        """
+        if self.annotator is not None:
+            self.annotator.set_microbatch(i)
 
 
 @contextlib.contextmanager
 def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1, wait: int = 1,
                   rank: int | None = None, world_size: int | None = None,
                   activities: list | None = None,
-                  metadata: Mapping[str, Any] | None = None) -> Iterator[LumosCapture]:
+                  metadata: Mapping[str, Any] | None = None,
+                  model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
+                  embedding: str | bool | None = None,
+                  head: str | bool | None = None) -> Iterator[LumosCapture]:
     """Profile `steps` steady-state iterations; write `<out_dir>/rank{R}.json.gz`.
 
     The loop inside must run `cap.total_iterations` (= wait + warmup + steps)
     iterations and call `cap.step()` after each. `metadata` is stored in the
     trace under `lumosCapture` beside the capture settings.
+
+    With `model` (any `torch.nn.Module`) and `annotate=True` (the default) the
+    model's transformer blocks, embedding and head write the
+    `layer_{L}/forward/mb{i}` ... ranges `lumos predict` reads (see
+    `lumos.capture.annotate`); `blocks`, `embedding`, `head` name the modules
+    by dotted path instead of finding them (`embedding=False` / `head=False`:
+    none). The hooks are removed when the context exits. A wrong path raises
+    ValueError before anything runs.
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
@@ -190,6 +220,11 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     torch = require_torch()
     from lumos.trace.atomic import write_bytes_atomic
 
+    annotator = None
+    if model is not None and annotate:
+        from .annotate import ModuleAnnotator
+
+        annotator = ModuleAnnotator(model, blocks=blocks, embedding=embedding, head=head)
     r, ws, distributed = _resolve_rank(rank, world_size)
     target = trace_path_for_rank(out_dir, r)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +253,10 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         # write_bytes_atomic gzips for a .gz target, with a fixed mtime.
-        write_bytes_atomic(target, _finish_trace(raw, r, ws, settings))
+        meta = dict(settings)
+        if annotator is not None:   # embedding and head are known only after the first forward
+            meta["annotation"] = annotator.metadata()
+        write_bytes_atomic(target, _finish_trace(raw, r, ws, meta))
         cap.path = target
 
     kwargs: dict[str, Any] = dict(
@@ -230,26 +268,39 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     )
     if exp is not None:
         kwargs["experimental_config"] = exp
-    with torch.profiler.profile(**kwargs) as prof:
-        cap = LumosCapture(prof, wait + warmup + steps, r, ws, target)
-        yield cap
+    if annotator is not None:
+        annotator.attach()
+    try:
+        with torch.profiler.profile(**kwargs) as prof:
+            cap = LumosCapture(prof, wait + warmup + steps, r, ws, target, annotator)
+            yield cap
+    finally:
+        if annotator is not None:
+            annotator.detach()
 
 
 def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
                   out_dir: str | os.PathLike = ".", rank: int | None = None, *,
                   wait: int = 1, world_size: int | None = None,
                   activities: list | None = None,
-                  metadata: Mapping[str, Any] | None = None) -> Path:
+                  metadata: Mapping[str, Any] | None = None,
+                  model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
+                  embedding: str | bool | None = None, head: str | bool | None = None) -> Path:
     """Run `step_fn()` wait + warmup + steps times under the profiler; return the trace path.
 
     `step_fn` is one full training iteration (forward, backward, optimizer
     step) taking no arguments. The first `wait` (default 1) iterations run
     unprofiled, the next `warmup` are profiled and discarded, the last `steps`
     are written to `<out_dir>/rank{R}.json.gz`, each inside a `ProfilerStep#N`
-    range.
+    range. `model`, `annotate`, `blocks`, `embedding`, `head`: as for
+    `lumos_profile` (pass `model` to annotate its layers; on by default).
+
+    >>> profile_steps(train_step, steps=2, out_dir="traces/run1", model=model)  # doctest: +SKIP
     """
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
-                       world_size=world_size, activities=activities, metadata=metadata) as cap:
+                       world_size=world_size, activities=activities, metadata=metadata,
+                       model=model, annotate=annotate, blocks=blocks, embedding=embedding,
+                       head=head) as cap:
         for _ in range(cap.total_iterations):
             step_fn()
             cap.step()
