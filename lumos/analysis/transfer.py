@@ -371,7 +371,7 @@ def gpu_op_changes(ga: Graph, gb: Graph, top: int = 5) -> list[dict]:
         return (pd.DataFrame({"name": g.name[ops], "dur": g.dur[ops]})
                 .groupby("name").agg(total=("dur", "sum"), count=("dur", "size")))
     ta, tb = totals(ga), totals(gb)
-    j = ta.join(tb, how="outer", lsuffix="_a", rsuffix="_b").fillna(0.0)
+    j = ta.add_suffix("_a").join(tb.add_suffix("_b"), how="outer").fillna(0.0)
     j["change"] = j["total_b"] - j["total_a"]
     j = j.reindex(j["change"].abs().sort_values(ascending=False, kind="stable").index).head(top)
     return [{"name": str(n), "a_us": round(float(r.total_a), 3), "b_us": round(float(r.total_b), 3),
