@@ -280,7 +280,8 @@ def format_transfer(doc: dict) -> str:
     labels = {"same_as_k": "same as step " + str(doc["step"]), "kernel_ratio": "kernel-time ratio",
               "dpro": "dPRO-style transfer"}
     for key, b in doc.get("baselines", {}).items():
-        lines.append(f"  {'baseline: ' + labels.get(key, key):<30}{b['iteration_us'] / 1e3:>14.3f}{_pct(b['error_pct']):>10}")
+        label = "baseline: " + labels.get(key, key)
+        lines.append(f"  {label:<30}{b['iteration_us'] / 1e3:>14.3f}{_pct(b['error_pct']):>10}")
     return "\n".join(lines)
 
 
