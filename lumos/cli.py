@@ -14,6 +14,8 @@ import sys
 
 COMMANDS = {
     "replay": ("lumos.commands.replay", "replay a measured iteration and compare with the measurement"),
+    "diff": ("lumos.commands.diff", "attribute the iteration-time difference of two runs or steps to GPU, CPU, "
+                                    "and what neither explains"),
     "predict": ("lumos.transform.command", "predict a new configuration from a base trace (what-if)"),
     "search": ("lumos.transform.search", "rank every layout of N GPUs predicted from one base trace"),
     "emulate": ("lumos.emulator.command", "emulate a GPU cluster iteration and write per-rank traces (emulated)"),

@@ -12,6 +12,12 @@ in file-name order instead. What the tool decided for the user (a default step
 that skips a stub, where the CPU tasks came from, ranks taken from file
 order) and device events it does not model are printed under the rank's line
 and listed in JSON (`graph.notes`, `graph.unmodelled_device_events`).
+
+`--durations-from OTHER[:STEP] [--durations gpu|cpu|all]` is the transfer
+test (`lumos.analysis.transfer`): the graph of `--step` replayed with the
+durations measured in another iteration (of the same file or another run of
+the same job), compared with that iteration as measured, beside the
+same-as-step-k, kernel-time-ratio and dPRO-style predictions.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from lumos.analysis import COMPONENTS
 from lumos.analysis.ablation import (attach_metrics, reference_for, replay_dpro_tables, replay_variant,
                                      run_metrics)
 from lumos.analysis.replay import RunReplay
+from lumos.analysis.transfer import DURATION_KINDS
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
 from lumos.report.timeline import write_timeline
 from lumos.sim import SimulationError
@@ -53,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--joint", action="store_true",
                    help="also replay a multi-rank run as one graph, ranks joined by cross-rank edges "
                         "(collective peers and pipeline send/recv meet at a rendezvous); reported under 'joint'")
+    p.add_argument("--durations-from", default=None, metavar="OTHER[:STEP]",
+                   help="transfer: replay the graph of --step with the task durations measured in step STEP "
+                        "of trace OTHER (OTHER may be PATH itself; STEP defaults to OTHER's default step), "
+                        "and compare with that step as measured")
+    p.add_argument("--durations", choices=DURATION_KINDS, default="all",
+                   help="with --durations-from: which tasks take the other step's durations (default all)")
     p.set_defaults(func=run)
 
 
@@ -84,6 +97,8 @@ def _check_variant_args(args, classes: frozenset) -> None:
 
 
 def run(args) -> int:
+    if args.durations_from is not None:
+        return run_transfer(args)
     classes = edge_classes_from(args)
     _check_variant_args(args, classes)
     tables = load_run(args.path, ranks_from_files=args.ranks_from_files)
@@ -202,3 +217,73 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+# -- transfer: step k's graph with another iteration's durations ----------------------------
+def split_path_step(text: str) -> tuple[str, int | None]:
+    """'PATH:STEP' -> (PATH, STEP); a PATH without a numeric ':STEP' suffix -> (PATH, None)."""
+    head, sep, tail = text.rpartition(":")
+    if sep and head and tail.lstrip("-").isdigit():
+        return head, int(tail)
+    return text, None
+
+
+def load_one_rank(path: str, flag: str):
+    """The one rank of a trace file (or of a directory holding a single rank)."""
+    from lumos.cli import UserError
+    tables = load_run(path)
+    if len(tables) != 1:
+        raise UserError(f"{flag} {path} holds {len(tables)} ranks; pass one rank's trace file "
+                        f"({', '.join(Path(t.path).name for t in tables[:3])}, ...)")
+    return tables[0]
+
+
+def run_transfer(args) -> int:
+    from lumos.analysis.transfer import NotSameJobError, transfer_pair
+    from lumos.cli import UserError
+    if (args.simulator != "lumos" or args.drop or args.drop_random or args.joint or args.out
+            or args.ranks_from_files):
+        raise UserError("--durations-from replays the Lumos graph of one rank (the dPRO-style transfer is "
+                        "reported beside it); it does not combine with --simulator, --drop, --drop-random, "
+                        "--joint, --out or --ranks-from-files")
+    other_path, other_step = split_path_step(args.durations_from)
+    table = load_one_rank(args.path, "TRACE")
+    other = load_one_rank(other_path, "--durations-from")
+    try:
+        r = transfer_pair(table, args.step, other, other_step, durations=args.durations, engine=args.engine,
+                          gap_threshold_us=args.gap_threshold_us)
+    except NotSameJobError as exc:
+        raise UserError(str(exc)) from None
+    except SimulationError as exc:
+        raise UserError(f"the graph with the other step's durations cannot be replayed: {exc}") from None
+    doc = {"trace": table.path, "durations_from": other.path, **r.as_dict()}
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_transfer(doc))
+    return 0
+
+
+def format_transfer(doc: dict) -> str:
+    same = doc["durations_from"] == doc["trace"]
+    src = f"step {doc['durations_from_step']}" + ("" if same else f" of {doc['durations_from']}")
+    m = doc["matched"]
+    lines = [f"{doc['trace']} step {doc['step']} replayed with the {doc['durations']} durations of {src}",
+             f"  matched {100 * doc['matched_share']:.2f}% of step {doc['step']}'s tasks "
+             f"(CPU {m['cpu']}, GPU {m['gpu']}); unmatched tasks keep their own durations",
+             f"  {'':<30}{'iteration ms':>14}{'error %':>10}",
+             f"  {'measured, step ' + str(doc['step']):<30}{doc['measured']['iteration_us'] / 1e3:>14.3f}",
+             f"  {'predicted (Lumos transfer)':<30}{doc['predicted']['iteration_us'] / 1e3:>14.3f}"
+             f"{_pct(doc['error_pct']):>10}",
+             f"  {'actual, step ' + str(doc['durations_from_step']):<30}{doc['actual']['iteration_us'] / 1e3:>14.3f}"]
+    labels = {"same_as_k": "same as step " + str(doc["step"]), "kernel_ratio": "kernel-time ratio",
+              "dpro": "dPRO-style transfer"}
+    for key, b in doc.get("baselines", {}).items():
+        label = "baseline: " + labels.get(key, key)
+        lines.append(f"  {label:<30}{b['iteration_us'] / 1e3:>14.3f}{_pct(b['error_pct']):>10}")
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.2f}"

@@ -319,3 +319,51 @@ def format_cell(v, col: str = "") -> str:
             return f"{v:+.2f}" if "error" in col and "abs" not in col else f"{v:.2f}"
         return f"{v:.3f}"
     return str(v)
+
+
+# ---- transfer on real traces (issue 12) ---------------------------------------------------
+
+TRANSFER_METHODS = {"lumos": "lumos_err_pct", "dpro": "dpro_err_pct", "same_as_k": "same_as_k_err_pct",
+                    "kernel_ratio": "kernel_ratio_err_pct"}
+
+
+def transfer_real_table(frames: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-prediction rows and the summary block of `transfer_real`.
+
+    `frames`: trace name -> `lumos.analysis.transfer.transfer_steps` rows (an empty frame for a
+    trace with fewer than two usable steps; it is named in the summary with 0 predictions).
+    Summary: per trace, then over all predictions ("all") and with each trace weighted equally
+    ("mean of traces"), the mean and median |error| of each method.
+    """
+    rows = pd.concat([f.assign(trace=name) for name, f in frames.items() if len(f)], ignore_index=True) \
+        if any(len(f) for f in frames.values()) else pd.DataFrame(columns=["trace"])
+    cols = ["trace", "step_from", "step_to", "actual_ms", "lumos_ms", "lumos_err_pct", "dpro_err_pct",
+            "same_as_k_err_pct", "kernel_ratio_err_pct", "matched_share"]
+    rows = rows.reindex(columns=cols)
+
+    def stats(df: pd.DataFrame, label: str) -> dict:
+        out = {"trace": label, "predictions": len(df)}
+        for m, c in TRANSFER_METHODS.items():
+            err = df[c].abs()
+            out[f"{m}_mean_abs_pct"] = float(err.mean()) if len(df) else float("nan")
+            out[f"{m}_median_abs_pct"] = float(err.median()) if len(df) else float("nan")
+        return out
+
+    summary = [stats(rows[rows.trace == name], name) for name in frames]
+    summary.append(stats(rows, "all"))
+    per_trace = pd.DataFrame([s for s in summary[:-1] if s["predictions"]])
+    if len(per_trace):
+        mean_of = {"trace": "mean of traces", "predictions": int(per_trace["predictions"].sum())}
+        for c in per_trace.columns[2:]:
+            mean_of[c] = float(per_trace[c].mean())
+        summary.append(mean_of)
+    return rows, pd.DataFrame(summary)
+
+
+def write_transfer_table(rows: pd.DataFrame, summary: pd.DataFrame, csv_path, md_path, title: str) -> None:
+    """One CSV (summary rows first, `row` = 'summary' or 'prediction'); Markdown: the summary, then the rows."""
+    both = pd.concat([summary.assign(row="summary"), rows.assign(row="prediction")], ignore_index=True)
+    write_csv(both[["row"] + [c for c in both.columns if c != "row"]], csv_path)
+    md = to_markdown(summary, title + " - summary: mean and median |error| per method") + "\n" \
+        + to_markdown(rows, "Every prediction (step_from's graph with step_to's durations vs step_to measured)")
+    write_text_atomic(md_path, md)

@@ -78,6 +78,9 @@ def check_config():
     for name in config.get("ablation", {}).get("real", []):
         if name not in config.get("real_traces", {}):
             raise ValueError(f"config: ablation.real names {name!r}, which is not in real_traces")
+    for name in (config.get("transfer") or {}).get("real", []):
+        if name not in config.get("real_traces", {}):
+            raise ValueError(f"config: transfer.real names {name!r}, which is not in real_traces")
     fig = config.get("figures", {})
     if fig.get("timeline_real") and fig["timeline_real"] not in names:
         raise ValueError(f"config: figures.timeline_real names {fig['timeline_real']!r}, not a real trace")
@@ -149,6 +152,8 @@ def table_names():
         names.append("replay_h200")
     if config.get("h200", {}).get("targets"):
         names.append("h200_whatif")
+    if (config.get("transfer") or {}).get("real") or (config.get("transfer") or {}).get("h200_suffix"):
+        names.append("transfer_real")
     if prediction_jsons("scaleout"):
         names.append("scaleout")
     if prediction_jsons("variants"):

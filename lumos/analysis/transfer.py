@@ -1,0 +1,379 @@
+"""Transfer: replay one iteration's graph with the durations measured in another.
+
+An unchanged replay reproduces its trace by construction (each measured gap
+sits on the edge that explains it), so it says nothing about whether the
+graph is right. Replaying the graph of step k with the task durations of step
+k' and comparing with step k' as measured does: the durations change, the
+structure and the gaps (edge lags, release times) stay step k's, and only a
+graph whose dependencies are the real ones moves the timeline the way the
+hardware did.
+
+Matching (`match_tasks`): tasks are paired per processor, by name and
+occurrence: the n-th task named X on thread T (or stream S) of step k takes
+the duration of the n-th task named X on the matching thread (stream) of the
+other step. Processors are matched by their trace ids (pid/tid, device/stream)
+where both sides have the id, the rest by their order in the trace. GPU ops
+carried in from an earlier step are matched only with carried-in ops, and ops
+launched in the step only with ops launched in the step, so a backlog of
+different length does not shift every occurrence index on its stream. A task
+without a match keeps its own duration. What is transferred is the graph's
+replay duration: for a call that waited for the GPU, the part after the wait
+(`lumos.graph.timing`), so neither side's waiting is carried over.
+
+Baselines the transfer is judged against (`transfer_pair`):
+- same as step k: step k' takes step k's measured iteration;
+- kernel-time ratio: step k's iteration x (GPU time of k' / GPU time of k),
+  GPU time = the summed durations of the device ops (kernels, memcpy, memset)
+  launched in each step;
+- dPRO-style: the baseline's graph of step k (`lumos.baselines.dpro`) with
+  the same per-stream matching applied to its GPU ops, its gaps kept.
+
+`diff_attribution` splits T(B) - T(A) into what B's GPU durations, B's CPU
+durations, their interaction and neither of them (dependencies, launch order)
+explain, by replaying A's graph with B's durations.
+
+Example
+-------
+>>> from lumos.trace import read_trace                         # doctest: +SKIP
+>>> t = read_trace("trace.json.gz")                            # doctest: +SKIP
+>>> r = transfer_pair(t, 3, t, 4)                              # doctest: +SKIP
+>>> r.predicted_us, r.actual_us, r.matched_share               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from lumos.baselines.dpro import DproGraph, build_dpro, replay_dpro
+from lumos.graph import DEFAULT_GAP_THRESHOLD_US, Graph, build_graph
+from lumos.graph.model import TaskKind
+from lumos.trace import EmptyStepError, TraceTable
+from lumos.trace.steps import Step
+
+from .breakdown import relative_error_pct
+from .replay import measured_breakdown, replay_graph, replayed_breakdown
+
+__all__ = ["DURATION_KINDS", "MIN_MATCHED_SHARE", "TaskKeys", "Transfer", "match_tasks", "transfer_durations",
+           "transfer_pair", "transfer_steps", "StepModels", "diff_attribution", "gpu_op_changes", "NotSameJobError"]
+
+DURATION_KINDS = ("all", "gpu", "cpu")
+# Below this share of step k's device ops finding a partner, the two traces are not one
+# job's iterations and a transfer would compare unrelated programs (measured: 0.94-1.0 between
+# steps of one shipped trace, 0.03-0.25 between unrelated shipped traces).
+MIN_MATCHED_SHARE = 0.5
+
+
+class NotSameJobError(ValueError):
+    """The two iterations share too few tasks (by processor, name and occurrence) to be one job's."""
+
+
+@dataclass
+class TaskKeys:
+    """What matching reads of each task: kind, processor id in the trace, carried-in flag,
+    name, and the order on its processor (measured start, then trace row)."""
+    kind: np.ndarray      # int8 TaskKind
+    proc_key: np.ndarray  # int64 (pid<<32|tid) or (device<<32|stream)
+    carry: np.ndarray     # bool: GPU op carried in from an earlier step
+    name: np.ndarray      # object
+    ts: np.ndarray
+    event: np.ndarray
+
+    @classmethod
+    def of_graph(cls, g: Graph) -> "TaskKeys":
+        gpu = g.kind == TaskKind.GPU
+        return cls(kind=g.kind.astype(np.int8), proc_key=g.proc_key[g.proc].astype(np.int64),
+                   carry=gpu & ~g.in_step, name=g.name, ts=g.ts, event=g.event)
+
+    @classmethod
+    def of_dpro(cls, d: DproGraph, table: TraceTable) -> "TaskKeys":
+        """dPRO nodes keyed by the stream they ran on in the trace (not by the baseline's queue)."""
+        key = table.device[d.event].astype(np.int64) * (1 << 32) + (table.stream[d.event].astype(np.int64) & 0xFFFFFFFF)
+        return cls(kind=np.full(len(d), TaskKind.GPU, np.int8), proc_key=key, carry=d.carry_in.astype(bool),
+                   name=d.name, ts=d.ts, event=d.event)
+
+
+def _proc_map(target: TaskKeys, source: TaskKeys) -> dict[tuple[int, int], int]:
+    """(kind, target proc key) -> source proc key: same id where the source has it, else by order."""
+    out: dict[tuple[int, int], int] = {}
+    for kind in (TaskKind.CPU, TaskKind.GPU):
+        t_keys = sorted(set(target.proc_key[target.kind == kind].tolist()))
+        s_keys = sorted(set(source.proc_key[source.kind == kind].tolist()))
+        common = set(t_keys) & set(s_keys)
+        out.update({(int(kind), k): k for k in common})
+        rest_s = [k for k in s_keys if k not in common]
+        for k, s in zip((k for k in t_keys if k not in common), rest_s):
+            out[(int(kind), k)] = s
+    return out
+
+
+def _frame(keys: TaskKeys, proc: np.ndarray, names: pd.Index) -> pd.DataFrame:
+    df = pd.DataFrame({"kind": keys.kind.astype(np.int64), "proc": proc, "carry": keys.carry.astype(bool),
+                       "name": names.get_indexer(keys.name), "ts": keys.ts, "event": keys.event,
+                       "task": np.arange(len(keys.kind))})
+    df = df.sort_values(["ts", "event"], kind="stable")
+    df["occ"] = df.groupby(["kind", "proc", "carry", "name"], sort=False).cumcount()
+    return df
+
+
+def match_tasks(target: TaskKeys, source: TaskKeys) -> np.ndarray:
+    """For each target task, the source task it matches (-1: none)."""
+    pmap = _proc_map(target, source)
+    t_proc = np.array([pmap.get((int(k), int(p)), -1) for k, p in zip(target.kind, target.proc_key)], dtype=np.int64)
+    names = pd.Index(pd.unique(np.concatenate([target.name, source.name])))
+    t = _frame(target, t_proc, names)
+    s = _frame(source, source.proc_key.astype(np.int64), names)
+    on = ["kind", "proc", "carry", "name", "occ"]
+    m = t.merge(s[on + ["task"]], on=on, how="left", suffixes=("", "_src"))
+    out = np.full(len(target.kind), -1, dtype=np.int64)
+    hit = m["task_src"].notna().to_numpy()
+    out[m["task"].to_numpy()[hit]] = m["task_src"].to_numpy()[hit].astype(np.int64)
+    return out
+
+
+def _kind_mask(kind: np.ndarray, durations: str) -> np.ndarray:
+    if durations not in DURATION_KINDS:
+        raise ValueError(f"durations must be one of {', '.join(DURATION_KINDS)}, not {durations!r}")
+    if durations == "gpu":
+        return kind == TaskKind.GPU
+    if durations == "cpu":
+        return kind == TaskKind.CPU
+    return np.ones(len(kind), dtype=bool)
+
+
+def transfer_durations(graph: Graph, source: Graph, durations: str = "all",
+                       match: np.ndarray | None = None) -> Graph:
+    """`graph` with the replay durations of its matched tasks taken from `source`; edges, lags
+    and release times stay `graph`'s. `durations`: which tasks change (all, gpu, cpu)."""
+    match = match_tasks(TaskKeys.of_graph(graph), TaskKeys.of_graph(source)) if match is None else match
+    g = graph.copy()
+    take = (match >= 0) & _kind_mask(graph.kind, durations)
+    g.dur[take] = source.dur[match[take]]
+    return g
+
+
+def _gpu_time(g: Graph) -> float:
+    ops = (g.kind == TaskKind.GPU) & g.in_step
+    return float(np.sum(g.dur[ops]))
+
+
+def _check_same_job(g: Graph, match: np.ndarray, what: str) -> None:
+    """Refuse unrelated programs. Judged on the device ops when there are any: runtime calls
+    and common CPU ops (`cudaLaunchKernel`, `aten::empty`) pair up between any two PyTorch
+    jobs (a third of the tasks of unrelated shipped traces do), kernel names do not."""
+    gpu = g.kind == TaskKind.GPU
+    on, kind = (gpu, "device ops") if np.any(gpu) else (np.ones(len(match), bool), "tasks")
+    share = float(np.mean(match[on] >= 0)) if np.any(on) else 0.0
+    if share < MIN_MATCHED_SHARE:
+        raise NotSameJobError(f"{what} do not look like iterations of one job: only {100 * share:.1f}% of the "
+                              f"{kind} find a partner by thread/stream, name and occurrence "
+                              f"(at least {100 * MIN_MATCHED_SHARE:.0f}% needed)")
+
+
+@dataclass
+class Transfer:
+    """Step k's graph replayed with another step's durations, and the baselines beside it."""
+    step: int | None
+    source_step: int | None
+    durations: str
+    measured_us: float        # step k as measured
+    replayed_us: float        # step k's graph replayed unchanged (equals measured_us on an exact graph)
+    predicted_us: float       # step k's graph with the other step's durations
+    actual_us: float          # the other step as measured
+    matched_share: float      # share of step k's tasks that found a partner
+    matched: dict = field(default_factory=dict)  # per kind: matched / total
+    baselines: dict = field(default_factory=dict)  # name -> predicted iteration (us)
+    graph: Graph | None = None
+
+    @property
+    def error_pct(self) -> float | None:
+        return relative_error_pct(self.predicted_us, self.actual_us)
+
+    def baseline_errors(self) -> dict[str, float | None]:
+        return {k: relative_error_pct(v, self.actual_us) for k, v in self.baselines.items()}
+
+    def as_dict(self) -> dict:
+        r3 = lambda x: None if x is None else round(float(x), 3)  # noqa: E731
+        r4 = lambda x: None if x is None else round(float(x), 4)  # noqa: E731
+        return {"step": self.step, "durations_from_step": self.source_step, "durations": self.durations,
+                "measured": {"iteration_us": r3(self.measured_us)},
+                "replayed_unchanged": {"iteration_us": r3(self.replayed_us)},
+                "predicted": {"iteration_us": r3(self.predicted_us)},
+                "actual": {"iteration_us": r3(self.actual_us)},
+                "error_pct": r4(self.error_pct), "matched_share": r4(self.matched_share),
+                "matched": self.matched,
+                "baselines": {k: {"iteration_us": r3(v), "error_pct": r4(relative_error_pct(v, self.actual_us))}
+                              for k, v in self.baselines.items()}}
+
+
+def _step_number(step) -> int | None:
+    return step.number if isinstance(step, Step) else step
+
+
+class StepModels:
+    """Each step's Lumos graph and dPRO-style graph, built once (a series of pairs reuses them)."""
+
+    def __init__(self, table: TraceTable, gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US):
+        self.table = table
+        self.gap_threshold_us = gap_threshold_us
+        self._graphs: dict = {}
+        self._dpro: dict = {}
+
+    def graph(self, step) -> Graph:
+        key = _step_number(step)
+        if key not in self._graphs:
+            self._graphs[key] = build_graph(self.table, step=step, gap_threshold_us=self.gap_threshold_us)
+        return self._graphs[key]
+
+    def dpro(self, step) -> DproGraph:
+        key = _step_number(step)
+        if key not in self._dpro:
+            self._dpro[key] = build_dpro(self.table, step=step)
+        return self._dpro[key]
+
+
+def transfer_pair(table: TraceTable, step, source_table: TraceTable, source_step, durations: str = "all",
+                  engine: str = "auto", gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US,
+                  baselines: bool = True, require_same_job: bool = True,
+                  models: tuple[StepModels, StepModels] | None = None) -> Transfer:
+    """Replay `step` of `table` with the durations of `source_step` of `source_table`.
+
+    Baselines (when asked): `same_as_k`, `kernel_ratio`, `dpro` (dPRO-style graph of
+    step k with the same transfer). Raises NotSameJobError when fewer than
+    MIN_MATCHED_SHARE of step k's tasks match (unless `require_same_job` is False).
+    `models` (target, source) reuses graphs already built for other pairs.
+    """
+    mk, mo = models or (StepModels(table, gap_threshold_us), StepModels(source_table, gap_threshold_us))
+    g, src = mk.graph(step), mo.graph(source_step)
+    match = match_tasks(TaskKeys.of_graph(g), TaskKeys.of_graph(src))
+    share = float(np.mean(match >= 0)) if len(match) else 0.0
+    if require_same_job:
+        _check_same_job(g, match, f"{table.path} step {g.summary['step']} and {source_table.path} "
+                               f"step {src.summary['step']}")
+    matched = {}
+    for kind in (TaskKind.CPU, TaskKind.GPU):
+        on = g.kind == kind
+        matched[kind.name.lower()] = f"{int(np.sum(match[on] >= 0))}/{int(np.sum(on))}"
+    moved = transfer_durations(g, src, durations, match=match)
+    pred = replay_graph(moved, engine=engine)
+    unchanged = replay_graph(g, engine=engine)
+    measured = measured_breakdown(g).iteration_us
+    out = Transfer(step=g.summary["step"], source_step=src.summary["step"], durations=durations,
+                   measured_us=measured, replayed_us=unchanged.replayed.iteration_us,
+                   predicted_us=pred.replayed.iteration_us, actual_us=measured_breakdown(src).iteration_us,
+                   matched_share=share, matched=matched, graph=moved)
+    if baselines:
+        gpu_k, gpu_o = _gpu_time(g), _gpu_time(src)
+        out.baselines = {"same_as_k": measured,
+                         "kernel_ratio": measured * gpu_o / gpu_k if gpu_k else float("nan"),
+                         "dpro": dpro_transfer(mk.dpro(step), table, mo.dpro(source_step), source_table,
+                                               durations)}
+    return out
+
+
+def dpro_transfer(d: DproGraph, table: TraceTable, s: DproGraph, source_table: TraceTable,
+                  durations: str = "all") -> float:
+    """The dPRO-style baseline's iteration for graph `d` with graph `s`'s GPU op durations
+    (the baseline has no CPU tasks, so `durations='cpu'` leaves it unchanged)."""
+    if durations != "cpu":
+        m = match_tasks(TaskKeys.of_dpro(d, table), TaskKeys.of_dpro(s, source_table))
+        dur = d.dur.copy()
+        dur[m >= 0] = s.dur[m[m >= 0]]
+        d = dataclasses.replace(d, dur=dur)
+    sched = replay_dpro(d)
+    return replayed_breakdown(d.to_graph(), sched).iteration_us
+
+
+TRANSFER_COLUMNS = ("step_from", "step_to", "measured_ms", "actual_ms", "lumos_ms", "lumos_err_pct", "dpro_err_pct",
+                    "same_as_k_err_pct", "kernel_ratio_err_pct", "matched_share")
+
+
+def transfer_steps(table: TraceTable, steps: list[int] | None = None, engine: str = "auto") -> pd.DataFrame:
+    """Every consecutive pair of `steps` (default: the trace's steps, the first left out as
+    warm-up when there are 3 or more), both directions: one row per prediction. Steps with
+    nothing to replay (a stub the profiler cut) are left out."""
+    from lumos.trace.steps import find_steps
+    if steps is None:
+        steps = [s.number for s in find_steps(table)]
+        if len(steps) >= 3:
+            steps = steps[1:]
+    models = StepModels(table)
+    usable = []
+    for s in steps:
+        try:
+            models.graph(s)
+            usable.append(s)
+        except EmptyStepError:
+            continue  # a stub step (the profiler stopped): nothing to transfer to or from
+    steps = usable
+    rows = []
+    for a, b in zip(steps[:-1], steps[1:]):
+        for k, o in ((a, b), (b, a)):
+            r = transfer_pair(table, k, table, o, engine=engine, models=(models, models))
+            e = r.baseline_errors()
+            rows.append({"step_from": k, "step_to": o, "measured_ms": r.measured_us / 1e3,
+                         "actual_ms": r.actual_us / 1e3, "lumos_ms": r.predicted_us / 1e3,
+                         "lumos_err_pct": r.error_pct, "dpro_err_pct": e["dpro"],
+                         "same_as_k_err_pct": e["same_as_k"], "kernel_ratio_err_pct": e["kernel_ratio"],
+                         "matched_share": r.matched_share})
+    return pd.DataFrame(rows, columns=TRANSFER_COLUMNS)
+
+
+# -- lumos diff ----------------------------------------------------------------------
+PARTS = ("gpu", "cpu", "interaction", "unexplained")
+
+
+def diff_attribution(a: TraceTable, step_a, b: TraceTable, step_b, engine: str = "auto",
+                     gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, top: int = 5) -> dict:
+    """T(B) - T(A) split into parts that add up to it exactly.
+
+    gpu = T(A's graph, B's GPU durations) - T(A); cpu = the same with B's CPU
+    durations; unexplained = T(B) - T(A's graph, all of B's durations) (what
+    the durations do not explain: dependencies, launch order); interaction =
+    the rest. T(A), T(B) are the measured iterations.
+    """
+    ga = build_graph(a, step=step_a, gap_threshold_us=gap_threshold_us)
+    gb = build_graph(b, step=step_b, gap_threshold_us=gap_threshold_us)
+    match = match_tasks(TaskKeys.of_graph(ga), TaskKeys.of_graph(gb))
+    share = float(np.mean(match >= 0)) if len(match) else 0.0
+    _check_same_job(ga, match, f"{a.path} step {ga.summary['step']} and {b.path} step {gb.summary['step']}")
+    t_a = measured_breakdown(ga).iteration_us
+    t_b = measured_breakdown(gb).iteration_us
+    t = {k: replay_graph(transfer_durations(ga, gb, k, match=match), engine=engine).replayed.iteration_us
+         for k in DURATION_KINDS}
+    t_a_replayed = replay_graph(ga, engine=engine).replayed.iteration_us
+    gpu = t["gpu"] - t_a
+    cpu = t["cpu"] - t_a
+    unexplained = t_b - t["all"]
+    interaction = t["all"] - t["gpu"] - t["cpu"] + t_a
+    parts = {"gpu": gpu, "cpu": cpu, "interaction": interaction, "unexplained": unexplained}
+    return {
+        "a": {"trace": a.path, "step": ga.summary["step"], "iteration_us": round(t_a, 3),
+              "replayed_us": round(t_a_replayed, 3)},
+        "b": {"trace": b.path, "step": gb.summary["step"], "iteration_us": round(t_b, 3)},
+        "difference_us": round(t_b - t_a, 3),
+        "parts_us": {k: round(v, 3) for k, v in parts.items()},
+        "parts_pct_of_a": {k: (round(100 * v / t_a, 3) if t_a else None) for k, v in parts.items()},
+        "replayed_us": {f"a_graph_b_{k}": round(v, 3) for k, v in t.items()},
+        "matched_share": round(share, 4),
+        "top_gpu_ops": gpu_op_changes(ga, gb, top),
+        "_exact": {"t_a": t_a, "t_b": t_b, **{k: v for k, v in parts.items()}},
+    }
+
+
+def gpu_op_changes(ga: Graph, gb: Graph, top: int = 5) -> list[dict]:
+    """Device ops (kernels, memcpy, memset) by name whose summed duration in the step changed most."""
+    def totals(g: Graph) -> pd.DataFrame:
+        ops = (g.kind == TaskKind.GPU) & g.in_step
+        return (pd.DataFrame({"name": g.name[ops], "dur": g.dur[ops]})
+                .groupby("name").agg(total=("dur", "sum"), count=("dur", "size")))
+    ta, tb = totals(ga), totals(gb)
+    j = ta.add_suffix("_a").join(tb.add_suffix("_b"), how="outer").fillna(0.0)
+    j["change"] = j["total_b"] - j["total_a"]
+    j = j.reindex(j["change"].abs().sort_values(ascending=False, kind="stable").index).head(top)
+    return [{"name": str(n), "a_us": round(float(r.total_a), 3), "b_us": round(float(r.total_b), 3),
+             "change_us": round(float(r.change), 3), "count_a": int(r.count_a), "count_b": int(r.count_b)}
+            for n, r in j.iterrows()]

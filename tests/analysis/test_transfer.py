@@ -1,0 +1,137 @@
+"""Transfer: one step's graph with another step's durations, on real traces (exact values).
+
+The predicted values below were computed once with `lumos replay --durations-from`, checked
+against the measured steps (errors of a fraction of a percent to a few percent, the matched
+tasks counted by hand from the `matched` field) and hard-coded: a change in the graph or the
+matching that moves them must be seen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lumos.analysis.transfer import (NotSameJobError, TaskKeys, diff_attribution, match_tasks, transfer_pair,
+                                     transfer_steps)
+from lumos.graph.model import TaskKind
+from lumos.report.tables import transfer_real_table
+from lumos.trace import load_trace
+
+from ..conftest import REAL, ROOT
+
+H200 = ROOT / "resources" / "traces" / "h200" / "base_r0" / "rank0.json.gz"        # steps 2, 3, 4
+H200_R1 = ROOT / "resources" / "traces" / "h200" / "base_r1" / "rank0.json.gz"     # the same job, run again
+NCCL = REAL / "hta" / "nccl_parser_config__nccl_data.json.gz"                        # steps 4, 5, 6
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return load_trace(H200)
+
+
+@pytest.fixture(scope="module")
+def nccl():
+    return load_trace(NCCL)
+
+
+def keys(kind, proc, name, carry=None):
+    n = len(name)
+    return TaskKeys(kind=np.array(kind, np.int8), proc_key=np.array(proc, np.int64),
+                    carry=np.zeros(n, bool) if carry is None else np.array(carry, bool),
+                    name=np.array(name, dtype=object), ts=np.arange(n, dtype=float), event=np.arange(n))
+
+
+def test_match_by_name_and_occurrence_per_processor():
+    # Thread 7 of the target is thread 7 of the source; the n-th "mm" takes the n-th "mm",
+    # whatever sits between them. "relu" has no partner on the source's thread.
+    t = keys([0, 0, 0, 0], [7, 7, 7, 7], ["mm", "add", "mm", "relu"])
+    s = keys([0, 0, 0], [7, 7, 7], ["mm", "mm", "add"])
+    assert match_tasks(t, s).tolist() == [0, 2, 1, -1]
+
+
+def test_processors_without_a_common_id_match_by_order():
+    # Another run: thread ids differ (100, 200 vs 300, 400), so they pair in id order; stream 7
+    # exists on both sides and keeps its id.
+    t = keys([0, 0, 1], [100, 200, 7], ["a", "b", "k"])
+    s = keys([1, 0, 0], [7, 400, 300], ["k", "b", "a"])
+    assert match_tasks(t, s).tolist() == [2, 1, 0]
+
+
+def test_carried_in_ops_match_only_carried_in_ops():
+    # The source's stream starts with a backlog op "k" carried in; the target's first "k" was
+    # launched in its own step, so it matches the source's first launched "k", not the backlog.
+    t = keys([1, 1], [7, 7], ["k", "k"])
+    s = keys([1, 1, 1], [7, 7, 7], ["k", "k", "k"], carry=[True, False, False])
+    assert match_tasks(t, s).tolist() == [1, 2]
+
+
+def test_own_durations_reproduce_the_step_exactly(h200, nccl):
+    for table, step in ((h200, 3), (nccl, 5)):
+        r = transfer_pair(table, step, table, step)
+        assert r.matched_share == 1.0
+        assert r.predicted_us == r.measured_us == r.actual_us == r.replayed_us
+        assert r.baselines["kernel_ratio"] == r.measured_us
+    # The dPRO-style baseline with its own durations is its unchanged replay (not exact: it
+    # serializes a device's streams), and on this trace it happens to be exact.
+    assert transfer_pair(nccl, 5, nccl, 5).baselines["dpro"] == 213532.75
+
+
+def test_next_step_durations_h200(h200):
+    r = transfer_pair(h200, 3, h200, 4)
+    assert r.matched == {"cpu": "5718/5718", "gpu": "1901/1901"} and r.matched_share == 1.0
+    assert (r.measured_us, r.actual_us) == (129982.91015625, 131396.923828125)
+    assert r.predicted_us == 130257.5546875                      # -0.87% (same as step 3: -1.08%)
+    assert r.baselines["kernel_ratio"] == pytest.approx(131116.21840263845)
+    assert r.baselines["dpro"] == 134705.333984375
+    assert transfer_pair(h200, 3, h200, 4, durations="gpu", baselines=False).predicted_us == 129975.88671875
+    assert transfer_pair(h200, 3, h200, 4, durations="cpu", baselines=False).predicted_us == 130264.578125
+
+
+def test_other_run_of_the_same_job(h200):
+    r = transfer_pair(h200, 3, load_trace(H200_R1), 3)
+    assert r.matched_share == 1.0
+    assert (r.predicted_us, r.actual_us) == (127000.10546875, 126498.3525390625)
+
+
+def test_next_step_durations_nccl(nccl):
+    r = transfer_pair(nccl, 5, nccl, 6)
+    assert r.matched == {"cpu": "4911/4913", "gpu": "1258/1258"}
+    assert r.matched_share == pytest.approx(6169 / 6171)
+    assert (r.predicted_us, r.actual_us) == (216577.4833984375, 218764.0390625)
+
+
+def test_diff_of_a_step_with_itself_is_zero(nccl):
+    d = diff_attribution(nccl, 5, nccl, 5)
+    assert d["parts_us"] == {"gpu": 0.0, "cpu": 0.0, "interaction": 0.0, "unexplained": 0.0}
+    assert d["difference_us"] == 0.0 and d["matched_share"] == 1.0
+    assert all(op["change_us"] == 0.0 for op in d["top_gpu_ops"])
+
+
+def test_diff_parts_add_up(nccl, h200):
+    d = diff_attribution(nccl, 5, nccl, 6)
+    x = d["_exact"]
+    assert x["gpu"] + x["cpu"] + x["interaction"] + x["unexplained"] == pytest.approx(x["t_b"] - x["t_a"], abs=1e-9)
+    assert d["parts_us"] == {"gpu": 0.673, "cpu": 3044.061, "interaction": 0.0, "unexplained": 2186.556}
+    d = diff_attribution(h200, 3, load_trace(H200_R1), 4)
+    x = d["_exact"]
+    assert x["gpu"] + x["cpu"] + x["interaction"] + x["unexplained"] == pytest.approx(x["t_b"] - x["t_a"], abs=1e-9)
+    assert len(d["top_gpu_ops"]) == 5
+
+
+def test_unrelated_traces_are_refused(nccl, h200):
+    with pytest.raises(NotSameJobError, match="do not look like iterations of one job"):
+        transfer_pair(nccl, 5, h200, 3)
+
+
+def test_transfer_steps_and_table(nccl):
+    df = transfer_steps(nccl)   # steps 4, 5, 6: warm-up 4 left out
+    assert df[["step_from", "step_to"]].values.tolist() == [[5, 6], [6, 5]]
+    rows, summary = transfer_real_table({"nccl": df, "one_step": df.iloc[:0]})
+    assert summary["trace"].tolist() == ["nccl", "one_step", "all", "mean of traces"]
+    assert summary.loc[1, "predictions"] == 0
+    lumos = df["lumos_err_pct"].abs()
+    assert summary.loc[2, "lumos_mean_abs_pct"] == pytest.approx(lumos.mean())
+    assert summary.loc[2, "same_as_k_median_abs_pct"] == pytest.approx(df["same_as_k_err_pct"].abs().median())
+    assert isinstance(rows, pd.DataFrame) and len(rows) == 2
+    assert TaskKind.CPU == 0  # matching keys rely on the enum values
