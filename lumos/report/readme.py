@@ -17,18 +17,24 @@ from lumos.trace.atomic import write_text_atomic
 
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
 ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "speed", "ablation", "statistics")
-LINKED = ("ablation_by_trace",)  # too long to paste: linked instead
+LINKED = {"ablation_by_trace": "Every variant on every trace",   # too long to paste: linked instead
+          "transfer_real": "Every transfer prediction"}
+SUMMARY_ONLY = ("transfer_real",)   # paste the first (summary) table, link the rest
 
 
 def render(tables_dir: Path) -> str:
     parts = []
     names = [n for n in ORDER if (tables_dir / f"{n}.md").exists()]
-    names += sorted(p.stem for p in tables_dir.glob("*.md") if p.stem not in ORDER + LINKED)
+    names += sorted(p.stem for p in tables_dir.glob("*.md") if p.stem not in ORDER + tuple(LINKED))
     for name in names:
         parts.append(f"#### `{name}`\n\n" + (tables_dir / f"{name}.md").read_text().strip() + "\n")
     for name in LINKED:
-        if (tables_dir / f"{name}.md").exists():
-            parts.append(f"#### `{name}`\n\nEvery variant on every trace: `{tables_dir / name}.md` (and `.csv`).\n")
+        if name in SUMMARY_ONLY and (tables_dir / f"{name}.md").exists():
+            summary = (tables_dir / f"{name}.md").read_text().strip().split("\n\n**", 1)[0]
+            parts.append(f"#### `{name}`\n\n" + summary.strip() + "\n\n"
+                         f"{LINKED[name]}: `{tables_dir / name}.md` (and `.csv`).\n")
+        elif (tables_dir / f"{name}.md").exists():
+            parts.append(f"#### `{name}`\n\n{LINKED[name]}: `{tables_dir / name}.md` (and `.csv`).\n")
     return "\n".join(parts)
 
 
