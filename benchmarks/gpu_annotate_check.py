@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
+    import numpy as np
     import torch
     from torch import nn
 
@@ -83,10 +84,9 @@ def main(argv=None) -> int:
         report["structure"] = {"shape": vars(st.shape), "layers": st.layers, "microbatches": st.microbatches}
     except ValueError as exc:
         report["structure"] = {"error": str(exc)}
-    report["blocks"] = dict(collections.Counter(
-        (f"{b.kind}/{b.phase}") for b in structure._rank_blocks(
-            graph, tables[0], __import__("numpy").flatnonzero(graph.event >= 0), 0,
-            __import__("numpy").zeros(graph.n_procs, int), __import__("numpy").empty(graph.n_tasks, object), None)))
+    blocks = structure._rank_blocks(graph, tables[0], np.flatnonzero(graph.event >= 0), 0,
+                                    np.zeros(graph.n_procs, int), np.empty(graph.n_tasks, object), None)
+    report["blocks"] = dict(collections.Counter(f"{b.kind}/{b.phase}" for b in blocks))
     (out / "annotate_check.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
     return 0

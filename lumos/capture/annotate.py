@@ -124,60 +124,58 @@ def _replace(obj, k: int, x):
     return tuple(items) if type(obj) is tuple else type(obj)(items)
 
 
-class _Range:
-    """A record_function range opened and closed from autograd markers or hooks, at most once open."""
+class Range:
+    """A record_function range opened and closed from autograd markers or hooks, at most once open.
 
-    def __init__(self, name: str, live: set):
+    `live`, when given, is the owner's set of open ranges, so they can all be closed at once.
+    """
+
+    def __init__(self, name: str, live: set | None = None):
         self.name = name
         self.rf = None
-        self.live = live        # the annotator's set of open ranges, so they can all be closed
+        self.live = live
 
     def open(self) -> None:
         self.close()
         self.rf = require_torch().profiler.record_function(self.name)
         self.rf.__enter__()
-        self.live.add(self)
+        if self.live is not None:
+            self.live.add(self)
 
     def close(self) -> None:
         if self.rf is not None:
             rf, self.rf = self.rf, None
-            self.live.discard(self)
+            if self.live is not None:
+                self.live.discard(self)
             rf.__exit__(None, None, None)
 
 
-def _markers():
-    """The two identity autograd Functions (defined on first use, so importing needs no torch)."""
+def markers():
+    """(open, close): identity autograd Functions whose backward opens / closes a `Range`.
+
+    Applied to a module's output, the gradient reaching it opens the range; applied to its
+    input, the gradient leaving it closes the range. Defined on first use (no torch at import).
+    """
     global _MARKERS
     if _MARKERS is None:
         torch = require_torch()
 
-        class _OpenInBackward(torch.autograd.Function):
-            """Identity; its backward (the gradient reaching a module's output) opens the range."""
+        def marker(action: str):
+            class Marker(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x, rng):
+                    ctx.rng = rng
+                    return x.view_as(x)
 
-            @staticmethod
-            def forward(ctx, x, rng):
-                ctx.rng = rng
-                return x.view_as(x)
+                @staticmethod
+                def backward(ctx, grad):
+                    getattr(ctx.rng, action)()
+                    return grad, None
 
-            @staticmethod
-            def backward(ctx, grad):
-                ctx.rng.open()
-                return grad, None
+            Marker.__name__ = Marker.__qualname__ = f"_{action.capitalize()}InBackward"
+            return Marker
 
-        class _CloseInBackward(torch.autograd.Function):
-            """Identity; its backward (the gradient leaving a module's input) closes the range."""
-
-            @staticmethod
-            def forward(ctx, x, rng):
-                ctx.rng = rng
-                return x.view_as(x)
-
-            @staticmethod
-            def backward(ctx, grad):
-                ctx.rng.close()
-                return grad, None
-
-        _MARKERS = (_OpenInBackward, _CloseInBackward)
+        _MARKERS = (marker("open"), marker("close"))
     return _MARKERS
 
 
@@ -342,7 +340,7 @@ class ModuleAnnotator:
 
     def _annotate(self, mod, name: str, first: bool = False, last: bool = False) -> None:
         torch = require_torch()
-        open_m, close_m = _markers()
+        open_m, close_m = markers()
         key = id(mod)
         params = [p for p in mod.parameters() if p.requires_grad]
         closers = self._param_closers.setdefault(key, deque())
@@ -351,8 +349,8 @@ class ModuleAnnotator:
             mb = self._mb(name, first)
             if mb is None:
                 return None
-            fwd = _Range(f"{name}/forward/mb{mb}", self._live)
-            bwd = _Range(f"{name}/backward/mb{mb}", self._live)
+            fwd = Range(f"{name}/forward/mb{mb}", self._live)
+            bwd = Range(f"{name}/backward/mb{mb}", self._live)
             call = _Call(fwd, bwd, False)
             self._calls.setdefault(key, []).append(call)
             fwd.open()
@@ -411,7 +409,7 @@ class ModuleAnnotator:
 class _OpenThenWait:
     """Opens a range and queues it to close when `n` parameter gradients have been accumulated."""
 
-    def __init__(self, rng: _Range, queue: deque, n: int):
+    def __init__(self, rng: Range, queue: deque, n: int):
         self.rng, self.queue, self.n = rng, queue, n
 
     def open(self) -> None:

@@ -103,48 +103,10 @@ def _model_classes():
     F = torch.nn.functional
     record_function = torch.profiler.record_function
 
-    class _Range:
-        """A record_function range opened and closed from two autograd markers."""
+    from .annotate import Range
+    from .annotate import markers
 
-        def __init__(self, name: str):
-            self.name = name
-            self.rf = None
-
-        def open(self) -> None:
-            self.close()
-            self.rf = record_function(self.name)
-            self.rf.__enter__()
-
-        def close(self) -> None:
-            if self.rf is not None:
-                rf, self.rf = self.rf, None
-                rf.__exit__(None, None, None)
-
-    class _OpenInBackward(torch.autograd.Function):
-        """Identity; its backward (the gradient reaching a block's output) opens the range."""
-
-        @staticmethod
-        def forward(ctx, x, rng):
-            ctx.rng = rng
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, grad):
-            ctx.rng.open()
-            return grad, None
-
-    class _CloseInBackward(torch.autograd.Function):
-        """Identity; its backward (the gradient leaving a block's input) closes the range."""
-
-        @staticmethod
-        def forward(ctx, x, rng):
-            ctx.rng = rng
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, grad):
-            ctx.rng.close()
-            return grad, None
+    _OpenInBackward, _CloseInBackward = markers()
 
     class CausalSelfAttention(nn.Module):
         def __init__(self, cfg: GPTConfig):
@@ -185,13 +147,13 @@ def _model_classes():
             self.fc2 = nn.Linear(cfg.ffn, cfg.hidden)
             self.drop = nn.Dropout(cfg.dropout)
             self.mb = 0   # the micro-batch being run; set by GPT.forward
-            self.bwd_range = _Range(f"layer_{index}/backward/mb0")
+            self.bwd_range = Range(f"layer_{index}/backward/mb0")
 
         def forward(self, x):
             mark = torch.is_grad_enabled() and x.requires_grad
             with record_function(f"layer_{self.index}/forward/mb{self.mb}"):
                 if mark:
-                    self.bwd_range = _Range(f"layer_{self.index}/backward/mb{self.mb}")
+                    self.bwd_range = Range(f"layer_{self.index}/backward/mb{self.mb}")
                     x = _CloseInBackward.apply(x, self.bwd_range)
                 x = x + self.drop(self.attn(self.ln1(x)))
                 x = x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
@@ -210,8 +172,8 @@ def _model_classes():
             self.ln_f = nn.LayerNorm(cfg.hidden)
             self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
             self.apply(self._init)
-            self.head_bwd = _Range("head/backward/mb0")
-            self.embed_bwd = _Range("embedding/backward/mb0")
+            self.head_bwd = Range("head/backward/mb0")
+            self.embed_bwd = Range("embedding/backward/mb0")
             self._embed_pending = 0
             for p in (self.tok.weight, self.pos.weight):
                 p.register_post_accumulate_grad_hook(self._embed_grad_ready)
@@ -235,7 +197,7 @@ def _model_classes():
                 pos = torch.arange(s, device=idx.device)
                 x = self.drop(self.tok(idx) + self.pos(pos))
                 if mark:
-                    self.embed_bwd = _Range(f"embedding/backward/mb{mb}")
+                    self.embed_bwd = Range(f"embedding/backward/mb{mb}")
                     self._embed_pending = 2
                     x = _OpenInBackward.apply(x, self.embed_bwd)
             for block in self.blocks:
@@ -243,7 +205,7 @@ def _model_classes():
                 x = block(x)
             with record_function(f"head/forward/mb{mb}"):
                 if mark:
-                    self.head_bwd = _Range(f"head/backward/mb{mb}")
+                    self.head_bwd = Range(f"head/backward/mb{mb}")
                     x = _CloseInBackward.apply(x, self.head_bwd)
                 logits = self.head(self.ln_f(x))
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))

@@ -19,10 +19,10 @@ both when SB is left out). A and B may be the same file.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from lumos.graph import DEFAULT_GAP_THRESHOLD_US
+
+from .output import emit
 
 NAME_WIDTH = 70  # device op names (C++ templates) are cut to this many characters in the table
 
@@ -73,11 +73,7 @@ def run(args) -> int:
     except SimulationError as exc:
         raise UserError(f"A's graph with B's durations cannot be replayed: {exc}") from None
     doc.pop("_exact", None)
-    if args.format == "json":
-        json.dump(doc, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print(format_diff(doc))
+    emit(doc, args.format, format_diff)
     return 0
 
 

@@ -37,6 +37,8 @@ from lumos.report.timeline import write_timeline
 from lumos.sim import SimulationError
 from lumos.trace import load_run
 
+from .output import emit
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="replay a measured iteration (one trace file or a directory of ranks)",
@@ -257,11 +259,7 @@ def run_transfer(args) -> int:
     except SimulationError as exc:
         raise UserError(f"the graph with the other step's durations cannot be replayed: {exc}") from None
     doc = {"trace": table.path, "durations_from": other.path, **r.as_dict()}
-    if args.format == "json":
-        json.dump(doc, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print(format_transfer(doc))
+    emit(doc, args.format, format_transfer)
     return 0
 
 

@@ -15,14 +15,13 @@ launch latency, so a smaller micro-batch is predicted faster than it runs.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 
 from lumos.graph.model import TaskKind
 
 from .plan import Plan
 from .shapes import parameter_shapes, rewrite_batch
 from .suppliers import CollectiveSpec, ComputeSpec
-from .suppliers.compute import scales_with_op
 
 PER_MICRO_BATCH = ("layer", "embedding", "head")
 
@@ -55,11 +54,10 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
         nd = rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params)
         if nd is None:
             continue
-        if g.kind[t] == TaskKind.GPU and scales_with_op(g.name[t], op):
-            g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd))
+        if g.kind[t] == TaskKind.GPU:
+            g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
         st.op_dims[t] = nd
-    out.shape = copy.copy(sh)
-    out.shape.micro_batch = micro_batch
+    out.shape = dataclasses.replace(sh, micro_batch=micro_batch)
     out.st.shape = out.shape
     out.notes.append(f"micro-batch size {sh.micro_batch} -> {micro_batch}: GEMM, attention and activation "
                      f"element-wise kernels re-timed by x{ratio:g} work; CPU time unchanged")

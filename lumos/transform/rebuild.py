@@ -490,8 +490,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
                 # a multi-tensor kernel (foreach / fused optimizer) sweeps a share of all parameters, a
                 # bucket's flatten / reduce / unflatten kernels its layer's; the trace gives no sizes
                 # (tensor lists), so their time scales with the parameter count
-                c = min(plan.compute.fixed_us.get("elementwise", 0.0), dur[k])
-                dur[k] = c + (dur[k] - c) * scale_params
+                dur[k] = plan.compute.scale(dur[k], "elementwise", scale_params)
     comm_k = [k for k in range(n) if coll[k] is not None]
     for k in comm_k:
         t = T[k]

@@ -10,6 +10,7 @@ count. Layouts that do not fit in memory (`memory.py`) are listed as such and no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -39,12 +40,14 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
     return out
 
 
-def search(tables, gpus: int, micro_batches: list[int], global_batch: int | None = None,
+def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
            memory: dict | None = None, progress: bool = True) -> list[dict]:
-    """Predicted iteration time and memory of every candidate; fitting ones ranked fastest first."""
+    """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
+    fitting ones ranked fastest first."""
     from .predict import base_plan, simulate_plan, transform
 
     base = base_plan(tables)
+    micro_batches = micro_batches or [base.shape.micro_batch]
     settings = MemorySettings.from_profile(load_profile(), **(memory or {}))
     rows = []
     cands = candidates(base, gpus, micro_batches, global_batch)
@@ -53,7 +56,7 @@ def search(tables, gpus: int, micro_batches: list[int], global_batch: int | None
                          + (f", global batch {global_batch}" if global_batch else "") + ")")
     bar = _progress(len(cands), progress)
     for c in cands:
-        shape = _with_micro_batch(base.shape, c["micro_batch"])
+        shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"])
         per_stage = [len(list(layers_of_stage(s, c["pp"], base.layers))) for s in range(c["pp"])]
         mem = plan_memory(shape, per_stage, c["pp"], c["dp"], c["microbatches"], settings)
         row = dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None)
@@ -67,14 +70,6 @@ def search(tables, gpus: int, micro_batches: list[int], global_batch: int | None
     bar.close()
     fit = sorted((r for r in rows if r["fits"]), key=lambda r: r["iteration_us"])
     return fit + [r for r in rows if not r["fits"]]
-
-
-def _with_micro_batch(shape, mbs: int):
-    import copy
-
-    s = copy.copy(shape)
-    s.micro_batch = mbs
-    return s
 
 
 def _progress(total: int, enabled: bool):
@@ -109,10 +104,6 @@ def run(args) -> int:
     except ValueError:
         raise UserError(f"--micro-batch takes comma-separated integers, got {args.micro_batch!r}") from None
     try:
-        if mbs is None:
-            from .predict import base_plan
-
-            mbs = [base_plan(tables).shape.micro_batch]
         rows = search(tables, args.gpus, mbs, args.global_batch,
                       memory={"bytes_per_param": args.bytes_per_param, "gpu_memory_gib": args.gpu_memory_gib})
     except ValueError as exc:

@@ -37,8 +37,7 @@ def change_speed(plan: Plan, compute: float | None = None, network: float | None
                 continue
             if str(g.name[t]).startswith(NOT_COMPUTE):
                 continue
-            c = min(out.compute.fixed_us.get(op_class(str(st.op_name[t] or "")), 0.0), g.dur[t])
-            g.dur[t] = c + (g.dur[t] - c) / compute
+            g.dur[t] = out.compute.scale(g.dur[t], op_class(str(st.op_name[t] or "")), 1.0 / compute)
         out.notes.append(f"compute kernels x{compute:g} faster (fixed part per class kept)")
     if network != 1.0:
         old = out.collectives

@@ -21,7 +21,6 @@ from lumos.graph.model import TaskKind
 from .plan import Plan
 from .shapes import rewrite_width
 from .suppliers import CollectiveSpec, ComputeSpec
-from .suppliers.compute import scales_with_op
 
 
 def _mapping(shape, hidden: int, ffn: int) -> dict:
@@ -66,8 +65,8 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
         nd = rewrite_width(str(st.op_name[t]), d, m, tokens, head_dim, heads_t, new_heads_t)
         if nd is not None:
             op = str(st.op_name[t])
-            if g.kind[t] == TaskKind.GPU and scales_with_op(g.name[t], op):
-                g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd))
+            if g.kind[t] == TaskKind.GPU:
+                g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
             st.op_dims[t] = nd
     out.shape = copy.copy(plan.shape)
     out.shape.heads = max(plan.shape.heads * hidden // plan.shape.hidden, 1)

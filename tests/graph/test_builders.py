@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from lumos.graph import ALL_EDGE_CLASSES, EdgeClass, WaitKind, build_graph
+from lumos.trace import schema
 
 from ..tracegen import BWD, TraceBuilder
 
@@ -31,8 +32,12 @@ def test_intra_thread_chains_leaves_and_folds_parents():
 
 
 @pytest.mark.parametrize("call", ["cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
-                                  "cudaMemcpyAsync", "cudaMemsetAsync"])
+                                  "cudaMemcpyAsync", "cudaMemsetAsync",
+                                  # ROCm / HIP and CUDA driver-API twins
+                                  "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
+                                  "hipMemcpyAsync", "hipMemsetAsync", "cuLaunchKernelEx"])
 def test_launch_by_correlation(call):
+    assert call in schema.LAUNCH_CALLS
     t = TraceBuilder()
     t.launch("op", 10, 5, 30, 10, call=call)
     g = build_graph(t.table())

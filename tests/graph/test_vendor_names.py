@@ -16,18 +16,6 @@ from ..tracegen import TraceBuilder
 from .test_builders import edges
 
 
-@pytest.mark.parametrize("call", ["hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
-                                  "hipMemcpyAsync", "hipMemsetAsync", "cuLaunchKernel", "cuLaunchKernelEx"])
-def test_hip_and_driver_launch_by_correlation(call):
-    assert call in schema.LAUNCH_CALLS
-    t = TraceBuilder()
-    t.launch("op", 10, 5, 30, 10, call=call)
-    g = build_graph(t.table())
-    assert edges(g, EdgeClass.LAUNCH) == [(call, "op")]
-    e = int(np.flatnonzero(g.cls == EdgeClass.LAUNCH)[0])
-    assert g.lag[e] == 15.0  # launch latency: 30 - (10 + 5)
-
-
 @pytest.mark.parametrize("call", ["cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream"])
 def test_blocking_copy_gates_the_next_task_on_its_thread(call):
     # the call (10..60) returns after its copy (20..50); the op after it waits for the copy

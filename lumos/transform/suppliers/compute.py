@@ -135,14 +135,19 @@ class ComputeModel:
     fixed_us: dict = field(default_factory=lambda: {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0})
     fitted_us: dict = field(default_factory=dict)   # the raw intercepts, for the record
 
-    def retime(self, measured_us: float, old: ComputeSpec, new: ComputeSpec) -> float:
-        if old == new:
+    def retime(self, measured_us: float, old: ComputeSpec, new: ComputeSpec, kernel: str = "") -> float:
+        """`kernel` (the task's name) spares a library's memset / memcpy beside a GEMM (`scales_with_op`)."""
+        if old == new or not scales_with_op(kernel, old.op):
             return measured_us
         w0, w1 = work(old), work(new)
         if w0 <= 0 or w1 <= 0:
             return measured_us
-        c = min(self.fixed_us.get(op_class(old.op), 0.0), measured_us)
-        return c + (measured_us - c) * w1 / w0
+        return self.scale(measured_us, op_class(old.op), w1 / w0)
+
+    def scale(self, measured_us: float, cls: str, ratio: float) -> float:
+        """The class's fixed part kept, the rest multiplied by `ratio` (a work or speed ratio)."""
+        c = min(self.fixed_us.get(cls, 0.0), measured_us)
+        return c + (measured_us - c) * ratio
 
 
 def fit_compute(samples: list[tuple[ComputeSpec, float]]) -> ComputeModel:
