@@ -1,13 +1,14 @@
 """Print the measured facts the README's H200 section states beside its tables (measured on hardware).
 
-    python benchmarks/h200_findings.py [--transfer results/tables/transfer_real.csv]
+    python benchmarks/h200_findings.py [--tables results/tables]
 
 1. Same kernels, longer runs: mean duration of every kernel name present in both the base and a
    target recording (all profiled steps), target / base, weighted by the base's time in it.
 2. Kernel time by class in the default step: the prediction's GPU tasks vs the target as measured.
 3. Host speed: mean `aten::split` CPU time per profiled step of every recording.
 4. Memory: the model's prediction for the base vs `max_memory_allocated` in summary.json.
-5. With --transfer: mean |error| per method without resnet_1gpu (its 56 rows dominate the table).
+5. With --tables (the pipeline's tables): the summaries the README quotes from replay_h200 and
+   h200_whatif, and transfer_real without resnet_1gpu (its 56 rows dominate that table).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def split_us(run: str) -> list[float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transfer", default=None, help="results/tables/transfer_real.csv")
+    ap.add_argument("--tables", default=None, help="the pipeline's tables (results/tables)")
     args = ap.parse_args(argv)
     from lumos.trace import load_run
     from lumos.transform.predict import base_plan, memory_of, transform
@@ -95,14 +96,29 @@ def main(argv=None) -> int:
     mem = memory_of(base, {"bytes_per_param": 8.0, "recompute": "none", "workspace_gib": 0.0})
     print(f"4. memory of the base: predicted {mem['memory_gib_per_gpu']:.2f} GiB (8 bytes/param, no recompute, "
           f"no workspace), measured {measured:.2f} GiB max_memory_allocated")
-    if args.transfer:
+    if args.tables:
         import pandas as pd
 
-        df = pd.read_csv(args.transfer)
+        tables = Path(args.tables)
+        rep = pd.read_csv(tables / "replay_h200.csv")
+        print(f"5a. replay_h200: {len(rep)} recordings, Lumos max |error| {rep['error_pct'].abs().max():.3f}%, "
+              f"violations {int(rep['violations'].sum())}; dPRO-style mean |error| "
+              f"{rep['dpro_error_pct'].abs().mean():.2f}%, worst {rep['dpro_error_pct'].abs().max():.2f}%")
+        w = pd.read_csv(tables / "h200_whatif.csv")
+        w = w[~w["target"].isin(["base", "no_side_stream"])]
+        for b, g in w.groupby("base"):
+            h = g[g["target"] != "mbs_2"]
+            below = int((h["predicted_iteration_ms"] < h["measured_min_ms"]).sum())
+            print(f"5b. h200_whatif from {b}: {len(g)} targets, mean |error| {g['error_pct'].abs().mean():.2f}% "
+                  f"(median {g['error_pct'].abs().median():.2f}%); without mbs_2 mean "
+                  f"{h['error_pct'].abs().mean():.2f}%, worst {h['error_pct'].abs().max():.2f}%, exposed compute "
+                  f"{h['exposed_compute_error_pct'].mean():+.2f}% on average, {below} of {len(h)} below the "
+                  f"fastest measured iteration")
+        df = pd.read_csv(tables / "transfer_real.csv")
         df = df[(df["row"] == "prediction") & (df["trace"] != "resnet_1gpu")]
         cols = {"lumos": "lumos_err_pct", "dPRO-style": "dpro_err_pct", "same as k": "same_as_k_err_pct",
                 "kernel ratio": "kernel_ratio_err_pct"}
-        print(f"5. transfer without resnet_1gpu ({len(df)} predictions), mean |error| %: "
+        print(f"5c. transfer without resnet_1gpu ({len(df)} predictions), mean |error| %: "
               + ", ".join(f"{k} {df[c].abs().mean():.2f}" for k, c in cols.items()))
     return 0
 
