@@ -17,6 +17,7 @@ import numpy as np
 
 from .breakdown import breakdown_recorder
 from .emulate import emulate, write_result
+from .program import is_gemm_kernel
 
 PAPER = {"exposed_compute": 4287.0, "overlapped": 885.0, "exposed_comm": 2261.0, "other": 178.0, "total": 7611.0}
 PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
@@ -29,7 +30,7 @@ def _comm_ms(rec, stream: int) -> float:
 
 
 def _gemm_ms(rec) -> float:
-    return sum(e - s for s, e, _c, n, *_ in rec.gpu if n.startswith("sm90_xmma_gemm")) / 1e3
+    return sum(e - s for s, e, _c, n, *_ in rec.gpu if is_gemm_kernel(n)) / 1e3
 
 
 def calibrate_175b(extra, out=print) -> bool:
@@ -91,7 +92,7 @@ def scaling(extra, out=print) -> None:
     for model in ("gpt3_15b", "gpt3_15b_v1", "gpt3_15b_v2", "gpt3_15b_v3", "gpt3_15b_v4"):
         r = emulate([f"model={model}", "seed=0"] + extra, progress=False)
         rec = r.recorders[r.ranks[0]]
-        g = [e - s for s, e, _c, n, *_ in rec.gpu if n.startswith("sm90_xmma_gemm")]
+        g = [e - s for s, e, _c, n, *_ in rec.gpu if is_gemm_kernel(n)]
         out(f"{model:<14}{r.iteration_us / 1e3:>9.1f}{sum(g) / 1e3:>9.1f}{np.mean(g):>13.1f}")
 
 

@@ -44,12 +44,13 @@ class EmulationResult:
 
     def metadata(self, rank: int) -> dict:
         s, c = self.settings, self.settings.cluster
+        cc = list(getattr(c, "compute_capability", [9, 0]))
         return {
             "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": s.world_size,
                                 "pg_count": len(self.topo.pg_config(rank)),
                                 "pg_config": self.topo.pg_config(rank), "nccl_version": "2.21.5"},
             "deviceProperties": [{"id": d, "name": c.gpu_name, "totalGlobalMem": c.total_mem_bytes,
-                                  "computeMajor": 9, "computeMinor": 0, "numSms": c.num_sms,
+                                  "computeMajor": cc[0], "computeMinor": cc[1], "numSms": c.num_sms,
                                   "warpSize": 32, "maxThreadsPerBlock": 1024}
                                  for d in range(min(c.gpus_per_host, s.world_size))],
             "traceName": f"emulated_{s.model.name}_tp{s.tp}_pp{s.pp}_dp{s.dp}_seed{s.seed}_rank{rank}.json.gz",

@@ -48,10 +48,18 @@ class TPWait:
     pass
 
 
-def _gemm_name(m: int, n: int, layout: str) -> str:
+def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
+    """cuBLAS kernel names as the profiler shows them on Hopper (sm90) and Ampere (sm80)."""
+    if arch == "ampere":
+        tile = "256x128" if n >= 256 and m >= 128 else "128x128"
+        return f"ampere_bf16_s16816gemm_bf16_{tile}_ldg8_f2f_stages_64x3_{layout}"
     tile = "128x256x64" if n >= 256 and m >= 128 else "128x128x64"
     return (f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize2x1x1_"
             f"execute_segment_k_off_kernel__5x_cublas")
+
+
+def is_gemm_kernel(name: str) -> bool:
+    return name.startswith(("sm90_xmma_gemm", "ampere_bf16_s16816gemm"))
 
 
 ELEM = {
@@ -85,6 +93,7 @@ class Program:
         self.heads, self.d, self.v = m.num_heads, m.head_dim, m.vocab_size
         self.T = self.s * self.b
         self.k = costs
+        self.arch = getattr(settings.cluster, "gemm_kernel", "hopper")
         self.coarse = settings.knobs.granularity == "coarse"
         self.layer_fwd = self._finish(self._layer_fwd())
         self.layer_bwd = self._finish(self._layer_bwd())
@@ -98,7 +107,7 @@ class Program:
 
     # -- op builders -------------------------------------------------------
     def mm(self, m: int, k: int, n: int, layout: str, dims=None) -> OpSpec:
-        ks = KSpec(_gemm_name(m, n, layout), self.k.gemm(m, n, k))
+        ks = KSpec(_gemm_name(m, n, layout, self.arch), self.k.gemm(m, n, k))
         return OpSpec("aten::mm", dims or ((m, k), (k, n)), (BF16, BF16), (ks,), gemm=True, heavy=True)
 
     def elem(self, op: str, kernel: str, dims: tuple, nbytes: float) -> OpSpec:

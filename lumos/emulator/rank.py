@@ -58,7 +58,10 @@ class RankProgram:
         self.seq: dict = {}
         self.act_elems = s.model.seq_length * s.model.micro_batch_size * s.model.hidden
         self.grad_bytes = s.knobs.comm.grad_dtype_bytes
-        self.bucket = s.knobs.comm.bucket_mparams * 1e6
+        tr = s.training
+        self.recompute = tr.recompute == "full"
+        self.after_backward = tr.dp_allreduce == "after_backward"
+        self.bucket = (tr.after_backward_bucket_mparams if self.after_backward else s.knobs.comm.bucket_mparams) * 1e6
         self.stage_params = self.layers_per_stage * program.layer_params + \
             (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
         self.ready_params = 0.0
@@ -226,7 +229,14 @@ class RankProgram:
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
         for l in reversed(range(self.layers_per_stage)):
-            self._annotated(th, f"layer_{self.first_layer + l}/backward/mb{i}", self.p.layer_bwd)
+            name = f"layer_{self.first_layer + l}/backward/mb{i}"
+            if self.recompute:   # checkpointed layer: its forward re-runs inside its backward
+                self.ann_begin(th, name)
+                self._annotated(th, f"layer_{self.first_layer + l}/recompute/mb{i}", self.p.layer_fwd)
+                self.run_steps(th, self.p.layer_bwd)
+                self.op_end(th)
+            else:
+                self._annotated(th, name, self.p.layer_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.layer_params)
         if self.is_first:
@@ -239,8 +249,16 @@ class RankProgram:
         self.progress(1)
 
     def _grads_ready(self, th: Thread, params: float, flush: bool = False) -> None:
-        """Overlapped DP gradient all-reduce: launch every bucket that is now full."""
+        """Overlapped DP gradient all-reduce: launch every bucket that is now full.
+
+        With dp_allreduce=after_backward nothing is launched here: `optimizer` reduces
+        every gradient once backward is done (DeepSpeed's allreduce_gradients)."""
         self.ready_params += params
+        if self.after_backward:
+            return
+        self._launch_buckets(th, flush)
+
+    def _launch_buckets(self, th: Thread, flush: bool) -> None:
         while self.ready_params - self.launched_params >= self.bucket or (
                 flush and self.ready_params - self.launched_params > 0):
             n = min(self.bucket, self.ready_params - self.launched_params)
@@ -315,6 +333,10 @@ class RankProgram:
 
     def optimizer(self):
         th = self.main
+        if self.after_backward:   # gradients reduced now, bucket after bucket, on the DP stream
+            self.ann_begin(th, "allreduce_gradients")
+            self._launch_buckets(th, flush=True)
+            self.op_end(th)
         self.ann_begin(th, "optimizer")
         if self.dp_done:   # finish_grad_sync: compute waits for every bucket
             self._wait_op(th, self.dp_done)

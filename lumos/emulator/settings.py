@@ -39,8 +39,9 @@ class Settings:
     step: int
     base_ts_us: float
     cluster: SimpleNamespace
-    knobs: SimpleNamespace  # emulator/default.yaml, nested namespaces
+    knobs: SimpleNamespace  # emulator/default.yaml, then cluster.emulator, then training.emulator
     progress: str
+    training: SimpleNamespace = None   # training/*.yaml: recompute, DP all-reduce placement, schedule
 
     @property
     def world_size(self) -> int:
@@ -53,16 +54,47 @@ def _ns(obj):
     return obj
 
 
+def _merge(base: dict, over: dict, where: str) -> dict:
+    """Knob overrides: every key must exist in the base (a typo must not pass silently)."""
+    out = dict(base)
+    for k, v in (over or {}).items():
+        if k not in base:
+            raise SettingsError(f"{where}.{k} is not an emulator knob (known: {', '.join(sorted(base))})")
+        out[k] = _merge(base[k], v, f"{where}.{k}") if isinstance(v, dict) else v
+    return out
+
+
+TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
+                    "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None}
+
+
+def _training(c: dict) -> dict:
+    t = {**TRAINING_DEFAULT, **{k: v for k, v in (c.get("training") or {}).items() if k != "emulator"}}
+    if t["recompute"] not in ("none", "full"):
+        raise SettingsError(f"training.recompute must be 'none' or 'full', got {t['recompute']!r}")
+    if t["dp_allreduce"] not in ("bucketed", "after_backward"):
+        raise SettingsError(f"training.dp_allreduce must be 'bucketed' or 'after_backward', got {t['dp_allreduce']!r}")
+    if t["schedule"] != "1f1b":
+        raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
+    return t
+
+
 def from_config(cfg: DictConfig) -> Settings:
     """Check the parallel layout against the model and derive micro-batch counts."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    m, par = c["model"], c["parallel"]
+    m, par = dict(c["model"]), c["parallel"]
+    training = _training(c)
+    if training["ffn_ratio"]:
+        m["ffn_hidden"] = int(round(float(training["ffn_ratio"]) * int(m["hidden"])))
+    knobs = _merge(c["emulator"], (c["cluster"].get("emulator") or {}), "cluster.emulator")
+    knobs = _merge(knobs, ((c.get("training") or {}).get("emulator") or {}), "training.emulator")
     tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
     if min(tp, pp, dp) < 1:
         raise SettingsError(f"parallel degrees must be >= 1, got tp={tp} pp={pp} dp={dp}")
     gph = int(c["cluster"]["gpus_per_host"])
-    if gph % tp:
-        raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} (TP stays inside a host)")
+    if gph % tp and tp % gph:
+        raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} or be a multiple of it "
+                            f"(a TP group fills whole hosts)")
     if m["num_layers"] % pp:
         raise SettingsError(f"pp={pp} must divide num_layers={m['num_layers']}")
     for key in ("hidden", "ffn_hidden", "vocab_size", "num_heads"):
@@ -91,4 +123,4 @@ def from_config(cfg: DictConfig) -> Settings:
     return Settings(model=shape, tp=tp, pp=pp, dp=dp, seed=int(c.get("seed", 0)), ranks=ranks,
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
                     base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
-                    knobs=_ns(c["emulator"]), progress=str(c.get("progress", "auto")))
+                    knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training))

@@ -1,0 +1,106 @@
+"""Published measurements the emulator is calibrated and checked against (resources/measurements/).
+
+Each data set becomes a list of `Point`s: the overrides that emulate one measured
+configuration and what was measured. Only the shipped data sets are read; held-back
+measurements never enter this module.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "resources" / "measurements"
+VTRAIN_CSV = ROOT / "vtrain_a100" / "ground_truth_single.csv"
+FIG7_CSV = ROOT / "lumos_fig7" / "fig7_measured_calibration.csv"
+PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
+
+# The paper's Fig. 1: GPT-3 175B at TP8 PP4 DP8 on H100s, measured breakdown in ms.
+FIG1 = {"exposed_compute": 4287.0, "overlapped": 885.0, "exposed_comm": 2261.0, "other": 178.0, "total": 7611.0}
+
+
+class MeasurementError(ValueError):
+    """A measurement file the loader cannot read (names the file and the row)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    dataset: str
+    label: str
+    overrides: tuple
+    total_ms: float
+    parts_ms: dict = field(default_factory=dict)   # the breakdown, where it was measured
+    strata: tuple = ()                             # what a stratified sample balances
+
+
+VTRAIN_COLS = ("# GPUs", "global batch", "micro batch", "hidden size", "attention heads", "# layers",
+               "sequence length", "tensor parallelism", "data parallelism", "pipeline parallelism",
+               "iteration time (ms)")
+
+
+def vtrain_overrides(gbs: int, mbs: int, hidden: int, heads: int, layers: int, seq: int,
+                     tp: int, dp: int, pp: int) -> tuple:
+    """One vTrain configuration as `lumos emulate` overrides (A100 profile, vTrain's training setup)."""
+    return ("cluster=a100_vtrain", "training=vtrain", "model=gpt3_15b", "model.name=vtrain",
+            f"model.num_layers={layers}", f"model.hidden={hidden}", f"model.ffn_hidden={4 * hidden}",
+            f"model.num_heads={heads}", f"model.head_dim={hidden // heads}", f"model.seq_length={seq}",
+            f"model.micro_batch_size={mbs}", f"model.global_batch_size={gbs}",
+            f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}")
+
+
+def vtrain_points(path: Path = VTRAIN_CSV) -> list[Point]:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        rows = list(csv.reader(fh))
+    head = tuple(h.strip() for h in rows[0])
+    if head != VTRAIN_COLS:
+        raise MeasurementError(f"{path}: header {head} is not vTrain's {VTRAIN_COLS}")
+    out = []
+    for i, r in enumerate(rows[1:], start=2):
+        try:
+            g, gbs, mbs, h, a, L, s, tp, dp, pp = (int(x) for x in r[:10])
+            ms = float(r[10])
+        except (ValueError, IndexError):
+            raise MeasurementError(f"{path}: line {i} is not 10 integers and a time: {r}") from None
+        if g != tp * dp * pp or ms <= 0:
+            raise MeasurementError(f"{path}: line {i}: {g} GPUs != tp*dp*pp={tp * dp * pp} or time {ms} <= 0")
+        out.append(Point("vtrain_single", f"h{h}_L{L}_mbs{mbs}_gbs{gbs}_{tp}x{pp}x{dp}",
+                         vtrain_overrides(gbs, mbs, h, a, L, s, tp, dp, pp), ms,
+                         strata=(tp, pp, dp, h)))
+    return out
+
+
+def fig7_points(path: Path = FIG7_CSV) -> list[Point]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(line for line in fh if not line.startswith("#"))]
+    out = []
+    for r in rows:
+        tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
+        out.append(Point("fig7", r["config"], ("model=gpt3_15b", f"parallel.tp={tp}", f"parallel.pp={pp}",
+                                                f"parallel.dp={dp}"),
+                         float(r["total"]), {k: float(r[k]) for k in PARTS}))
+    return out
+
+
+def fig1_point() -> Point:
+    return Point("fig1", "175B 8x4x8", ("model=gpt3_175b", "parallel=paper_175b"), FIG1["total"],
+                 {k: FIG1[k] for k in PARTS})
+
+
+def stratified(points: list[Point], n: int, seed: int = 0) -> list[Point]:
+    """Up to n points, the same share from every stratum (deterministic for a seed)."""
+    import numpy as np
+
+    if n >= len(points):
+        return list(points)
+    strata: dict = {}
+    for p in points:
+        strata.setdefault(p.strata, []).append(p)
+    rng = np.random.default_rng(seed)
+    out = []
+    for key in sorted(strata):
+        group = strata[key]
+        k = max(1, round(n * len(group) / len(points)))
+        idx = rng.choice(len(group), size=min(k, len(group)), replace=False)
+        out.extend(group[i] for i in sorted(idx))
+    return out

@@ -1,0 +1,120 @@
+"""Emulated vs measured: run each published configuration on the emulator and score the match.
+
+    python -m lumos.emulator.realism [--sample N] [--workers W] [--out CSV]   (or: lumos emulate --realism)
+
+Data sets: the paper's Fig. 1 (175B, H100), its four shipped Fig. 7 configurations (15B, H100), and
+vTrain's single-node A100 runs (all 1,440 or a stratified sample). Everything printed is EMULATED
+vs MEASURED; nothing here is fitted (calibration.py fits, this only scores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from .breakdown import breakdown_recorder
+from .measured import PARTS, Point, fig1_point, fig7_points, stratified, vtrain_points
+
+
+def emulate_point(point: Point, extra: tuple = (), seed: int = 0) -> dict:
+    """Emulate one measured configuration; the iteration and (rank 0) breakdown in ms."""
+    from .emulate import emulate
+
+    t0 = time.perf_counter()
+    r = emulate(list(point.overrides) + list(extra) + [f"seed={seed}"], progress=False)
+    row = {"dataset": point.dataset, "config": point.label, "measured_ms": point.total_ms,
+           "emulated_ms": r.iteration_us / 1e3, "wall_s": time.perf_counter() - t0}
+    if point.parts_ms:
+        b = breakdown_recorder(r.recorders[r.ranks[0]])
+        for k in PARTS:
+            row[f"measured_{k}_ms"] = point.parts_ms[k]
+            row[f"emulated_{k}_ms"] = b[k] / 1e3
+        row["emulated_breakdown_total_ms"] = b["total"] / 1e3
+    return row
+
+
+def _one(args):
+    return emulate_point(*args)
+
+
+def run_points(points: list[Point], extra: tuple = (), workers: int | None = None, log=None) -> list[dict]:
+    """All points, in order, on `workers` processes (default: every core); a log line every 10 s."""
+    workers = workers or os.cpu_count() or 1
+    jobs = [(p, tuple(extra)) for p in points]
+    out, last = [], time.perf_counter()
+    if workers == 1:
+        it = map(_one, jobs)
+        pool = None
+    else:
+        pool = ProcessPoolExecutor(workers)
+        it = pool.map(_one, jobs, chunksize=4)
+    try:
+        for i, row in enumerate(it, 1):
+            out.append(row)
+            if log and time.perf_counter() - last > 10:
+                log(f"  {i}/{len(jobs)} configurations emulated")
+                last = time.perf_counter()
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return out
+
+
+def spearman(a, b) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic) if len(a) > 2 else math.nan
+
+
+def score(rows: list[dict]) -> dict:
+    """Per data set: count, mean/median/worst absolute % error of the total, signed mean, Spearman."""
+    out = {}
+    for ds in sorted({r["dataset"] for r in rows}):
+        sel = [r for r in rows if r["dataset"] == ds]
+        m = np.array([r["measured_ms"] for r in sel])
+        e = np.array([r["emulated_ms"] for r in sel])
+        err = 100 * (e - m) / m
+        out[ds] = {"n": len(sel), "mean_abs_err_pct": float(np.abs(err).mean()),
+                   "median_abs_err_pct": float(np.median(np.abs(err))), "worst_abs_err_pct": float(np.abs(err).max()),
+                   "mean_err_pct": float(err.mean()), "spearman": spearman(m, e)}
+    return out
+
+
+def points(sample: int | None) -> list[Point]:
+    v = vtrain_points()
+    return [fig1_point()] + fig7_points() + (stratified(v, sample) if sample else v)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="lumos emulate --realism", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sample", type=int, default=None, help="stratified sample of the vTrain rows (default: all)")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--out", default=None, help="write every row as CSV here")
+    ap.add_argument("overrides", nargs="*", help="extra emulator overrides for every configuration")
+    a = ap.parse_args(argv)
+    pts = points(a.sample)
+    log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    rows = run_points(pts, tuple(a.overrides), a.workers, log=log)
+    if a.out:
+        import pandas as pd
+
+        from lumos.trace.atomic import write_text_atomic
+
+        write_text_atomic(a.out, pd.DataFrame(rows).to_csv(index=False))
+    print("# emulator realism: EMULATED vs MEASURED (published measurements, resources/measurements/)")
+    print(f"{'data set':<16}{'n':>6}{'mean |err| %':>14}{'median %':>10}{'worst %':>9}{'signed %':>10}{'Spearman':>10}")
+    for ds, s in score(rows).items():
+        print(f"{ds:<16}{s['n']:>6}{s['mean_abs_err_pct']:>14.2f}{s['median_abs_err_pct']:>10.2f}"
+              f"{s['worst_abs_err_pct']:>9.2f}{s['mean_err_pct']:>+10.2f}{s['spearman']:>10.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
