@@ -1,0 +1,111 @@
+"""The emulator's switchable physics each change what they should (issue 11 item 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lumos.emulator import emulate
+from lumos.emulator.costs import CommCosts
+from lumos.emulator.program import is_gemm_kernel
+from lumos.emulator.settings import SettingsError, from_config
+from lumos.emulator.topology import Topology
+
+COMPUTE_S, TP_S, DP_S = 7, 20, 24
+TINY = ["model=tiny", "seed=0"]   # 4 layers, 2x2x4, 4 micro-batches: 2 layers per stage
+
+
+def _ranges(rec, needle):
+    return sorted((s, e, n) for s, e, cat, n, *_ in rec.cpu if cat == "user_annotation" and needle in n)
+
+
+def _gpu(rec, sid):
+    return sorted((s, e, n) for s, e, _c, n, st, *_ in rec.gpu if st == sid)
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return emulate(TINY, progress=False)
+
+
+@pytest.fixture(scope="module")
+def recompute():
+    return emulate(TINY + ["training.recompute=full"], progress=False)
+
+
+def test_recompute_reruns_each_layers_forward_inside_its_backward(plain, recompute):
+    rec0, rec1 = plain.recorders[0], recompute.recorders[0]
+    gemms = lambda rec: sum(1 for g in rec.gpu if is_gemm_kernel(g[3]))  # noqa: E731
+    # 2 layers per stage x 4 micro-batches x 4 forward GEMMs (QKV, proj, FC1, FC2) more
+    assert gemms(rec1) - gemms(rec0) == 2 * 4 * 4
+    # and 2 more TP all-reduces per layer forward
+    assert len(_gpu(rec1, TP_S)) - len(_gpu(rec0, TP_S)) == 2 * 4 * 2
+    rec_ranges = _ranges(rec1, "/recompute/")
+    assert [n for *_x, n in rec_ranges if n.endswith("mb0")] == ["layer_1/recompute/mb0", "layer_0/recompute/mb0"]
+    assert len(rec_ranges) == 2 * 4 and not _ranges(rec0, "/recompute/")
+    for s, e, n in rec_ranges:   # inside the backward range of the same layer and micro-batch, at its start
+        bwd = [b for b in _ranges(rec1, n.replace("recompute", "backward"))]
+        assert len(bwd) == 1 and bwd[0][0] <= s and e <= bwd[0][1]
+    assert recompute.iteration_us > plain.iteration_us
+
+
+def test_dp_allreduce_after_backward_starts_after_the_last_backward_kernel():
+    small = ["emulator.comm.bucket_mparams=0.5"]   # tiny stages hold ~3M parameters: several buckets
+    bucketed = emulate(TINY + small, progress=False)
+    after = emulate(TINY + small + ["training.dp_allreduce=after_backward", "training.after_backward_bucket_mparams=0.5"],
+                    progress=False)
+    for run, overlapped in ((bucketed, True), (after, False)):
+        rec = run.recorders[0]
+        compute = _gpu(rec, COMPUTE_S)
+        norm_start = min(s for s, _e, n in compute if "L2NormFunctor" in n)   # the optimizer's first kernel
+        last_bwd_end = max(e for s, e, _n in compute if s < norm_start)
+        dp = _gpu(rec, DP_S)
+        assert len(dp) >= 2, "rank 0 (dp=4) all-reduces its gradients in several buckets"
+        if overlapped:   # buckets launched as backward produces them overlap its kernels
+            assert dp[0][0] < last_bwd_end
+        else:
+            assert dp[0][0] >= last_bwd_end
+            assert _ranges(rec, "allreduce_gradients")
+
+
+def test_tp_group_spanning_two_hosts_uses_the_network():
+    topo = Topology(16, 1, 2, 8)
+    g = topo.tp_group(0)
+    assert (g.hosts, g.per_host, g.ranks) == (2, 8, tuple(range(16)))
+    s = from_config(_compose(["model=gpt3_175b", "parallel.tp=16", "parallel.pp=1", "parallel.dp=2"]))
+    costs = CommCosts(s.cluster, s.knobs.comm, job_hosts=4)
+    nbytes = 2048 * 12288 * 2
+    one_host = costs.collective("allreduce", nbytes, 8, 1, 8, 0)
+    two_hosts = costs.collective("allreduce", nbytes, 16, 2, 8, 0)
+    # plus, on each GPU's own NIC, a 2-host ring over an 8th of the message
+    inter = 2 * s.cluster.net_step_latency_us + (nbytes / 8) / costs.nic_bw(0)
+    assert two_hosts == pytest.approx(one_host + inter, rel=1e-12)
+    r = emulate(["model=gpt3_175b", "model.num_layers=2", "parallel.tp=16", "parallel.pp=1", "parallel.dp=1",
+                 "model.num_microbatches=1"], progress=False)
+    names = {n for *_x, n in _gpu(r.recorders[0], TP_S)}
+    assert any("TREE" in n for n in names), names   # small all-reduces across hosts take the tree
+
+
+def _compose(overrides):
+    from lumos.config import compose
+
+    return compose("emulate", overrides)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["parallel.tp=3", "model=tiny"], "tp=3 must divide gpus_per_host=8 or be a multiple"),
+    (["training.recompute=selective"], "training.recompute must be 'none' or 'full'"),
+    (["training.dp_allreduce=sometimes"], "training.dp_allreduce must be"),
+    (["++cluster.emulator.comm.nic_efff=0.5"], "cluster.emulator.comm.nic_efff is not an emulator knob"),
+])
+def test_bad_settings_name_what_is_wrong(overrides, message):
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        from_config(_compose(overrides))
+
+
+def test_knob_overrides_apply_emulator_then_cluster_then_training():
+    s = from_config(_compose(["++cluster.emulator.host.op_gap_us=11", "++training.emulator.host.op_gap_us=22",
+                              "++cluster.emulator.comm.nic_eff=0.5"]))
+    assert (s.knobs.host.op_gap_us, s.knobs.comm.nic_eff) == (22, 0.5)
+    s = from_config(_compose(["cluster=a100_vtrain", "training=vtrain", "model.hidden=1024"]))
+    assert (s.training.recompute, s.training.dp_allreduce, s.model.ffn_hidden) == ("full", "after_backward", 4096)
+    assert s.cluster.peak_bf16_tflops == 312.0 and s.cluster.nic_gbps * s.cluster.nics_per_host == 800.0
