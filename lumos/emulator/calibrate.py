@@ -86,7 +86,7 @@ def scaling(extra, out=print) -> None:
             f"{p2p:>10.1f}{100 * p2p / (r.iteration_us / 1e3):>6.1f}%{_comm_ms(rec, 20):>9.1f}{_gemm_ms(rec):>9.1f}"
             f"{t1 - t0:>10.2f}{t2 - t0:>9.2f}")
     out("(DP AR / PP p2p / TP AR / GEMM: summed kernel time on rank 0, stage 0; p2p includes waiting for the peer,")
-    out(" so its share of the iteration is the pipeline bubble; micro-batches per pipeline stay fixed)")
+    out(" so its share of the iteration is the pipeline bubble; micro-batches per pipeline = TP x PP, as in the paper)")
     out("## Wider and deeper models at 2x2x4 [emulated]")
     out(f"{'model':<14}{'iter ms':>9}{'GEMM ms':>9}{'mean GEMM us':>13}")
     for model in ("gpt3_15b", "gpt3_15b_v1", "gpt3_15b_v2", "gpt3_15b_v3", "gpt3_15b_v4"):

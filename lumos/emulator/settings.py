@@ -79,6 +79,38 @@ def _training(c: dict) -> dict:
     return t
 
 
+MICROBATCH_RULES = ("tp_x_pp", "fixed")
+
+
+def _microbatches(m: dict, mbs: int, tp: int, pp: int, dp: int) -> tuple[int, int]:
+    """Micro-batches per pipeline and the global batch, as (num_microbatches, global_batch_size).
+
+    Precedence: `global_batch_size` (nmb = gbs / (mbs * dp)) > an explicit `num_microbatches` >
+    `microbatch_rule`. The rule `tp_x_pp` is the Lumos paper's scale-out protocol (MLSys 2025, Fig. 4
+    caption: 1F1B with "the number of micro-batches equal to TP x PP"), so a PP change keeps the
+    pipeline as full as the base's and a DP change keeps each replica's work (weak scaling). `fixed`
+    (the default of a model config that names no rule) needs `num_microbatches`.
+    """
+    rule = str(m.get("microbatch_rule") or "fixed")
+    if rule not in MICROBATCH_RULES:
+        raise SettingsError(f"model.microbatch_rule must be one of {', '.join(MICROBATCH_RULES)}, got {rule!r}")
+    if m.get("global_batch_size"):
+        gbs = int(m["global_batch_size"])
+        if gbs % (mbs * dp):
+            raise SettingsError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp={mbs * dp}")
+        nmb = gbs // (mbs * dp)
+    elif m.get("num_microbatches") is not None:
+        nmb = int(m["num_microbatches"])
+    elif rule == "fixed":
+        raise SettingsError("model.microbatch_rule=fixed needs model.num_microbatches "
+                            "(or model.global_batch_size); neither is set")
+    else:
+        nmb = tp * pp
+    if nmb < 1:
+        raise SettingsError("need at least one micro-batch per pipeline")
+    return nmb, nmb * mbs * dp
+
+
 def from_config(cfg: DictConfig) -> Settings:
     """Check the parallel layout against the model and derive micro-batch counts."""
     c = OmegaConf.to_container(cfg, resolve=True)
@@ -101,16 +133,7 @@ def from_config(cfg: DictConfig) -> Settings:
         if m[key] % tp:
             raise SettingsError(f"tp={tp} must divide model.{key}={m[key]}")
     mbs = int(m["micro_batch_size"])
-    if m.get("global_batch_size"):
-        gbs = int(m["global_batch_size"])
-        if gbs % (mbs * dp):
-            raise SettingsError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp={mbs * dp}")
-        nmb = gbs // (mbs * dp)
-    else:
-        nmb = int(m["num_microbatches"])
-        gbs = nmb * mbs * dp
-    if nmb < 1:
-        raise SettingsError("need at least one micro-batch per pipeline")
+    nmb, gbs = _microbatches(m, mbs, tp, pp, dp)
     ranks = str(c.get("ranks", "stage"))
     if ranks not in ("stage", "all"):
         raise SettingsError(f"ranks must be 'stage' or 'all', got {ranks!r}")

@@ -8,6 +8,8 @@ import sys
 
 from lumos.analysis import COMPONENTS
 
+from .microbatch_count import MICROBATCH_RULES
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict a new configuration from a base trace (what-if)",
@@ -20,9 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hidden", type=int, default=None, help="hidden size")
     p.add_argument("--ffn", type=int, default=None, help="FFN hidden size")
     p.add_argument("--global-batch", type=int, default=None,
-                   help="global batch (sequences); default: keep the base's micro-batches per iteration")
+                   help="global batch (sequences): micro-batches per iteration = B / (dp x micro-batch); "
+                        "default: --microbatch-rule")
     p.add_argument("--micro-batch", type=int, default=None,
                    help="micro-batch size (sequences); with --global-batch it also sets the micro-batch count")
+    p.add_argument("--microbatch-rule", choices=MICROBATCH_RULES, default="auto",
+                   help="micro-batches per iteration without --global-batch: tp_x_pp (the paper's protocol, "
+                        "TP x PP of the target), keep (the base's count), auto (default: tp_x_pp when the "
+                        "base's count is its TP x PP, else keep)")
     p.add_argument("--compute-speed", type=float, default=None,
                    help="compute kernels X times faster (0.5 = half as fast)")
     p.add_argument("--network-speed", type=float, default=None,
@@ -59,6 +66,7 @@ def run(args) -> int:
                       actual_tables=actual, actual_manifest=read_manifest(args.actual) if args.actual else None,
                       base_name=str(args.base), engine=args.engine, step=args.step,
                       compute_speed=args.compute_speed, network_speed=args.network_speed,
+                      microbatch_rule=args.microbatch_rule,
                       memory={"bytes_per_param": args.bytes_per_param,
                               "distributed_optimizer": args.distributed_optimizer,
                               "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,

@@ -8,6 +8,8 @@ to the measured duration. Pipeline peers move to their new global ranks too.
 
 from __future__ import annotations
 
+import dataclasses
+
 from .plan import Plan, dp_group, stage_ranks
 from .suppliers import CollectiveSpec
 
@@ -38,8 +40,8 @@ def change_dp(plan: Plan, dp: int) -> Plan:
         g.proc_rank[p] = remap.get(int(g.proc_rank[p]), int(g.proc_rank[p]))
     for t in range(g.n_tasks):
         g.rank[t] = remap.get(int(g.rank[t]), int(g.rank[t]))
-    for b in st.blocks:
-        b.rank = remap.get(b.rank, b.rank)
+    # new blocks, not edits: the clone shares its Block objects with the base, which other targets reuse
+    st.blocks = [dataclasses.replace(b, rank=remap.get(b.rank, b.rank)) for b in st.blocks]
     out.dp, out.ranks = dp, new_ranks
     out.st.dp = dp
     return out

@@ -9,6 +9,7 @@ stage); the four components are that rank's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +30,7 @@ from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import load_profile
 from .micro_batch import change_micro_batch
+from .microbatch_count import target_microbatches
 from .speed import change_speed
 from .width import change_width
 
@@ -54,28 +56,25 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
-              compute_speed: float | None = None, network_speed: float | None = None) -> Plan:
+              compute_speed: float | None = None, network_speed: float | None = None,
+              microbatch_rule: str = "auto") -> Plan:
     """Apply the what-if changes in a fixed order: hardware speed, width, micro-batch size, DP, then one
-    pipeline rebuild."""
+    pipeline rebuild. Micro-batches per iteration: `global_batch`, else `microbatch_rule`
+    (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else the base's)."""
     if tp is not None and tp != plan.tp:
         raise ValueError(f"changing TP ({plan.tp} -> {tp}) is not supported (as in the paper)")
+    pp = pp or plan.pp
+    dp = dp or plan.dp
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
     out = change_micro_batch(out, micro_batch)
-    dp = dp or plan.dp
     out = change_dp(out, dp)
-    if global_batch is not None:
-        mb = out.shape.micro_batch
-        if global_batch % (dp * mb):
-            raise ValueError(f"global batch {global_batch} is not a multiple of dp*micro_batch = {dp * mb}")
-        m = global_batch // (dp * mb)
-        out.notes.append(f"micro-batches per iteration = global batch {global_batch} / (dp {dp} x "
-                         f"micro-batch {mb}) = {m}")
-    else:
-        m = plan.microbatches
-        out.notes.append(f"no --global-batch: micro-batches per iteration kept at the base's {m} "
-                         f"(global batch grows with dp)")
-    pp = pp or plan.pp
+    m, note = target_microbatches(plan.microbatches, plan.tp, plan.pp, tp=plan.tp, pp=pp, dp=dp,
+                                  micro_batch=out.shape.micro_batch, global_batch=global_batch,
+                                  rule=microbatch_rule)
+    if out is plan:  # nothing so far copied the base: its notes must not collect this target's
+        out = dataclasses.replace(plan, notes=list(plan.notes))
+    out.notes.append(note)
     layers = layers or plan.layers
     changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
     if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width:
@@ -136,15 +135,17 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             micro_batch: int | None = None, actual_tables: Sequence[TraceTable] | None = None,
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
-            memory: dict | None = None) -> dict:
+            memory: dict | None = None, microbatch_rule: str = "auto") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
+    `microbatch_rule` (auto, tp_x_pp, keep) sets the target's micro-batch count when `global_batch`
+    does not (`microbatch_count.py`).
     """
     plan = base_plan(base_tables, step=step)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
     out = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=compute_speed,
-                    network_speed=network_speed, **tgt)
+                    network_speed=network_speed, microbatch_rule=microbatch_rule, **tgt)
     graph, sched, bd = simulate_plan(out, engine=engine)
     predicted = _round(bd.as_dict())
     doc = {"base": base_name,

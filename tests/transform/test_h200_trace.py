@@ -135,4 +135,9 @@ def test_predictions_against_the_recorded_targets(base_tables):
         measured = [r["iteration_us"] for rep in (0, 1) for r in measured_steps(H200 / f"{name}_r{rep}")]
         assert len(measured) == 6
         assert doc["predicted"]["iteration_us"] == pytest.approx(np.mean(measured), rel=tol), name
+        if "global_batch" not in kw:
+            # 2 micro-batches at TP = PP = 1 is not the paper's TP x PP rule: the base's count is kept
+            assert doc["microbatches"] == 2, name
+            assert any(n.startswith("micro-batches per iteration kept at the base's 2 (the base does not "
+                                    "follow") for n in doc["notes"]), name
     assert predict(base_tables, {}, global_batch=16)["microbatches"] == 4
