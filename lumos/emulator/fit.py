@@ -39,8 +39,11 @@ class Knob:
 
 
 VTRAIN_KNOBS = (
-    Knob("training/vtrain.yaml", "host.op_gap_us", 4.0, 120.0),
+    Knob("training/vtrain.yaml", "host.op_gap_us", 4.0, 160.0),
     Knob("training/vtrain.yaml", "host.autograd_gap_us", 2.0, 120.0),
+    Knob("training/vtrain.yaml", "host.comm_op_gap_us", 2.0, 120.0),
+    Knob("training/vtrain.yaml", "host.forward_step_us", 200.0, 20000.0),
+    Knob("training/vtrain.yaml", "host.optimizer_python_us", 200.0, 20000.0),
     Knob("cluster/a100_vtrain.yaml", "compute.gemm_eff_max", 0.5, 0.92),
     Knob("cluster/a100_vtrain.yaml", "compute.attn_fwd_eff", 0.15, 0.8),
     Knob("cluster/a100_vtrain.yaml", "comm.nvlink_eff", 0.4, 1.0),
@@ -89,7 +92,7 @@ def current(knobs) -> list[float]:
         v = s.knobs
         for part in k.path.split("."):
             v = getattr(v, part)
-        out.append(float(v))
+        out.append(float(v if v is not None else (k.lo + k.hi) / 2))
     return out
 
 

@@ -74,8 +74,8 @@ class RankProgram:
     def _jit(self, x: float) -> float:
         return x * self.rand.lognormal(self.h.jitter_sigma)
 
-    def op_begin(self, th: Thread, name: str, args: dict) -> tuple:
-        th.t += self._jit(th.gap)
+    def op_begin(self, th: Thread, name: str, args: dict, gap: float | None = None) -> tuple:
+        th.t += self._jit(th.gap if gap is None else gap)
         if self.rand.uniform() < self.h.stall_prob:   # GC pause, page fault, preemption
             th.t += self.h.stall_median_us * self.rand.lognormal(self.h.stall_sigma)
         ext = self.rec.next_ext()
@@ -161,11 +161,12 @@ class RankProgram:
 
     def _comm_op(self, th: Thread, sid: int, comm: Comm, name: str):
         """c10d op > record_param_comms > [record on compute, wait, NCCL launch, record end]."""
+        gap = self.h.comm_op_gap_us   # c10d calls: python of the caller, not of a model op (None: same)
         self.op_begin(th, name, {"Input Dims": [[comm.args["In msg nelems"] or comm.args["Out msg nelems"]]],
-                                 "Input type": [BF16]})
+                                 "Input type": [BF16]}, gap)
         a = dict(comm.args)
         a["Input Dims"] = [[a["In msg nelems"] or a["Out msg nelems"]]]
-        self.op_begin(th, "record_param_comms", a)
+        self.op_begin(th, "record_param_comms", a, gap)
         self.wait(th, sid, self.record(th, COMPUTE_S))
         spec = KSpec(_nccl_name(comm.kind, comm.nbytes, comm.group.hosts > 1), 0.0)
         self.launch(th, sid, spec, comm)
