@@ -1,5 +1,6 @@
 # The Lumos pipeline: `snakemake --cores 8` regenerates every table and figure.
 # Data order: emulate -> replay (real, emulated; Lumos, dPRO-style) -> predict -> ablate -> aggregate -> figures.
+# Beside it: the emulator itself against published measurements (realism).
 # The sweep is in config/config.yaml; model/cluster/simulator/ablation settings are Hydra groups under config/.
 # See docs/pipeline.md.
 from snakemake.utils import min_version, validate
@@ -37,6 +38,7 @@ include: "workflow/rules/predict.smk"
 include: "workflow/rules/h200.smk"
 include: "workflow/rules/speed.smk"
 include: "workflow/rules/transfer.smk"
+include: "workflow/rules/realism.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"

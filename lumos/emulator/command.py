@@ -15,6 +15,14 @@ def register(subparsers) -> None:
     p.add_argument("overrides", nargs="*", help="key=value overrides of config/emulate.yaml")
     p.add_argument("--calibrate", action="store_true",
                    help="print the calibration table (175B vs the paper's Fig. 1, 15B seed spread, scaling)")
+    p.add_argument("--realism", action="store_true",
+                   help="emulate every published measurement (resources/measurements/) and print emulated vs "
+                        "measured per data set: n, mean/median/worst |error|, signed mean, Spearman")
+    p.add_argument("--sample", type=int, metavar="N", help="--realism: a stratified sample of N vTrain rows "
+                                                           "(default: all 1,440)")
+    p.add_argument("--workers", type=int, metavar="W", help="--realism: processes (default: every core)")
+    p.add_argument("--out", metavar="CSV", help="--realism: write every emulated vs measured row here")
+    p.add_argument("--datasets", metavar="LIST", help="--realism: comma-separated, of fig1,fig7,vtrain_single")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
     p.set_defaults(func=run)
 
@@ -28,6 +36,14 @@ def run(args: argparse.Namespace) -> int:
         from .calibrate import main as calibrate_main
 
         return calibrate_main(list(args.overrides))
+    realism_flags = [(f"--{k}", v) for k in ("sample", "workers", "out", "datasets")
+                     if (v := getattr(args, k)) is not None]
+    if args.realism:
+        from .realism import main as realism_main
+
+        return realism_main([str(x) for flag in realism_flags for x in flag] + list(args.overrides))
+    if realism_flags:
+        raise UserError(f"{', '.join(f for f, _ in realism_flags)} only go with --realism")
     try:
         from lumos.config import compose
 

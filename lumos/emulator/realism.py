@@ -1,6 +1,7 @@
 """Emulated vs measured: run each published configuration on the emulator and score the match.
 
-    python -m lumos.emulator.realism [--sample N] [--workers W] [--out CSV]   (or: lumos emulate --realism)
+    python -m lumos.emulator.realism [--sample N] [--workers W] [--out CSV] [--datasets fig7,vtrain_single]
+    (or: lumos emulate --realism ...)
 
 Data sets: the paper's Fig. 1 (175B, H100), its four shipped Fig. 7 configurations (15B, H100), and
 vTrain's single-node A100 runs (all 1,440 or a stratified sample). Everything printed is EMULATED
@@ -19,7 +20,9 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from .breakdown import breakdown_recorder
-from .measured import PARTS, Point, fig1_point, fig7_points, stratified, vtrain_points
+from .measured import FIG7_CSV, PARTS, VTRAIN_CSV, Point, fig1_point, fig7_points, stratified, vtrain_points
+
+DATASETS = ("fig1", "fig7", "vtrain_single")
 
 
 def emulate_point(point: Point, extra: tuple = (), seed: int = 0) -> dict:
@@ -86,9 +89,32 @@ def score(rows: list[dict]) -> dict:
     return out
 
 
-def points(sample: int | None) -> list[Point]:
-    v = vtrain_points()
-    return [fig1_point()] + fig7_points() + (stratified(v, sample) if sample else v)
+def dataset_points(name: str, sample: int | None = None, seed: int = 0) -> list[Point]:
+    """One data set's points, in file order; `sample` takes a stratified sample of the vTrain rows."""
+    if name == "fig1":
+        return [fig1_point()]
+    if name == "fig7":
+        return fig7_points()
+    if name == "vtrain_single":
+        v = vtrain_points()
+        return stratified(v, sample, seed) if sample else v
+    raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
+
+
+def dataset_files(name: str) -> list:
+    """The measurement files a data set is read from (Fig. 1's four numbers live in measured.py)."""
+    return {"fig1": [], "fig7": [FIG7_CSV], "vtrain_single": [VTRAIN_CSV]}[name]
+
+
+def shard(points: list[Point], k: int, shards: int) -> list[Point]:
+    """Shard k of `shards`: points k, k + shards, k + 2 shards, ... (every point in exactly one shard)."""
+    if not 0 <= k < shards:
+        raise ValueError(f"shard {k} is not in 0..{shards - 1}")
+    return points[k::shards]
+
+
+def points(sample: int | None, datasets=DATASETS) -> list[Point]:
+    return [p for ds in datasets for p in dataset_points(ds, sample)]
 
 
 def main(argv=None) -> int:
@@ -97,9 +123,15 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=int, default=None, help="stratified sample of the vTrain rows (default: all)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default=None, help="write every row as CSV here")
+    ap.add_argument("--datasets", default=",".join(DATASETS),
+                    help=f"comma-separated data sets (default: {','.join(DATASETS)}; fig1 is GPT-3 175B, about 35 s)")
     ap.add_argument("overrides", nargs="*", help="extra emulator overrides for every configuration")
     a = ap.parse_args(argv)
-    pts = points(a.sample)
+    datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
+    unknown = [d for d in datasets if d not in DATASETS]
+    if unknown:
+        ap.error(f"unknown data set(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+    pts = points(a.sample, datasets)
     log = lambda s: print(s, file=sys.stderr)  # noqa: E731
     rows = run_points(pts, tuple(a.overrides), a.workers, log=log)
     if a.out:
@@ -108,7 +140,8 @@ def main(argv=None) -> int:
         from lumos.trace.atomic import write_text_atomic
 
         write_text_atomic(a.out, pd.DataFrame(rows).to_csv(index=False))
-    print("# emulator realism: EMULATED vs MEASURED (published measurements, resources/measurements/)")
+    print("# emulator realism: EMULATED vs MEASURED (published measurements, resources/measurements/); "
+          "error = 100 * (emulated - measured) / measured, of the iteration time")
     print(f"{'data set':<16}{'n':>6}{'mean |err| %':>14}{'median %':>10}{'worst %':>9}{'signed %':>10}{'Spearman':>10}")
     for ds, s in score(rows).items():
         print(f"{ds:<16}{s['n']:>6}{s['mean_abs_err_pct']:>14.2f}{s['median_abs_err_pct']:>10.2f}"

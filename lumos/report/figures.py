@@ -4,7 +4,8 @@
 - `timeline_figure`: stream duty cycle per bin, measured vs replayed (Fig. 6 analogue);
 - `prediction_figure`: stacked actual / predicted bars per configuration (Fig. 7 and Fig. 8 analogues);
 - `ablation_figure`: iteration error per ablation variant with 95% CIs;
-- `error_ci_figure`: mean |error| with 95% CIs beside the run-to-run spread (2 x CV).
+- `error_ci_figure`: mean |error| with 95% CIs beside the run-to-run spread (2 x CV);
+- `realism_figure`: emulated vs measured iteration time of every published configuration (log-log).
 Each takes the pipeline's data/tables frames, so a figure can be redrawn from the CSVs alone.
 """
 
@@ -268,4 +269,52 @@ def error_ci_figure(table: pd.DataFrame):
     ax.legend(fontsize=8, loc="lower right")
     _emulated_note(ax)
     fig.tight_layout()
+    return fig
+
+
+# ---- emulator realism --------------------------------------------------------------------------
+
+REALISM_STYLE = {"fig1": ("#C44E52", "D", "Fig. 1 (175B, H100)"), "fig7": ("#DD8452", "s", "Fig. 7 (15B, H100)"),
+                 "vtrain_single": ("#4C72B0", "o", "vTrain single node (A100)")}
+REALISM_BAND = 0.10   # the shaded band: emulated within +-10% of measured
+
+
+def realism_figure(rows: pd.DataFrame, summary: pd.DataFrame):
+    """Emulated (y) vs measured (x) iteration time, one point per configuration, one marker per data set.
+
+    `rows`: `lumos.emulator.realism.emulate_point` rows; `summary`: the summary rows of the
+    `emulator_realism` table (dataset, n, mean_abs_error_pct, spearman), quoted in the legend.
+    """
+    fig, ax = plt.subplots(figsize=(6.2, 6.6))
+    lo = float(min(rows["measured_ms"].min(), rows["emulated_ms"].min())) / 1.3
+    hi = float(max(rows["measured_ms"].max(), rows["emulated_ms"].max())) * 1.3
+    x = np.geomspace(lo, hi, 50)
+    ax.fill_between(x, x * (1 - REALISM_BAND), x * (1 + REALISM_BAND), color="#DDDDDD", lw=0,
+                    label=f"within +-{100 * REALISM_BAND:.0f}%")
+    ax.plot(x, x, color="#333333", lw=0.8, label="emulated = measured")
+    stats = summary.set_index("dataset")
+    for ds in dict.fromkeys(rows["dataset"]):
+        d = rows[rows["dataset"] == ds]
+        color, marker, name = REALISM_STYLE.get(ds, ("#2A9D8F", "^", ds))
+        s = stats.loc[ds] if ds in stats.index else None
+        label = name if s is None else (f"{name}: n={int(s['n'])}, MAE {s['mean_abs_error_pct']:.1f}%, "
+                                        f"Spearman {format(s['spearman'], '.2f') if np.isfinite(s['spearman']) else '-'}")
+        big = len(d) < 20
+        ax.scatter(d["measured_ms"], d["emulated_ms"], s=36 if big else 9, marker=marker, color=color,
+                   alpha=1.0 if big else 0.55, edgecolors="black" if big else "none", linewidths=0.5,
+                   label=label, zorder=3 if big else 2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    ax.set_xlabel("measured iteration time (ms, published)")
+    ax.set_ylabel("emulated iteration time (ms)")
+    ax.set_title("Emulator realism: emulated vs measured (published measurements)\n"
+                 "MAE = mean |emulated - measured| / measured", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False)   # clear of the points
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    fig.tight_layout()
+    fig.text(0.995, 0.0, "y: EMULATED cluster; x: published hardware measurements (resources/measurements/)",
+             ha="right", va="top", fontsize=7, color="#B22222")
     return fig

@@ -5,7 +5,8 @@
 `results/tables/*.md`, in a fixed order, so the README shows what the last
 `snakemake --cores 8` produced and nothing typed by hand; between
 `<!-- h200:begin -->` and `<!-- h200:end -->` it writes a narrow view of
-`h200_whatif.csv` (the measured-on-hardware what-ifs).
+`h200_whatif.csv` (the measured-on-hardware what-ifs); between `<!-- realism:begin -->` and
+`<!-- realism:end -->` the summary block of `emulator_realism.md` (emulated vs measured per data set).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from lumos.trace.atomic import write_text_atomic
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
 ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "speed", "ablation", "statistics")
 LINKED = {"ablation_by_trace": "Every variant on every trace",   # too long to paste: linked instead
-          "transfer_real": "Every transfer prediction"}
+          "transfer_real": "Every transfer prediction",
+          "emulator_realism": "Emulated vs measured, per data set and per configuration (the summary is pasted "
+                              "under \"Is the emulator realistic?\")"}
 SUMMARY_ONLY = ("transfer_real",)   # paste the first (summary) table, link the rest
 
 
@@ -54,6 +57,14 @@ def render_h200(tables_dir: Path) -> str:
     return to_markdown(df, "What-ifs from the H200 base, measured on hardware (one H200)").strip() + "\n"
 
 
+REALISM_BEGIN, REALISM_END = "<!-- realism:begin -->", "<!-- realism:end -->"
+
+
+def render_realism(tables_dir: Path) -> str:
+    """The summary block (first table) of `emulator_realism.md`: emulated vs measured per data set."""
+    return (tables_dir / "emulator_realism.md").read_text().strip().split("\n\n**", 1)[0].strip() + "\n"
+
+
 def _replace(text: str, begin: str, end: str, body: str, readme: Path) -> str:
     if begin not in text or end not in text:
         raise SystemExit(f"{readme}: markers {begin} / {end} not found")
@@ -66,6 +77,8 @@ def paste(readme: Path, tables_dir: Path) -> None:
     text = _replace(readme.read_text(), BEGIN, END, render(tables_dir), readme)
     if (tables_dir / "h200_whatif.csv").exists() and H200_BEGIN in text:
         text = _replace(text, H200_BEGIN, H200_END, render_h200(tables_dir), readme)
+    if (tables_dir / "emulator_realism.md").exists() and REALISM_BEGIN in text:
+        text = _replace(text, REALISM_BEGIN, REALISM_END, render_realism(tables_dir), readme)
     write_text_atomic(readme, text)
 
 

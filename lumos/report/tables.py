@@ -367,3 +367,60 @@ def write_transfer_table(rows: pd.DataFrame, summary: pd.DataFrame, csv_path, md
     md = to_markdown(summary, title + " - summary: mean and median |error| per method") + "\n" \
         + to_markdown(rows, "Every prediction (step_from's graph with step_to's durations vs step_to measured)")
     write_text_atomic(md_path, md)
+
+
+# ---- emulator realism: emulated vs measured (issue 11) -------------------------------------
+
+REALISM_SUMMARY = {"n": "n", "mean_abs_err_pct": "mean_abs_error_pct", "median_abs_err_pct": "median_abs_error_pct",
+                   "worst_abs_err_pct": "worst_abs_error_pct", "mean_err_pct": "mean_error_pct",
+                   "spearman": "spearman"}
+REALISM_SOURCE = "emulated vs measured (published)"
+
+
+def emulator_realism_table(rows: pd.DataFrame, scores: Mapping[str, Mapping]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The summary per data set and one row per configuration with a measured breakdown.
+
+    `rows`: `lumos.emulator.realism.emulate_point` rows (dataset, config, measured_ms, emulated_ms and,
+    where the breakdown was measured, `measured_{part}_ms` / `emulated_{part}_ms`); `scores`: their
+    `lumos.emulator.realism.score`. Shares are percent of the iteration: measured parts over the measured
+    total, emulated parts over the emulated rank-0 breakdown total; differences in percentage points.
+    """
+    summary = pd.DataFrame([{"dataset": ds, **{new: s[old] for old, new in REALISM_SUMMARY.items()}}
+                            for ds, s in scores.items()])
+    summary["source"] = REALISM_SOURCE
+    has_parts = rows[f"measured_{COMPONENT_PARTS[0]}_ms"].notna() if f"measured_{COMPONENT_PARTS[0]}_ms" in rows \
+        else pd.Series(False, index=rows.index)
+    configs = []
+    for _, r in rows[has_parts].iterrows():
+        row = {"dataset": r["dataset"], "config": r["config"], "measured_ms": float(r["measured_ms"]),
+               "emulated_ms": float(r["emulated_ms"]), "error_pct": _error(r["emulated_ms"], r["measured_ms"])}
+        for p in COMPONENT_PARTS:
+            m = 100.0 * r[f"measured_{p}_ms"] / r["measured_ms"]
+            e = 100.0 * r[f"emulated_{p}_ms"] / r["emulated_breakdown_total_ms"]
+            row.update({f"measured_{p}_share_pct": m, f"emulated_{p}_share_pct": e, f"{p}_share_diff_pts": e - m})
+        row["source"] = REALISM_SOURCE
+        configs.append(row)
+    return summary, pd.DataFrame(configs)
+
+
+def _share_cells(configs: pd.DataFrame) -> pd.DataFrame:
+    """Markdown view of the per-configuration rows: one `measured / emulated (diff)` cell per part."""
+    out = configs[["dataset", "config", "measured_ms", "emulated_ms", "error_pct"]].copy()
+    for p in COMPONENT_PARTS:
+        out[f"{p} %"] = [f"{m:.1f} / {e:.1f} ({d:+.1f})" for m, e, d in
+                         zip(configs[f"measured_{p}_share_pct"], configs[f"emulated_{p}_share_pct"],
+                             configs[f"{p}_share_diff_pts"])]
+    return out
+
+
+def write_realism_table(summary: pd.DataFrame, configs: pd.DataFrame, csv_path, md_path, title: str) -> None:
+    """One CSV (`row` = 'summary' or 'configuration'); Markdown: the summary, then the configurations."""
+    both = pd.concat([summary.assign(row="summary"), configs.assign(row="configuration")], ignore_index=True)
+    write_csv(both[["row"] + [c for c in both.columns if c != "row"]], csv_path)
+    md = to_markdown(summary, title)
+    if len(configs):
+        md += "\n" + to_markdown(_share_cells(configs),
+                                 "Emulated vs measured per configuration (published breakdowns): iteration ms, and "
+                                 "each part's share of the iteration as measured % / emulated % (difference in "
+                                 "points)")
+    write_text_atomic(md_path, md)

@@ -27,9 +27,11 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real"]
+          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real")
-FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif"]
+FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
+           "fig_emulator_realism"]
+TWO_BLOCKS = ("transfer_real", "emulator_realism")   # a summary block above the rows
 pytestmark = pytest.mark.slow
 
 
@@ -87,7 +89,7 @@ def test_every_table_is_written_with_finite_numbers(work):
         assert len(df) > 0, name
         md = (tables / f"{name}.md").read_text().splitlines()
         assert md[0].startswith("**"), name
-        if name != "transfer_real":   # that one has a summary block above its rows
+        if name not in TWO_BLOCKS:
             assert len(md) == len(df) + 4, name
         if name not in MEASURED:
             assert "emulated" in md[0], name
@@ -136,6 +138,38 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert len(stats) == 4 and stats["actual_iteration_ms_mean"].gt(0).all()
 
 
+def test_emulator_realism_table_is_emulated_vs_the_published_measurements(work):
+    from lumos.emulator.measured import fig7_points, stratified, vtrain_points
+
+    tables = work / "results" / "tiny" / "tables"
+    sample = {p.label: p for p in stratified(vtrain_points(), 12)}   # the tiny profile's vtrain_sample
+    assert len(sample) == 36   # one row from each of vTrain's 36 (TP, PP, DP, hidden) strata
+    df = pd.read_csv(tables / "emulator_realism.csv")
+    summary = df[df["row"] == "summary"].set_index("dataset")
+    assert list(summary.index) == ["fig7", "vtrain_single"]   # no fig1 in the tiny profile
+    assert list(summary["n"]) == [4, 36]
+    assert summary[["mean_abs_error_pct", "worst_abs_error_pct", "spearman"]].notna().all().all()
+    assert (summary["worst_abs_error_pct"] >= summary["mean_abs_error_pct"]).all()
+    configs = df[df["row"] == "configuration"].set_index("config")
+    assert list(configs.index) == ["2x2x8", "2x2x16", "2x2x32", "2x4x4"] and set(configs["dataset"]) == {"fig7"}
+    measured = {p.label: p for p in fig7_points()}
+    for label, p in measured.items():
+        assert configs.loc[label, "measured_ms"] == p.total_ms
+        for part, ms in p.parts_ms.items():
+            assert configs.loc[label, f"measured_{part}_share_pct"] == pytest.approx(100 * ms / p.total_ms, abs=1e-4)
+    assert configs.loc["2x2x8", "measured_ms"] == 797.0
+    assert configs.loc["2x2x8", "measured_exposed_comm_share_pct"] == pytest.approx(36.512, abs=1e-3)   # 291 / 797
+    md = (tables / "emulator_realism.md").read_text()
+    assert md.count("emulated vs measured") >= 2 and md.count("\n**") == 1   # two titled blocks
+    assert "| fig7 | 2x2x8 | 797.0 |" in md
+    rows = pd.read_csv(work / "results" / "tiny" / "data" / "emulator_realism.csv")
+    assert len(rows) == 40 and list(rows["dataset"]) == ["fig7"] * 4 + ["vtrain_single"] * 36
+    vt = rows[rows["dataset"] == "vtrain_single"]
+    assert list(vt["config"]) == list(sample) and list(vt["point"]) == list(range(36))   # both shards, in order
+    assert list(vt["measured_ms"]) == [p.total_ms for p in sample.values()]   # full precision, as published
+    assert (rows["emulated_ms"] > 0).all()
+
+
 def test_every_figure_is_written(work):
     for name in FIGURES:
         png = work / "figures" / "tiny" / f"{name}.png"
@@ -172,6 +206,14 @@ def test_touching_one_group_reruns_only_its_dependents(work):
     tables = sorted(re.search(r"tables/(\w+)\.csv", out).group(1) for rule, out in jobs if rule == "table")
     assert tables == ["replay_emulated", "replay_h200", "replay_microbench", "replay_real", "statistics"]
     assert "Nothing to be done" in snakemake(work, "-n")
+
+
+def test_touching_the_a100_cluster_reruns_only_the_vtrain_realism(work):
+    with edited(work / "config" / "cluster" / "a100_vtrain.yaml"):
+        jobs = planned_jobs(snakemake(work, "-n"))
+    # a recalibrated A100 profile re-runs both vTrain shards and what is made of them; not Fig. 7 (H100)
+    assert sorted(rule for rule, _ in jobs) == ["figure", "realism_vtrain", "realism_vtrain", "table_emulator_realism"]
+    assert [out for rule, out in jobs if rule == "figure"][0].startswith("figures/tiny/fig_emulator_realism.png")
 
 
 def test_touching_the_ablation_experiment_reruns_only_ablations(work):

@@ -154,6 +154,8 @@ def table_names():
         names.append("h200_whatif")
     if (config.get("transfer") or {}).get("real") or (config.get("transfer") or {}).get("h200_suffix"):
         names.append("transfer_real")
+    if (config.get("realism") or {}).get("datasets"):
+        names.append("emulator_realism")
     if prediction_jsons("scaleout"):
         names.append("scaleout")
     if prediction_jsons("variants"):
@@ -184,6 +186,8 @@ def figure_names():
         names.append("fig_error_ci")
     if config.get("h200", {}).get("targets"):
         names.append("fig_h200_whatif")
+    if (config.get("realism") or {}).get("datasets"):
+        names.append("fig_emulator_realism")
     return names
 
 

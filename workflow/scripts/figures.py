@@ -26,6 +26,8 @@ with logged(smk):
         fig = Fg.error_ci_figure(data["table"])
     elif name == "fig_h200_whatif":
         fig = Fg.h200_whatif_figure(data["table"])
+    elif name == "fig_emulator_realism":
+        fig = Fg.realism_figure(data["data"], data["table"][data["table"]["row"] == "summary"])
     else:
         raise ValueError(f"unknown figure {name!r}")
     Fg.save_figure(fig, smk.output.png, smk.output.pdf)
