@@ -13,8 +13,12 @@ def register(subparsers) -> None:
                     "model=gpt3_15b parallel.tp=2 parallel.pp=2 parallel.dp=4 seed=3 out=DIR "
                     "[ranks=stage|all] [trace.legacy=true] [emulator.granularity=coarse]")
     p.add_argument("overrides", nargs="*", help="key=value overrides of config/emulate.yaml")
-    p.add_argument("--calibrate", action="store_true",
-                   help="print the calibration table (175B vs the paper's Fig. 1, 15B seed spread, scaling)")
+    p.add_argument("--calibrate", nargs="?", const="table", choices=("table", "vtrain", "fig7"), default=None,
+                   help="no value: print the calibration table (175B vs the paper's Fig. 1, 15B seed spread, "
+                        "scaling); vtrain | fig7: fit the knobs calibrated on that data set and print before/after "
+                        "(--write records them in config/)")
+    p.add_argument("--write", action="store_true", help="--calibrate vtrain|fig7: record the fitted values")
+    p.add_argument("--max-evals", type=int, metavar="K", help="--calibrate vtrain|fig7: emulator runs the fit may use")
     p.add_argument("--realism", action="store_true",
                    help="emulate every published measurement (resources/measurements/) and print emulated vs "
                         "measured per data set: n, mean/median/worst |error|, signed mean, Spearman")
@@ -32,10 +36,18 @@ def run(args: argparse.Namespace) -> int:
 
     from .settings import SettingsError
 
-    if args.calibrate:
+    if args.calibrate == "table":
         from .calibrate import main as calibrate_main
 
         return calibrate_main(list(args.overrides))
+    if args.calibrate:
+        from .fit import main as fit_main
+
+        argv = [args.calibrate] + (["--write"] if args.write else [])
+        argv += [f"--{k.replace('_', '-')}={v}" for k in ("max_evals", "sample", "workers") if (v := getattr(args, k))]
+        return fit_main(argv)
+    if args.write or args.max_evals:
+        raise UserError("--write and --max-evals only go with --calibrate vtrain|fig7")
     realism_flags = [(f"--{k}", v) for k in ("sample", "workers", "out", "datasets")
                      if (v := getattr(args, k)) is not None]
     if args.realism:

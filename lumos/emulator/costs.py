@@ -36,6 +36,13 @@ class KernelCosts:
         eff = self.c.attn_bwd_eff if backward else self.c.attn_fwd_eff
         return flops / (self.peak * eff) + self.c.gemm_fixed_us
 
+    def batched_gemm(self, batch: int, m: int, n: int, k: int, backward: bool) -> float:
+        """One batched GEMM of unfused attention (QK^T or PV): the attention efficiency, or HBM if slower."""
+        eff = self.c.attn_bwd_eff if backward else self.c.attn_fwd_eff
+        t_math = 2.0 * batch * m * n * k / (self.peak * eff)
+        t_mem = 2.0 * batch * (m * k + k * n + m * n) / (self.hbm * self.c.mem_eff)
+        return max(t_math, t_mem) + self.c.gemm_fixed_us
+
     def elementwise(self, nbytes: float) -> float:
         return nbytes / (self.hbm * self.c.mem_eff) + self.c.elem_fixed_us
 
@@ -64,7 +71,13 @@ class CommCosts:
         self.net_lat = cluster.net_step_latency_us
         self.nic = cluster.nic_gbps / 8.0 * 1e3             # bytes per us per GPU (one NIC each)
         self.c = comm
+        self.nvl_half = float(getattr(comm, "nvlink_half_mb", 0.0) or 0.0) * 1e6
         self.congestion = 1.0 + comm.congestion * math.log2(max(job_hosts, 1))
+
+    def nvl_bw(self, nbytes: float) -> float:
+        """NVLink bus bandwidth a collective of this size reaches: NCCL needs large messages to fill
+        the links (half of the peak at `nvlink_half_mb`; 0: every size reaches it)."""
+        return self.nvl * nbytes / (nbytes + self.nvl_half) if self.nvl_half else self.nvl
 
     def nic_bw(self, flows: int) -> float:
         return self.nic * self.c.nic_eff / (1 + flows) / self.congestion
@@ -81,11 +94,11 @@ class CommCosts:
         if hosts <= 1:
             steps = (n - 1) * (2 if both else 1)
             vol = (n - 1) / n * nbytes * (2 if both else 1)
-            return c.nccl_fixed_us + steps * self.nvl_lat + vol / self.nvl
+            return c.nccl_fixed_us + steps * self.nvl_lat + vol / self.nvl_bw(nbytes)
         k = max(per_host, 1)
         t = c.nccl_fixed_us
         if k > 1:   # intra-host phase(s) on NVLink
-            t += ((k - 1) / k * nbytes / self.nvl + (k - 1) * self.nvl_lat) * (2 if both else 1)
+            t += ((k - 1) / k * nbytes / self.nvl_bw(nbytes) + (k - 1) * self.nvl_lat) * (2 if both else 1)
         shard = nbytes / k
         ring_steps = (hosts - 1) * (2 if both else 1)
         if both and nbytes < c.tree_threshold_bytes:

@@ -39,7 +39,15 @@ class Rand:
         return self._u[self._ui - 1]
 
     def lognormal(self, sigma: float) -> float:
-        return math.exp(sigma * self.normal()) if sigma else 1.0
+        # the hottest call of a big emulation: normal() inlined (same draws, same order)
+        if not sigma:
+            return 1.0
+        i = self._ni
+        if i >= self.size:
+            self._n = self.rng.standard_normal(self.size).tolist()
+            i = 0
+        self._ni = i + 1
+        return math.exp(sigma * self._n[i])
 
 
 class Item:

@@ -47,6 +47,8 @@ VTRAIN_KNOBS = (
     Knob("cluster/a100_vtrain.yaml", "compute.gemm_eff_max", 0.5, 0.92),
     Knob("cluster/a100_vtrain.yaml", "compute.attn_fwd_eff", 0.15, 0.8),
     Knob("cluster/a100_vtrain.yaml", "comm.nvlink_eff", 0.4, 1.0),
+    Knob("cluster/a100_vtrain.yaml", "compute.mem_eff", 0.5, 0.95),
+    Knob("cluster/a100_vtrain.yaml", "comm.nvlink_half_mb", 0.0, 64.0),
 )
 FIG7_KNOBS = (
     Knob("cluster/h100_roce.yaml", "comm.nic_eff", 0.3, 0.95),
@@ -147,14 +149,22 @@ def record(knobs, values, dataset: str) -> list[Path]:
     paths = []
     from lumos.trace.atomic import write_text_atomic
 
-    for rel, tree in by_file.items():
+    from omegaconf import OmegaConf
+
+    for rel, fitted in by_file.items():
         p = CONFIG / rel
         text = p.read_text()
-        head = re.split(r"(?m)^emulator:.*$", text)[0].rstrip("\n") + "\n"
+        tree = OmegaConf.to_container(OmegaConf.load(p)).get("emulator") or {}   # keep what is not fitted
+        for sec, vals in fitted.items():
+            tree.setdefault(sec, {}).update(vals)
+        head = re.split(r"(?m)^(# Fitted by .*\n)?(#.*\n)?emulator:.*$", text)[0].rstrip("\n") + "\n"
         lines = [f"# Fitted by `python -m lumos.emulator.fit {dataset} --write` on {DATA[dataset]}",
                  "# (mean |log error| of the iteration time; see docs/emulator.md). Do not edit by hand.",
                  "emulator:"]
         for sec in sorted(tree):
+            if not isinstance(tree[sec], dict):
+                lines.append(f"  {sec}: {tree[sec]}")
+                continue
             lines.append(f"  {sec}:")
             for key in sorted(tree[sec]):
                 lines.append(f"    {key}: {tree[sec][key]}")

@@ -79,8 +79,32 @@ ELEM = {
     "l2norm": "void multi_tensor_apply_kernel<TensorListMetadata<1>, L2NormFunctor<float>, float*, float*, int*, bool, int>(long, int volatile*, TensorListMetadata<1>, L2NormFunctor<float>, float*, float*, int*, bool, int)",
     "adam": "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float)",
 }
+SOFTMAX = "void (anonymous namespace)::scaled_masked_softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10>(c10::BFloat16*, c10::BFloat16 const*, unsigned char const*, float, int, int, int, int)"
+SOFTMAX_BWD = "void (anonymous namespace)::scaled_masked_softmax_warp_backward<c10::BFloat16, c10::BFloat16, float, 10>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int, int)"
+DROPOUT = "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState)"
+DROPOUT_BWD = "void at::native::(anonymous namespace)::masked_scale_kernel<bool, c10::BFloat16, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)"
 FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_fwd_params)"
 FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"
+
+
+def coarse_granularity(settings) -> bool:
+    """`coarse`, or `auto` on a run too big to emulate kernel by kernel in about a minute.
+
+    auto counts the layer passes the emulated ranks run (forward, backward, and the recomputed
+    forward) and goes coarse above `emulator.auto_coarse_layer_passes`: such runs are GPU-bound,
+    where folding element-wise kernels into their GEMMs moves the iteration little."""
+    g = settings.knobs.granularity
+    if g not in ("fine", "coarse", "auto"):
+        from .settings import SettingsError
+
+        raise SettingsError(f"emulator.granularity must be fine, coarse or auto, got {g!r}")
+    if g != "auto":
+        return g == "coarse"
+    m = settings.model
+    ranks = settings.world_size if settings.ranks == "all" else settings.pp
+    passes = 3 if settings.training.recompute == "full" else 2
+    work = ranks * m.num_microbatches * (m.num_layers // settings.pp) * passes
+    return work > settings.knobs.auto_coarse_layer_passes
 
 
 class Program:
@@ -94,7 +118,8 @@ class Program:
         self.T = self.s * self.b
         self.k = costs
         self.arch = getattr(settings.cluster, "gemm_kernel", "hopper")
-        self.coarse = settings.knobs.granularity == "coarse"
+        self.coarse = coarse_granularity(settings)
+        self.unfused = getattr(settings.training, "attention", "flash") == "unfused"
         self.layer_fwd = self._finish(self._layer_fwd())
         self.layer_bwd = self._finish(self._layer_bwd())
         self.embed_fwd = self._finish(self._embed_fwd())
@@ -122,8 +147,7 @@ class Program:
             self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
             self.mm(T, h, 3 * h // t, "tn"),
             self.elem("aten::copy_", "copy", ((s, b, 3 * h // t),), 4 * T * 3 * h // t),
-            OpSpec("aten::_flash_attention_forward", (qkv, qkv, qkv), (BF16,) * 3,
-                   (KSpec(FLASH_FWD, self.k.attention(b, s, a, d, False)),), heavy=True),
+            *self._attention_fwd(b, s, a, d),
             self.mm(T, h // t, h, "tn"),
             TPAllReduce(T * h),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
@@ -153,8 +177,7 @@ class Program:
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
             self.mm(T, h, h // t, "nn"),                                   # proj dgrad
             self.mm(h, T, h // t, "nt", dims=((h, T), (T, h // t))),       # proj wgrad
-            OpSpec("aten::_flash_attention_backward", ((b, s, a, d),) + (qkv,) * 4, (BF16,) * 5,
-                   (KSpec(FLASH_BWD, self.k.attention(b, s, a, d, True)),), heavy=True),
+            *self._attention_bwd(b, s, a, d),
             self.elem("aten::copy_", "copy", ((s, b, 3 * h // t),), 4 * T * 3 * h // t),
             self.mm(T, 3 * h // t, h, "nn"),                               # QKV dgrad
             TPAllReduce(T * h, overlap=True),
@@ -163,6 +186,39 @@ class Program:
             self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
             self.elem("aten::add_", "add", ((s, b, h), (s, b, h)), 6 * T * h),
         ]
+
+    # -- core attention: one flash-attention kernel, or Megatron's unfused CoreAttention ---------
+    def _bmm(self, batch: int, m: int, k: int, n: int, op: str, backward: bool) -> OpSpec:
+        ks = KSpec(_gemm_name(m, n, "tn", self.arch), self.k.batched_gemm(batch, m, n, k, backward))
+        return OpSpec(op, ((batch, m, k), (batch, k, n)), (BF16, BF16), (ks,), gemm=True, heavy=True)
+
+    def _scores(self, name: str, kernel: str, batch: int, s: int, bytes_per_elem: float, n_in: int) -> OpSpec:
+        ks = KSpec(kernel, self.k.elementwise(bytes_per_elem * batch * s * s), compute=False)
+        return OpSpec(name, ((batch, s, s),) * n_in, (BF16,) * n_in, (ks,))
+
+    def _attention_fwd(self, b, s, a, d):
+        if not self.unfused:
+            qkv = (b, s, a, d)
+            return [OpSpec("aten::_flash_attention_forward", (qkv, qkv, qkv), (BF16,) * 3,
+                           (KSpec(FLASH_FWD, self.k.attention(b, s, a, d, False)),), heavy=True)]
+        B = b * a   # (batch x local heads) independent s x s score matrices, not causally skipped
+        return [self._bmm(B, s, d, s, "aten::baddbmm", False),                       # Q K^T
+                self._scores("aten::_softmax", SOFTMAX, B, s, 4.0, 1),                # read + write bf16
+                self._scores("aten::native_dropout", DROPOUT, B, s, 5.0, 1),          # + 1-byte mask
+                self._bmm(B, s, s, d, "aten::bmm", False)]                            # P V
+
+    def _attention_bwd(self, b, s, a, d):
+        if not self.unfused:
+            qkv = (b, s, a, d)
+            return [OpSpec("aten::_flash_attention_backward", ((b, s, a, d),) + (qkv,) * 4, (BF16,) * 5,
+                           (KSpec(FLASH_BWD, self.k.attention(b, s, a, d, True)),), heavy=True)]
+        B = b * a
+        return [self._bmm(B, s, d, s, "aten::bmm", True),                            # dP = dO V^T
+                self._bmm(B, s, s, d, "aten::bmm", True),                            # dV = P^T dO
+                self._scores("aten::native_dropout_backward", DROPOUT_BWD, B, s, 5.0, 2),
+                self._scores("aten::_softmax_backward_data", SOFTMAX_BWD, B, s, 6.0, 2),
+                self._bmm(B, s, s, d, "aten::bmm", True),                            # dQ = dS K
+                self._bmm(B, s, s, d, "aten::bmm", True)]                            # dK = dS^T Q
 
     def _embed_fwd(self):
         T, s, b, h = self.T, self.s, self.b, self.h

@@ -65,7 +65,8 @@ def _merge(base: dict, over: dict, where: str) -> dict:
 
 
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
-                    "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None}
+                    "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
+                    "attention": "flash"}
 
 
 def _training(c: dict) -> dict:
@@ -74,6 +75,8 @@ def _training(c: dict) -> dict:
         raise SettingsError(f"training.recompute must be 'none' or 'full', got {t['recompute']!r}")
     if t["dp_allreduce"] not in ("bucketed", "after_backward"):
         raise SettingsError(f"training.dp_allreduce must be 'bucketed' or 'after_backward', got {t['dp_allreduce']!r}")
+    if t["attention"] not in ("flash", "unfused"):
+        raise SettingsError(f"training.attention must be 'flash' or 'unfused', got {t['attention']!r}")
     if t["schedule"] != "1f1b":
         raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
     return t

@@ -26,7 +26,10 @@ class Group:
 
     @property
     def ranks_str(self) -> str:
-        return "[" + ", ".join(str(r) for r in self.ranks) + "]"
+        s = self.__dict__.get("_ranks_str")
+        if s is None:
+            s = self.__dict__["_ranks_str"] = "[" + ", ".join(str(r) for r in self.ranks) + "]"
+        return s
 
 
 class Topology:

@@ -109,3 +109,22 @@ def test_knob_overrides_apply_emulator_then_cluster_then_training():
     s = from_config(_compose(["cluster=a100_vtrain", "training=vtrain", "model.hidden=1024"]))
     assert (s.training.recompute, s.training.dp_allreduce, s.model.ffn_hidden) == ("full", "after_backward", 4096)
     assert s.cluster.peak_bf16_tflops == 312.0 and s.cluster.nic_gbps * s.cluster.nics_per_host == 800.0
+
+
+def test_unfused_attention_materialises_the_score_matrix(plain):
+    unfused = emulate(TINY + ["training.attention=unfused"], progress=False)
+    names = lambda r: [g[3] for g in r.recorders[0].gpu]  # noqa: E731
+    assert sum("flash_fwd_kernel" in n for n in names(plain)) == 2 * 4    # 2 layers x 4 micro-batches
+    assert not any("flash" in n for n in names(unfused))
+    assert sum("scaled_masked_softmax_warp_forward" in n for n in names(unfused)) == 2 * 4
+    assert sum("scaled_masked_softmax_warp_backward" in n for n in names(unfused)) == 2 * 4
+    assert sum("fused_dropout_kernel" in n for n in names(unfused)) == 2 * 4
+    # 2 batched GEMMs forward and 4 backward per layer and micro-batch, on top of the 10 linear ones
+    gemms = lambda r: sum(1 for n in names(r) if is_gemm_kernel(n))  # noqa: E731
+    assert gemms(unfused) - gemms(plain) == 2 * 4 * 6
+    s = unfused.settings.model
+    softmax = [g for g in unfused.recorders[0].gpu if "softmax_warp_forward" in g[3]]
+    ops = {a["External id"]: a for *_x, a in [(c[0], c[5]) for c in unfused.recorders[0].cpu] if a}
+    dims = ops[softmax[0][6]]["Input Dims"]
+    # (micro-batch x local heads) score matrices of seq x seq
+    assert dims == [[s.micro_batch_size * s.num_heads // 2, s.seq_length, s.seq_length]]
