@@ -2,7 +2,7 @@
 
     python -m lumos.emulator.calibrate [overrides...]      (or: lumos emulate --calibrate)
 
-1. GPT-3 175B at TP8 PP4 DP8 against the paper's Fig. 1 breakdown (the only target tuned for).
+1. GPT-3 175B at TP8 PP4 DP8 against the paper's Fig. 1 breakdown (fitted with Fig. 7 by fit.py).
 2. GPT-3 15B at 2x2x4: iteration time and its spread across seeds.
 3. Scaling sanity: the nine scale-out configurations (with emulation wall time) and wider models.
 """

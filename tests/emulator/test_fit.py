@@ -17,8 +17,8 @@ def test_objective_is_mean_abs_log_error_plus_share_points():
     row = {"measured_ms": 100.0, "emulated_ms": 100.0, "emulated_breakdown_total_ms": 100.0}
     for p, (m, e) in zip(fitmod.PARTS, ((50, 55), (10, 10), (35, 30), (5, 5))):
         row[f"measured_{p}_ms"], row[f"emulated_{p}_ms"] = m, e
-    # 0 log error, share errors 0.05, 0, 0.05, 0 -> mean of five terms
-    assert objective([row], parts=True) == pytest.approx(0.1 / 5)
+    # 0 log error, share errors 0.05, 0, 0.05, 0 -> mean of five terms, plus 10 x (0.01 + 0.01) over the bound
+    assert objective([row], parts=True) == pytest.approx(0.1 / 5 + 10 * 0.02)
 
 
 def test_knobs_stay_inside_their_range_and_override_where_recorded():
