@@ -74,6 +74,11 @@ class RankProgram:
     def _jit(self, x: float) -> float:
         return x * self.rand.lognormal(self.h.jitter_sigma)
 
+    def _jit_block(self, x: float) -> float:
+        """A long python block (thousands of interpreter steps): its relative spread is far smaller
+        than one op's, so it jitters with `host.block_jitter_sigma`."""
+        return x * self.rand.lognormal(self.h.block_jitter_sigma)
+
     def op_begin(self, th: Thread, name: str, args: dict, gap: float | None = None) -> tuple:
         th.t += self._jit(th.gap if gap is None else gap)
         if self.rand.uniform() < self.h.stall_prob:   # GC pause, page fault, preemption
@@ -211,7 +216,7 @@ class RankProgram:
 
     def forward(self, i: int) -> None:
         th = self.main
-        th.t += self._jit(self.h.forward_step_us)   # Megatron forward_step python: get_batch, masks, timers
+        th.t += self._jit_block(self.h.forward_step_us)   # Megatron forward_step python: get_batch, masks, timers
         if self.is_first:
             self._annotated(th, f"embedding/forward/mb{i}", self.p.embed_fwd)
         for l in range(self.layers_per_stage):
@@ -223,7 +228,7 @@ class RankProgram:
     def backward(self, i: int) -> None:
         """Runs on the autograd thread while the main thread waits (inline: no simulation yield needed)."""
         th, last_mb = self.ag, i == self.m - 1
-        self.main.t += self._jit(self.h.backward_step_us)   # backward_step python before autograd
+        self.main.t += self._jit_block(self.h.backward_step_us)   # backward_step python before autograd
         th.t = max(th.t, self.main.t + self._jit(self.h.handoff_us))
         if self.is_last:
             self._annotated(th, f"head/backward/mb{i}", self.p.head_bwd)
@@ -302,7 +307,7 @@ class RankProgram:
     def run(self):
         th, m = self.main, self.m
         self.ann_begin(th, f"ProfilerStep#{self.emu.settings.step}")
-        th.t += self._jit(self.h.step_start_us)   # iteration setup python (timers, data iterator)
+        th.t += self._jit_block(self.h.step_start_us)   # iteration setup python (timers, data iterator)
         self.op_begin(th, "aten::zero_", {"Input Dims": [[int(self.stage_params)]], "Input type": [BF16]})
         nbytes = int(self.stage_params * self.grad_bytes)
         self.launch(th, COMPUTE_S, KSpec("Memset (Device)", self.emu.kcost.memset(nbytes), cat="gpu_memset",
@@ -347,7 +352,7 @@ class RankProgram:
         self.op_end(th)
         self.tp_allreduce(th, 1, overlap=False)
         yield from self._item(th)
-        th.t += self._jit(self.h.optimizer_python_us)   # clip factor, param groups, lr schedule
+        th.t += self._jit_block(self.h.optimizer_python_us)   # clip factor, param groups, lr schedule
         for c in range(chunks):
             self.op_begin(th, "Optimizer.step#FusedAdam.step" if c == 0 else "aten::_fused_adam_",
                           {"Input Dims": [[int(self.stage_params / chunks)]], "Input type": ["float"]})
