@@ -56,6 +56,29 @@ def calibrate_175b(extra, out=print) -> bool:
     return ok
 
 
+def calibrate_fig7(extra, out=print) -> bool:
+    """The paper's four shipped Fig. 7 configurations (15B, H100): totals within 10%, shares within 5 points."""
+    from .measured import fig7_points
+    from .realism import emulate_point
+
+    out("## GPT-3 15B, the four shipped Fig. 7 configurations (micro-batches = TP x PP) [emulated vs measured]")
+    out(f"{'config':<8}{'measured ms':>12}{'emulated ms':>12}{'err %':>8}  shares measured/emulated (points)")
+    ok = True
+    for p in fig7_points():
+        r = emulate_point(p, tuple(extra))
+        err = 100 * (r["emulated_ms"] / r["measured_ms"] - 1)
+        ok &= abs(err) <= 10.0
+        cells = []
+        for k in PARTS:
+            m = 100 * r[f"measured_{k}_ms"] / r["measured_ms"]
+            e = 100 * r[f"emulated_{k}_ms"] / r["emulated_breakdown_total_ms"]
+            ok &= abs(m - e) <= 5.0
+            cells.append(f"{k} {m:.1f}/{e:.1f}")
+        out(f"{p.label:<8}{r['measured_ms']:>12.0f}{r['emulated_ms']:>12.1f}{err:>+8.1f}  " + ", ".join(cells))
+    out(f"every total within 10% and every share within 5 points of the paper: {'yes' if ok else 'NO'}")
+    return ok
+
+
 def seed_spread(extra, out=print, seeds=range(8)) -> None:
     ts = []
     for sd in seeds:
@@ -100,6 +123,7 @@ def main(argv=None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
     print("# lumos emulator calibration (all figures EMULATED, not measured on hardware)")
     ok = calibrate_175b(extra)
+    ok &= calibrate_fig7(extra)
     seed_spread(extra)
     scaling(extra)
     return 0 if ok else 1

@@ -69,6 +69,7 @@ class RankProgram:
         self.pending_tp = []
         self.dp_done = []
         self.finished = False
+        self._op_args: dict = {}
 
     # -- host primitives ------------------------------------------------------
     def _jit(self, x: float) -> float:
@@ -197,8 +198,11 @@ class RankProgram:
     def run_steps(self, th: Thread, steps) -> None:
         for st in steps:
             if isinstance(st, OpSpec):
-                self.op_begin(th, st.name, {"Input Dims": [list(d) for d in st.dims],
-                                            "Input type": list(st.types)})
+                args = self._op_args.get(id(st))
+                if args is None:   # built once per op of the program; each event gets its own copy
+                    args = self._op_args[id(st)] = {"Input Dims": [list(d) for d in st.dims],
+                                                    "Input type": list(st.types)}
+                self.op_begin(th, st.name, dict(args))
                 if st.gemm and th is self.main:
                     th.t += self._jit(self.h.gemm_extra_us)
                 for k in st.kernels:
