@@ -128,3 +128,18 @@ def test_unfused_attention_materialises_the_score_matrix(plain):
     dims = ops[softmax[0][6]]["Input Dims"]
     # (micro-batch x local heads) score matrices of seq x seq
     assert dims == [[s.micro_batch_size * s.num_heads // 2, s.seq_length, s.seq_length]]
+
+
+@pytest.mark.parametrize("overrides,coarse", [
+    (["model=gpt3_15b"], False),                                                   # 2 stages x 4 x 24 x 2
+    (["model=gpt3_117b", "parallel.tp=8", "parallel.pp=8", "parallel.dp=4"], False),  # 8 x 64 x 12 x 2 = 12,288
+    (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1024",
+      "parallel.tp=8", "parallel.pp=8", "parallel.dp=8"], True),                   # 8 x 128 x 12 x 3 = 36,864
+    (["model=gpt3_15b", "emulator.granularity=coarse"], True),
+    (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1024",
+      "parallel.tp=8", "parallel.pp=8", "parallel.dp=8", "emulator.granularity=fine"], False),
+])
+def test_auto_granularity_goes_coarse_only_for_very_large_runs(overrides, coarse):
+    from lumos.emulator.program import coarse_granularity
+
+    assert coarse_granularity(from_config(_compose(overrides))) is coarse
