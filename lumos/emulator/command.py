@@ -8,7 +8,8 @@ import sys
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "emulate", help="emulate a Megatron GPT iteration on an H100 cluster; write per-rank Kineto traces",
+        "emulate", help="emulate a Megatron GPT iteration on a GPU cluster (H100 or A100 profile); "
+                        "write per-rank Kineto traces",
         description="Emulate (not measure) one training iteration. Hydra-style overrides, e.g. "
                     "model=gpt3_15b parallel.tp=2 parallel.pp=2 parallel.dp=4 seed=3 out=DIR "
                     "[ranks=stage|all] [trace.legacy=true] [emulator.granularity=coarse]")
