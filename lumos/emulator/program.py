@@ -87,24 +87,31 @@ FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, fals
 FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"
 
 
-def coarse_granularity(settings) -> bool:
-    """`coarse`, or `auto` on a run too big to emulate kernel by kernel in about a minute.
+def granularity_level(settings) -> str:
+    """fine | coarse | segment, with `auto` picking by the size of the run.
 
     auto counts the layer passes the emulated ranks run (forward, backward, and the recomputed
-    forward) and goes coarse above `emulator.auto_coarse_layer_passes`: such runs are GPU-bound,
-    where folding element-wise kernels into their GEMMs moves the iteration little."""
+    forward): above `emulator.auto_coarse_layer_passes` element-wise kernels fold into their GEMMs
+    (coarse), above `auto_segment_layer_passes` every run of compute between two TP collectives is
+    one kernel (segment). Such runs are GPU-bound, where folding moves the iteration little."""
     g = settings.knobs.granularity
-    if g not in ("fine", "coarse", "auto"):
+    if g not in ("fine", "coarse", "segment", "auto"):
         from .settings import SettingsError
 
-        raise SettingsError(f"emulator.granularity must be fine, coarse or auto, got {g!r}")
+        raise SettingsError(f"emulator.granularity must be fine, coarse, segment or auto, got {g!r}")
     if g != "auto":
-        return g == "coarse"
+        return g
     m = settings.model
     ranks = settings.world_size if settings.ranks == "all" else settings.pp
     passes = 3 if settings.training.recompute == "full" else 2
     work = ranks * m.num_microbatches * (m.num_layers // settings.pp) * passes
-    return work > settings.knobs.auto_coarse_layer_passes
+    if work > settings.knobs.auto_segment_layer_passes:
+        return "segment"
+    return "coarse" if work > settings.knobs.auto_coarse_layer_passes else "fine"
+
+
+def coarse_granularity(settings) -> bool:
+    return granularity_level(settings) != "fine"
 
 
 class Program:
@@ -118,7 +125,8 @@ class Program:
         self.T = self.s * self.b
         self.k = costs
         self.arch = getattr(settings.cluster, "gemm_kernel", "hopper")
-        self.coarse = coarse_granularity(settings)
+        self.level = granularity_level(settings)
+        self.coarse = self.level != "fine"
         self.unfused = getattr(settings.training, "attention", "flash") == "unfused"
         self.layer_fwd = self._finish(self._layer_fwd())
         self.layer_bwd = self._finish(self._layer_bwd())
@@ -277,7 +285,24 @@ class Program:
                 k0 = replace(st.kernels[0], base_us=st.kernels[0].base_us + pending)
                 st, pending = replace(st, kernels=(k0,) + st.kernels[1:]), 0.0
             out.append(st)
+        if self.level == "segment":
+            out = self._segments(out)
         return tuple(out)
+
+    @staticmethod
+    def _segments(steps):
+        """Merge each run of compute ops between two collectives (or waits) into its first op's kernel."""
+        out = []
+        for st in steps:
+            prev = out[-1] if out else None
+            if (isinstance(st, OpSpec) and isinstance(prev, OpSpec) and st.kernels[0].cat == "kernel"
+                    and prev.kernels[0].cat == "kernel"):
+                extra = sum(k.base_us for k in st.kernels)
+                k0 = replace(prev.kernels[0], base_us=prev.kernels[0].base_us + extra)
+                out[-1] = replace(prev, kernels=(k0,) + prev.kernels[1:])
+                continue
+            out.append(st)
+        return out
 
     def optimizer_kernels(self, params: int, knobs) -> tuple[KSpec, KSpec, int]:
         """(grad-norm kernel, one Adam chunk kernel, number of chunks) for `params` parameters."""

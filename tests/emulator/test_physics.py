@@ -143,3 +143,22 @@ def test_auto_granularity_goes_coarse_only_for_very_large_runs(overrides, coarse
     from lumos.emulator.program import coarse_granularity
 
     assert coarse_granularity(from_config(_compose(overrides))) is coarse
+
+
+def test_segment_granularity_keeps_the_work_and_the_collectives():
+    """One kernel per run of compute between TP collectives: same summed base time, same collectives."""
+    from lumos.emulator.costs import KernelCosts
+    from lumos.emulator.program import Program, TPAllReduce, granularity_level
+
+    big = ["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1536",
+           "parallel.tp=8", "parallel.pp=16", "parallel.dp=4"]
+    assert granularity_level(from_config(_compose(big))) == "segment"   # 16 x 384 x 6 x 3 = 110,592
+    fine_s, seg_s = (from_config(_compose(["model=tiny", f"emulator.granularity={g}"])) for g in ("fine", "segment"))
+    fine, seg = (Program(s, KernelCosts(s.cluster, s.knobs.compute)) for s in (fine_s, seg_s))
+    for a, b in ((fine.layer_fwd, seg.layer_fwd), (fine.layer_bwd, seg.layer_bwd)):
+        total = lambda steps: sum(k.base_us for st in steps if hasattr(st, "kernels") for k in st.kernels)  # noqa
+        assert total(b) == pytest.approx(total(a), rel=1e-12)
+        assert [type(x) for x in a if not hasattr(x, "kernels")] == [type(x) for x in b if not hasattr(x, "kernels")]
+    # forward: [LN .. proj] TP-AR [bda .. FC2] TP-AR; the last bias-dropout-add folds back into FC2 (coarse rule)
+    assert [type(x).__name__ for x in seg.layer_fwd] == ["OpSpec", "TPAllReduce", "OpSpec", "TPAllReduce"]
+    assert sum(isinstance(x, TPAllReduce) for x in seg.layer_bwd) == 2
