@@ -71,7 +71,7 @@ class CommCosts:
         self.net_lat = cluster.net_step_latency_us
         self.nic = cluster.nic_gbps / 8.0 * 1e3             # bytes per us per GPU (one NIC each)
         self.c = comm
-        self.nvl_half = float(getattr(comm, "nvlink_half_mb", 0.0) or 0.0) * 1e6
+        self.nvl_half = float(comm.nvlink_half_mb or 0.0) * 1e6
         self.congestion = 1.0 + comm.congestion * math.log2(max(job_hosts, 1))
 
     def nvl_bw(self, nbytes: float) -> float:

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
+
+from lumos.trace.atomic import write_text_atomic
 
 from .measured import PARTS, fig1_point, fig7_points, stratified, vtrain_points
 from .realism import run_points, score
@@ -65,6 +68,8 @@ def _overrides(knobs, x) -> tuple:
 
 
 def _to_unit(k: Knob, v: float) -> float:
+    eps = 1e-6 * (k.hi - k.lo)   # a value on the bound maps to a large finite u
+    v = min(max(v, k.lo + eps), k.hi - eps)
     return math.log((v - k.lo) / (k.hi - v))
 
 
@@ -118,7 +123,9 @@ def _training(knobs) -> str:
 
 
 def fit(points, knobs, max_evals: int, parts: bool, log=print, workers=None):
-    """Nelder-Mead over the knobs (each squashed into its range); returns (best values, history)."""
+    """Nelder-Mead over the knobs (each squashed into its range); returns (best values, history).
+
+    history: (objective, values, rows) per evaluation; the first is the starting point."""
     from scipy.optimize import minimize
 
     x0 = current(knobs)
@@ -127,13 +134,14 @@ def fit(points, knobs, max_evals: int, parts: bool, log=print, workers=None):
     def f(u):
         x = [_from_unit(k, ui) for k, ui in zip(knobs, u)]
         t0 = time.perf_counter()
-        val = objective(run_points(points, _overrides(knobs, x), workers), parts)
-        hist.append((val, x))
+        rows = run_points(points, _overrides(knobs, x), workers)
+        val = objective(rows, parts)
+        hist.append((val, x, rows))
         log(f"  eval {len(hist):>3}: objective {val:.4f}  " +
             " ".join(f"{k.path}={v:.4g}" for k, v in zip(knobs, x)) + f"  ({time.perf_counter() - t0:.0f} s)")
         return val
 
-    u0 = [_to_unit(k, min(max(v, k.lo + 1e-6 * (k.hi - k.lo)), k.hi - 1e-6 * (k.hi - k.lo))) for k, v in zip(knobs, x0)]
+    u0 = [_to_unit(k, v) for k, v in zip(knobs, x0)]
     minimize(f, u0, method="Nelder-Mead",
              options={"maxfev": max_evals, "initial_simplex": _simplex(u0), "xatol": 0.02, "fatol": 1e-4})
     best = min(hist, key=lambda h: h[0])
@@ -158,10 +166,6 @@ def record(knobs, values, dataset: str) -> list[Path]:
         sec, key = k.path.split(".")
         by_file[k.file].setdefault(sec, {})[key] = round(float(v), 4)
     paths = []
-    from lumos.trace.atomic import write_text_atomic
-
-    from omegaconf import OmegaConf
-
     for rel, fitted in by_file.items():
         p = CONFIG / rel
         text = p.read_text()
@@ -202,11 +206,11 @@ def main(argv=None) -> int:
     else:
         pts, knobs, parts = [fig1_point()] + fig7_points(), FIG7_KNOBS, True
     print(f"# fitting {len(knobs)} knobs on {len(pts)} measured configurations ({DATA[a.dataset]}) [emulated vs measured]")
-    before = run_points(pts, (), a.workers)
     values, hist = fit(pts, knobs, a.max_evals, parts, workers=a.workers)
-    after = run_points(pts, _overrides(knobs, values), a.workers)
+    start = hist[0]                                   # the recorded values the fit started from
+    before, after = start[2], min(hist, key=lambda h: h[0])[2]
     print(f"{'knob':<28}{'before':>10}{'after':>10}")
-    for k, b, v in zip(knobs, current(knobs), values):
+    for k, b, v in zip(knobs, start[1], values):
         print(f"{k.path:<28}{b:>10.4g}{v:>10.4g}")
     for name, rows in (("before", before), ("after", after)):
         for ds, s in score(rows).items():

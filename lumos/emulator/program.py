@@ -127,7 +127,7 @@ class Program:
         self.arch = getattr(settings.cluster, "gemm_kernel", "hopper")
         self.level = granularity_level(settings)
         self.coarse = self.level != "fine"
-        self.unfused = getattr(settings.training, "attention", "flash") == "unfused"
+        self.unfused = settings.training.attention == "unfused"
         self.layer_fwd = self._finish(self._layer_fwd())
         self.layer_bwd = self._finish(self._layer_bwd())
         self.embed_fwd = self._finish(self._embed_fwd())

@@ -5,7 +5,7 @@
 
 Data sets: the paper's Fig. 1 (175B, H100), its four shipped Fig. 7 configurations (15B, H100), and
 vTrain's single-node A100 runs (all 1,440 or a stratified sample). Everything printed is EMULATED
-vs MEASURED; nothing here is fitted (calibration.py fits, this only scores).
+vs MEASURED; nothing here is fitted (fit.py fits, this only scores).
 """
 
 from __future__ import annotations
