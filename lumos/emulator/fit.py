@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lumos.emulator.fit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", choices=sorted(DATA))
-    ap.add_argument("--sample", type=int, default=72, help="vTrain rows fitted on (stratified, seed 1; the recorded values used 72)")
+    ap.add_argument("--sample", type=int, default=72, help="vTrain rows fitted on (stratified, seed 1)")
     ap.add_argument("--max-evals", type=int, default=60)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--write", action="store_true", help="record the fitted values in config/")
