@@ -115,7 +115,7 @@ def attach_metrics(doc: dict, run_level: dict, per_rank: dict[int, dict]) -> dic
 def replay_variant(tables: Sequence[TraceTable], step=None,
                    edge_classes: Iterable[EdgeClass] = ALL_EDGE_CLASSES,
                    gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, drop_random: float = 0.0,
-                   seed: int = 0, engine: str = "auto") -> RunReplay:
+                   seed: int = 0, engine: str = "auto", iteration: str = "step") -> RunReplay:
     """Replay every rank with the given edge classes and threshold, then a random edge drop."""
     classes = frozenset(edge_classes)
     run = RunReplay()
@@ -123,7 +123,7 @@ def replay_variant(tables: Sequence[TraceTable], step=None,
         graph = build_graph(table, step=step, edge_classes=classes, gap_threshold_us=gap_threshold_us)
         if drop_random > 0:
             graph = drop_random_edges(graph, drop_random, seed)
-        run.ranks.append(replay_graph(graph, engine=engine))
+        run.ranks.append(replay_graph(graph, engine=engine, iteration=iteration))
     return run
 
 
@@ -154,9 +154,12 @@ def _variants(seeds, fractions, gap_thresholds):
 
 def ablation_table(tables: Sequence[TraceTable], step=None, *, engine: str = "auto",
                    seeds: Sequence[int] = DEFAULT_SEEDS, fractions: Sequence[float] = RANDOM_FRACTIONS,
-                   gap_thresholds: Sequence[float] = GAP_THRESHOLDS_US, label: str | None = None) -> pd.DataFrame:
+                   gap_thresholds: Sequence[float] = GAP_THRESHOLDS_US, label: str | None = None,
+                   iteration: str = "gpu") -> pd.DataFrame:
     """One row per variant of one trace or run: full Lumos, dPRO-style, each class dropped,
     random drops per fraction and seed, the gap-threshold sweep; metrics as in the module doc.
+    The iteration is the GPU span by default, as the paper's ablation and the dPRO-style
+    baseline (which has no CPU side) measure it.
 
     A variant whose replay cannot finish gets NaN metrics and the reason in `error`.
     """
@@ -176,12 +179,13 @@ def ablation_table(tables: Sequence[TraceTable], step=None, *, engine: str = "au
             if kw is None:
                 run = replay_dpro_tables(tables, step)
             elif family == "full":
-                run = RunReplay([replay_graph(full_graphs[t.rank], engine=engine) for t in tables])
+                run = RunReplay([replay_graph(full_graphs[t.rank], engine=engine, iteration=iteration)
+                                 for t in tables])
             elif family == "drop_random":
                 run = RunReplay([replay_graph(drop_random_edges(full_graphs[t.rank], kw["drop_random"], kw["seed"]),
-                                              engine=engine) for t in tables])
+                                              engine=engine, iteration=iteration) for t in tables])
             else:
-                run = replay_variant(tables, step, engine=engine, **kw)
+                run = replay_variant(tables, step, engine=engine, iteration=iteration, **kw)
             row.update(_row_figures(run, refs))
             row["error"] = ""
         except SimulationError as exc:

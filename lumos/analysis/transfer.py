@@ -152,7 +152,71 @@ def transfer_durations(graph: Graph, source: Graph, durations: str = "all",
     g = graph.copy()
     take = (match >= 0) & _kind_mask(graph.kind, durations)
     g.dur[take] = source.dur[match[take]]
+    _peer_floors(g, graph, source, match, take)
+    if durations != "cpu":
+        _backlog(g, graph, source, match)
+    if durations != "gpu":
+        _host_gaps(g, source, match)
     return g
+
+
+def _backlog(g: Graph, graph: Graph, source: Graph, match: np.ndarray) -> None:
+    """The GPU work carried in from the step before is the source step's: a carried-in op
+    without a partner there (the source's backlog was shorter) takes no time, and a pinned
+    one starts at its partner's offset from the step start."""
+    carry = (graph.kind == TaskKind.GPU) & ~graph.in_step
+    if not np.any(carry) or graph.summary.get("window_us") is None or source.summary.get("window_us") is None:
+        return
+    g.dur[carry & (match < 0)] = 0.0
+    pinned = carry & (match >= 0) & np.isfinite(graph.release)
+    shift = graph.summary["window_us"][0] - source.summary["window_us"][0]
+    g.release[pinned] = source.ts[match[pinned]] + shift
+
+
+def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
+    """The untraced host time of the source step: the gap between two consecutive CPU tasks
+    (the lag of the program-order edge; Python between ops, a data loader) where both tasks
+    and their edge have partners, and the step thread's time before its first task and
+    after its last (`step_thread` head and tail). The edge stays step k's; only its
+    measured gap moves, as a task's duration does."""
+    from lumos.graph.model import EdgeClass
+    intra = np.flatnonzero(source.cls == EdgeClass.INTRA_THREAD)
+    lag_of = dict(zip(zip(source.src[intra].tolist(), source.dst[intra].tolist()), source.lag[intra].tolist()))
+    mine = np.flatnonzero(g.cls == EdgeClass.INTRA_THREAD)
+    a, b = match[g.src[mine]], match[g.dst[mine]]
+    for e, x, y in zip(mine[(a >= 0) & (b >= 0)], a[(a >= 0) & (b >= 0)], b[(a >= 0) & (b >= 0)]):
+        lag = lag_of.get((int(x), int(y)))
+        if lag is not None:
+            g.lag[e] = lag
+    mine_step, theirs = g.summary.get("step_thread"), source.summary.get("step_thread")
+    if mine_step and theirs and "head_us" in mine_step and "head_us" in theirs:
+        first = mine_step["first_task"]
+        if first >= 0 and theirs["first_task"] >= 0:
+            g.release[first] = mine_step["start_us"] + theirs["head_us"]
+            g.summary = dict(g.summary)
+            g.summary["step_thread"] = {**mine_step, "head_us": theirs["head_us"], "tail_us": theirs["tail_us"]}
+
+
+def _peer_floors(g: Graph, graph: Graph, source: Graph, match: np.ndarray, take: np.ndarray) -> None:
+    """Collectives of a rank replayed without its peers: what the source step says about them.
+
+    A collective kernel's measured duration holds its wait for the slowest peer, so it is
+    short when this rank arrived late and long when it arrived early, while its end tracks
+    the peers (in hta trace_diff, a SendRecv started 1.1 ms apart in two steps and ended
+    22 us apart). The kernel therefore takes the shorter of its two measured durations (the
+    closer to the transfer alone) and may not end before the source step's peers let it: the
+    source kernel's end, at the same offset from the step start. The peers' timing is
+    an input of the source step, like its durations.
+    """
+    comm = take & graph.comm & (graph.kind == TaskKind.GPU)
+    if not np.any(comm) or graph.summary.get("window_us") is None or source.summary.get("window_us") is None:
+        return
+    m = match[comm]
+    g.dur[comm] = np.minimum(graph.dur[comm], source.dur[m])
+    floor = np.full(g.n_tasks, -np.inf) if g.finish_floor is None else g.finish_floor.copy()
+    shift = graph.summary["window_us"][0] - source.summary["window_us"][0]
+    floor[comm] = source.end[m] + shift
+    g.finish_floor = floor
 
 
 def _gpu_time(g: Graph) -> float:
@@ -238,11 +302,12 @@ class StepModels:
 def transfer_pair(table: TraceTable, step, source_table: TraceTable, source_step, durations: str = "all",
                   engine: str = "auto", gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US,
                   baselines: bool = True, require_same_job: bool = True,
-                  models: tuple[StepModels, StepModels] | None = None) -> Transfer:
+                  models: tuple[StepModels, StepModels] | None = None, iteration: str = "step") -> Transfer:
     """Replay `step` of `table` with the durations of `source_step` of `source_table`.
 
     Baselines (when asked): `same_as_k`, `kernel_ratio`, `dpro` (dPRO-style graph of
-    step k with the same transfer). Raises NotSameJobError when fewer than
+    step k with the same transfer; it has no CPU side, so with `iteration='step'` step k's
+    measured time outside its GPU span is added to its predicted span). Raises NotSameJobError when fewer than
     MIN_MATCHED_SHARE of step k's tasks match (unless `require_same_job` is False).
     `models` (target, source) reuses graphs already built for other pairs.
     """
@@ -258,19 +323,21 @@ def transfer_pair(table: TraceTable, step, source_table: TraceTable, source_step
         on = g.kind == kind
         matched[kind.name.lower()] = f"{int(np.sum(match[on] >= 0))}/{int(np.sum(on))}"
     moved = transfer_durations(g, src, durations, match=match)
-    pred = replay_graph(moved, engine=engine)
-    unchanged = replay_graph(g, engine=engine)
-    measured = measured_breakdown(g).iteration_us
+    pred = replay_graph(moved, engine=engine, iteration=iteration)
+    unchanged = replay_graph(g, engine=engine, iteration=iteration)
+    m_k = measured_breakdown(g, iteration)
+    measured = m_k.iteration_us
     out = Transfer(step=g.summary["step"], source_step=src.summary["step"], durations=durations,
                    measured_us=measured, replayed_us=unchanged.replayed.iteration_us,
-                   predicted_us=pred.replayed.iteration_us, actual_us=measured_breakdown(src).iteration_us,
+                   predicted_us=pred.replayed.iteration_us, actual_us=measured_breakdown(src, iteration).iteration_us,
                    matched_share=share, matched=matched, graph=moved)
     if baselines:
         gpu_k, gpu_o = _gpu_time(g), _gpu_time(src)
+        outside = measured - m_k.gpu_span_us if m_k.gpu_span_us is not None else 0.0
         out.baselines = {"same_as_k": measured,
                          "kernel_ratio": measured * gpu_o / gpu_k if gpu_k else float("nan"),
                          "dpro": dpro_transfer(mk.dpro(step), table, mo.dpro(source_step), source_table,
-                                               durations)}
+                                               durations) + outside}
     return out
 
 
@@ -284,14 +351,15 @@ def dpro_transfer(d: DproGraph, table: TraceTable, s: DproGraph, source_table: T
         dur[m >= 0] = s.dur[m[m >= 0]]
         d = dataclasses.replace(d, dur=dur)
     sched = replay_dpro(d)
-    return replayed_breakdown(d.to_graph(), sched).iteration_us
+    return replayed_breakdown(d.to_graph(), sched, "gpu").iteration_us
 
 
 TRANSFER_COLUMNS = ("step_from", "step_to", "measured_ms", "actual_ms", "lumos_ms", "lumos_err_pct", "dpro_err_pct",
                     "same_as_k_err_pct", "kernel_ratio_err_pct", "matched_share")
 
 
-def transfer_steps(table: TraceTable, steps: list[int] | None = None, engine: str = "auto") -> pd.DataFrame:
+def transfer_steps(table: TraceTable, steps: list[int] | None = None, engine: str = "auto",
+                   iteration: str = "step") -> pd.DataFrame:
     """Every consecutive pair of `steps` (default: the trace's steps, the first left out as
     warm-up when there are 3 or more), both directions: one row per prediction. Steps with
     nothing to replay (a stub the profiler cut) are left out."""
@@ -312,7 +380,7 @@ def transfer_steps(table: TraceTable, steps: list[int] | None = None, engine: st
     rows = []
     for a, b in zip(steps[:-1], steps[1:]):
         for k, o in ((a, b), (b, a)):
-            r = transfer_pair(table, k, table, o, engine=engine, models=(models, models))
+            r = transfer_pair(table, k, table, o, engine=engine, models=(models, models), iteration=iteration)
             e = r.baseline_errors()
             rows.append({"step_from": k, "step_to": o, "measured_ms": r.measured_us / 1e3,
                          "actual_ms": r.actual_us / 1e3, "lumos_ms": r.predicted_us / 1e3,
@@ -327,7 +395,8 @@ PARTS = ("gpu", "cpu", "interaction", "unexplained")
 
 
 def diff_attribution(a: TraceTable, step_a, b: TraceTable, step_b, engine: str = "auto",
-                     gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, top: int = 5) -> dict:
+                     gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, top: int = 5,
+                     iteration: str = "step") -> dict:
     """T(B) - T(A) split into parts that add up to it exactly.
 
     gpu = T(A's graph, B's GPU durations) - T(A); cpu = the same with B's CPU
@@ -340,11 +409,12 @@ def diff_attribution(a: TraceTable, step_a, b: TraceTable, step_b, engine: str =
     match = match_tasks(TaskKeys.of_graph(ga), TaskKeys.of_graph(gb))
     share = float(np.mean(match >= 0)) if len(match) else 0.0
     _check_same_job(ga, match, f"{a.path} step {ga.summary['step']} and {b.path} step {gb.summary['step']}")
-    t_a = measured_breakdown(ga).iteration_us
-    t_b = measured_breakdown(gb).iteration_us
-    t = {k: replay_graph(transfer_durations(ga, gb, k, match=match), engine=engine).replayed.iteration_us
+    t_a = measured_breakdown(ga, iteration).iteration_us
+    t_b = measured_breakdown(gb, iteration).iteration_us
+    t = {k: replay_graph(transfer_durations(ga, gb, k, match=match), engine=engine,
+                         iteration=iteration).replayed.iteration_us
          for k in DURATION_KINDS}
-    t_a_replayed = replay_graph(ga, engine=engine).replayed.iteration_us
+    t_a_replayed = replay_graph(ga, engine=engine, iteration=iteration).replayed.iteration_us
     gpu = t["gpu"] - t_a
     cpu = t["cpu"] - t_a
     unexplained = t_b - t["all"]

@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap-threshold-us", type=float, default=DEFAULT_GAP_THRESHOLD_US,
                    help="inter-thread gap rule threshold (us)")
     p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
+    p.add_argument("--iteration", choices=("step", "gpu"), default="step",
+                   help="compare step periods (default) or the GPU spans of the steps' work")
     p.set_defaults(func=run)
 
 
@@ -67,7 +69,7 @@ def run(args) -> int:
     b = load_one_rank(args.b, "B")
     try:
         doc = diff_attribution(a, sa, b, sb, engine=args.engine, gap_threshold_us=args.gap_threshold_us,
-                               top=args.top)
+                               top=args.top, iteration=args.iteration)
     except NotSameJobError as exc:
         raise UserError(str(exc)) from None
     except SimulationError as exc:

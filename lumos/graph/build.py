@@ -22,12 +22,16 @@ from .edges.inter_thread import inter_thread_edges
 from .edges.launch import launch_edges
 from .edges.order import intra_stream_edges, intra_thread_edges
 from .edges.sync import sync_edges
+from .edges.waits import wait_edges
 from .ablate import drop_classes
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph, TaskKind, WaitKind
 from .tasks import select_tasks
 from .timing import fit_timing
 
 DEFAULT_GAP_THRESHOLD_US = 100.0
+# A carried-in op that started at most this long after the op ahead of it on its stream
+# ended was queued behind it (the stream's own back-to-back gap is a few microseconds).
+BACKLOG_GAP_US = 10.0
 
 
 def resolve_step(table: TraceTable, step) -> Step | None:
@@ -68,7 +72,8 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         (EdgeClass.INTER_STREAM, inter_stream_edges(ctx)),
     ]
     sync = sync_edges(ctx)
-    parts.append((EdgeClass.SYNC, sync.edges))
+    waits = wait_edges(ctx)
+    parts += [(EdgeClass.SYNC, sync.edges), (EdgeClass.SYNC, waits.edges)]
     src = np.concatenate([np.asarray(e.src, dtype=np.int64) for _, e in parts])
     dst = np.concatenate([np.asarray(e.dst, dtype=np.int64) for _, e in parts])
     cls = np.concatenate([np.full(len(e), c, dtype=np.int8) for c, e in parts])
@@ -78,7 +83,14 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         for k, n in e.how.items():
             how[k] = how.get(k, 0) + n
 
-    timing = fit_timing(ctx, src, dst, cls, sync.wait_kind, sync.wait_target, sel.carry_in)
+    n_before = len(src) - len(waits.edges)
+    base_lag = np.concatenate([np.zeros(n_before), np.asarray(waits.lag, dtype=np.float64)])
+    # A GPU -> CPU edge is a wait inside its destination call unless it follows a blocking copy.
+    holds = (cls == EdgeClass.SYNC) & ~ctx.is_gpu[dst]
+    holds[n_before:] = np.asarray(waits.holds, dtype=bool)
+    anchored = backlog_anchors(ctx, sel.carry_in)
+    timing = fit_timing(ctx, src, dst, cls, sync.wait_kind, sync.wait_target, anchored,
+                        base_lag=base_lag, holds=holds, call_dur=waits.call_dur)
     violations_by_class = {c.label: int(np.sum(timing.violations & (cls == c))) for c in EdgeClass}
 
     rank = np.full(ctx.n, table.rank, dtype=np.int32)
@@ -102,20 +114,59 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "cpu_tasks": int(np.sum(~ctx.is_gpu)),
         "gpu_tasks": int(np.sum(ctx.is_gpu)),
         "carry_in_gpu_ops": int(np.sum(sel.carry_in)),
+        "carry_in_anchored": int(np.sum(anchored)),
         "edges": graph.edge_counts(),
         "edge_classes": sorted(c.label for c in EdgeClass),
         "inferred_edges": int(np.sum(inferred)),
         "inferred_how": how,
         "sync_waits": {"explicit": sync.explicit_waits, "inferred": sync.inferred_waits},
+        "blocking_copies": waits.blocking_copies,
+        "stalled_calls": {"count": waits.stalled_calls, "waiting_us": round(waits.stalled_us, 3)},
         "violations": int(np.sum(timing.violations)),
         "violations_by_class": violations_by_class,
         "gap_threshold_us": gap_threshold_us,
+        # the iteration is the step period on this thread (lumos.analysis.replay.step_window)
+        "step_thread": step_thread(ctx, step, timing),
         # what the reader or the task selection decided for the user, in words
         "notes": ([step.note] if step is not None and step.note else []) + list(sel.notes),
         "unmodelled_device_events": dict(table.unmodelled),
     }
     # Ablation: drop classes only now, after the lags were fitted on the full graph.
     return drop_classes(graph, set(EdgeClass) - keep)
+
+
+def step_thread(ctx: BuildContext, step: Step | None, timing) -> dict | None:
+    """Where the step period is read (lumos.analysis.replay.step_window): the thread that marks
+    steps, its first task, and its untraced time before that task (head) and after its last
+    (tail). None without a step or when that thread has no task (the step is then the GPU span)."""
+    if step is None:
+        return None
+    key = (int(step.pid) << 32) | (int(step.tid) & 0xFFFFFFFF)
+    procs = np.flatnonzero((ctx.proc_kind == TaskKind.CPU) & (ctx.proc_key == key))
+    if not len(procs):
+        return None
+    tasks = ctx.proc_tasks[int(procs[0])]
+    first = int(tasks[np.argmin(timing.ts[tasks])])
+    return {"key": key, "start_us": float(step.start), "end_us": float(step.end), "first_task": first,
+            "head_us": float(timing.ts[first] - step.start),
+            "tail_us": float(step.end - (timing.ts[tasks] + timing.dur[tasks]).max())}
+
+
+def backlog_anchors(ctx: BuildContext, carry_in: np.ndarray) -> np.ndarray:
+    """Carried-in GPU ops pinned at their measured start: the first on each stream, and any
+    that started after its stream had gone idle (it waited for something outside the window).
+
+    The others were queued back to back behind it: they follow the op ahead of them with
+    the measured gap, so the backlog drains later or sooner when its durations change.
+    """
+    anchored = carry_in.copy()
+    for ops in ctx.proc_tasks:
+        if len(ops) < 2 or not ctx.is_gpu[ops[0]]:
+            continue
+        prev, cur = ops[:-1], ops[1:]
+        queued = carry_in[prev] & carry_in[cur] & (ctx.ts[cur] - ctx.end[prev] <= BACKLOG_GAP_US)
+        anchored[cur[queued]] = False
+    return anchored
 
 
 def comm_names(names: np.ndarray) -> np.ndarray:

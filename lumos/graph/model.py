@@ -89,6 +89,9 @@ class Graph:
     lag: np.ndarray           # float64
     inferred: np.ndarray      # bool: inferred from the timeline, not read from explicit args
     summary: dict[str, Any] = field(default_factory=dict)
+    # Optional per-task earliest end (us; -inf: none): a collective of a rank replayed without its
+    # peers ends no earlier than they let it (`lumos.analysis.transfer`). None: no task has one.
+    finish_floor: np.ndarray | None = None
 
     TASK_FIELDS = ("name", "kind", "proc", "dur", "ts", "release", "comm", "in_step", "rank",
                    "stream_pos", "wait_kind", "wait_target", "event", "layer", "phase")
@@ -119,8 +122,9 @@ class Graph:
         """The same tasks with only the edges where `keep` is true."""
         kw = {f: getattr(self, f) for f in self.TASK_FIELDS + self.PROC_FIELDS}
         kw.update({f: getattr(self, f)[keep] for f in self.EDGE_FIELDS})
-        return Graph(summary=dict(self.summary), **kw)
+        return Graph(summary=dict(self.summary), finish_floor=self.finish_floor, **kw)
 
     def copy(self) -> "Graph":
         kw = {f: np.array(getattr(self, f), copy=True) for f in self.TASK_FIELDS + self.PROC_FIELDS + self.EDGE_FIELDS}
-        return Graph(summary=dict(self.summary), **kw)
+        floor = None if self.finish_floor is None else self.finish_floor.copy()
+        return Graph(summary=dict(self.summary), finish_floor=floor, **kw)

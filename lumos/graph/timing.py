@@ -7,7 +7,9 @@ timeline (the in-edge whose source ended last) carries the task's remaining
 slack as its lag: a host gap on the intra-thread edge, launch latency on the
 launch edge, a queue wait on the intra-stream edge. A task nothing constrains
 is anchored at its measured start. A blocking sync's duration is the part
-after the GPU work it waited for ended.
+after the GPU work it waited for ended; a call that waited for its own copy
+keeps the part before the copy (`edges.waits`), the edge from the copy
+holding the rest as a lag.
 """
 
 from __future__ import annotations
@@ -49,19 +51,25 @@ def resolve_wait_targets(ctx: BuildContext, wait_kind, wait_target) -> np.ndarra
     return out
 
 
-def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchored) -> Timing:
+def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchored,
+               base_lag=None, holds=None, call_dur=None) -> Timing:
+    """`base_lag`: lag each edge starts from (a blocking copy's edge: call end - copy end);
+    `holds`: GPU -> CPU edges whose wait is inside their destination call (default: every one);
+    `call_dur`: replay durations of calls that waited for their own copy."""
     ts = ctx.ts.copy()
     dur = ctx.dur.copy()
+    for c, d in (call_dur or {}).items():
+        dur[c] = d
     end = ts + dur
     waited = resolve_wait_targets(ctx, wait_kind, wait_target)
-    # A static GPU -> CPU edge (event sync) blocks its call the same way.
-    static_sync = (cls == EdgeClass.SYNC) & ~ctx.is_gpu[dst]
+    # A static GPU -> CPU edge (event sync, stalled call) blocks its call the same way.
+    static_sync = (cls == EdgeClass.SYNC) & ~ctx.is_gpu[dst] if holds is None else holds
     np.maximum.at(waited, dst[static_sync], end[src[static_sync]])
     blocked = waited > ts
     ts[blocked] = np.minimum(waited[blocked], end[blocked])
     dur[blocked] = end[blocked] - ts[blocked]
 
-    lag = np.zeros(len(src))
+    lag = np.zeros(len(src)) if base_lag is None else np.asarray(base_lag, dtype=np.float64).copy()
     # A GPU op may start before its launch call returns: the launch edge then
     # points at the moment of submission, not the call's end.
     launch = cls == EdgeClass.LAUNCH

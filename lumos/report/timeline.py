@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from lumos.analysis.replay import step_window
 from lumos.graph import Graph
 from lumos.graph.model import TaskKind
 from lumos.trace import TraceTable, schema, write_trace
@@ -46,9 +47,11 @@ def timeline_events(graph: Graph, start: np.ndarray, end: np.ndarray, table: Tra
                        "args": args})
     cpu = graph.kind == TaskKind.CPU
     if np.any(cpu):
-        main = int(graph.proc_key[graph.proc[np.flatnonzero(cpu)[0]]])
+        window = step_window(graph, start, end)  # the replayed step period, on the thread that marks steps
+        first = graph.summary["step_thread"]["first_task"] if window else int(np.flatnonzero(cpu)[0])
+        main = int(graph.proc_key[graph.proc[first]])
         pid, tid = main >> 32, main & 0xFFFFFFFF
-        lo, hi = float(np.min(start)), float(np.max(end[cpu]))
+        lo, hi = window if window else (float(np.min(start)), float(np.max(end[cpu])))
         step = graph.summary.get("step")
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step if step is not None else 0}",
                        "pid": pid, "tid": tid, "ts": round(lo, 3), "dur": round(hi - lo, 3), "args": {}})

@@ -34,6 +34,7 @@ class SimArrays:
     rank_streams: np.ndarray      # int64
     rank_index: np.ndarray        # int64: rank id -> row in rank_streams_ptr (-1 if none)
     n_procs: int
+    floor: np.ndarray | None = None  # float64 earliest end per task (-inf: none); None: no floors
 
 
 def prepare(graph: Graph) -> SimArrays:
@@ -72,4 +73,5 @@ def prepare(graph: Graph) -> SimArrays:
         out_lag=graph.lag[order].astype(np.float64), out_launch=(graph.cls[order] == EdgeClass.LAUNCH),
         indeg=indeg, wait_kind=graph.wait_kind.astype(np.int64), wait_target=graph.wait_target.astype(np.int64),
         is_gpu=gpu, stream_ptr=stream_ptr, stream_ops=g, rank_streams_ptr=rank_streams_ptr,
-        rank_streams=stream_procs[order_r].astype(np.int64), rank_index=rank_index, n_procs=n_procs)
+        rank_streams=stream_procs[order_r].astype(np.int64), rank_index=rank_index, n_procs=n_procs,
+        floor=None if graph.finish_floor is None else graph.finish_floor.astype(np.float64))

@@ -179,7 +179,7 @@ def _grown(a):
 @njit(cache=True)
 def _core(n, proc, dur, release, tiebreak, out_ptr, out_dst, out_lag, out_launch, indeg0,
           wait_kind, wait_target, is_gpu, stream_ptr, stream_ops, rank_streams_ptr, rank_streams,
-          rank_index, n_procs, start, end, done, earliest, indeg, enq, has_launch_in, resolved, pending,
+          rank_index, n_procs, floor, start, end, done, earliest, indeg, enq, has_launch_in, resolved, pending,
           first, last):
     inf = np.inf
     n_ri = len(rank_index)
@@ -362,6 +362,8 @@ def _core(n, proc, dur, release, tiebreak, out_ptr, out_dst, out_lag, out_launch
                     continue
             start[v] = s
             f = s + dur[v]
+            if floor[v] > f:
+                f = floor[v]
             end[v] = f
             done[v] = True
             avail[p] = f
@@ -410,7 +412,8 @@ def _args(a: SimArrays) -> tuple:
             c(a.out_ptr, i64), c(a.out_dst, i64), c(a.out_lag, f64), c(a.out_launch, np.bool_),
             c(a.indeg, i64), c(a.wait_kind, i64), c(a.wait_target, i64), c(a.is_gpu, np.bool_),
             c(a.stream_ptr, i64), c(a.stream_ops, i64), c(a.rank_streams_ptr, i64),
-            c(a.rank_streams, i64), c(a.rank_index, i64), int(a.n_procs))
+            c(a.rank_streams, i64), c(a.rank_index, i64), int(a.n_procs),
+            np.full(int(a.n), -np.inf) if a.floor is None else c(a.floor, f64))
 
 
 def _carve(n_items: list[tuple[int, type]], zeroed: bool) -> list[np.ndarray]:
@@ -447,7 +450,7 @@ def simulate_compiled(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 
 @njit(cache=True)
-def _longest_path(n, dur, release, out_ptr, out_dst, out_lag, indeg0, finish, earliest, indeg, queue):
+def _longest_path(n, dur, release, floor, out_ptr, out_dst, out_lag, indeg0, finish, earliest, indeg, queue):
     for v in range(n):
         r = release[v]
         earliest[v] = r if np.isfinite(r) else -np.inf
@@ -462,7 +465,7 @@ def _longest_path(n, dur, release, out_ptr, out_dst, out_lag, indeg0, finish, ea
     while head < tail:
         v = queue[head]
         head += 1
-        f = earliest[v] + dur[v]
+        f = max(earliest[v] + dur[v], floor[v])
         finish[v] = f
         for k in range(out_ptr[v], out_ptr[v + 1]):
             c = out_dst[k]
@@ -482,5 +485,6 @@ def longest_path_bound(a: SimArrays) -> np.ndarray:
     c = np.ascontiguousarray
     n = int(a.n)
     work = _carve([(n, np.float64), (n, np.float64), (n, np.int32), (n, np.int64)], zeroed=False)
-    return _longest_path(n, c(a.dur, np.float64), c(a.release, np.float64), c(a.out_ptr, np.int64),
+    floor = np.full(n, -np.inf) if a.floor is None else c(a.floor, np.float64)
+    return _longest_path(n, c(a.dur, np.float64), c(a.release, np.float64), floor, c(a.out_ptr, np.int64),
                          c(a.out_dst, np.int64), c(a.out_lag, np.float64), c(a.indeg, np.int64), *work)

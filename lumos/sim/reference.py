@@ -141,6 +141,8 @@ def simulate_reference(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray
                 continue
         start[v] = s
         f = s + a.dur[v]
+        if a.floor is not None and a.floor[v] > f:
+            f = a.floor[v]  # ends when its absent peers let it
         end[v] = f
         done[v] = True
         avail[p] = f

@@ -73,32 +73,34 @@ def test_own_durations_reproduce_the_step_exactly(h200, nccl):
         assert r.predicted_us == r.measured_us == r.actual_us == r.replayed_us
         assert r.baselines["kernel_ratio"] == r.measured_us
     # The dPRO-style baseline with its own durations is its unchanged replay (not exact: it
-    # serializes a device's streams), and on this trace it happens to be exact.
-    assert transfer_pair(nccl, 5, nccl, 5).baselines["dpro"] == 213532.75
+    # serializes a device's streams), and on this trace it happens to be exact: its GPU span,
+    # plus step 5's measured time outside the GPU span, is the measured step period.
+    assert transfer_pair(nccl, 5, nccl, 5).baselines["dpro"] == 219726.9052734375
+    assert transfer_pair(nccl, 5, nccl, 5, iteration="gpu").baselines["dpro"] == 213532.75
 
 
 def test_next_step_durations_h200(h200):
     r = transfer_pair(h200, 3, h200, 4)
     assert r.matched == {"cpu": "5718/5718", "gpu": "1901/1901"} and r.matched_share == 1.0
-    assert (r.measured_us, r.actual_us) == (129982.91015625, 131396.923828125)
-    assert r.predicted_us == 130257.5546875                      # -0.87% (same as step 3: -1.08%)
-    assert r.baselines["kernel_ratio"] == pytest.approx(131116.21840263845)
-    assert r.baselines["dpro"] == 134705.333984375
-    assert transfer_pair(h200, 3, h200, 4, durations="gpu", baselines=False).predicted_us == 129975.88671875
-    assert transfer_pair(h200, 3, h200, 4, durations="cpu", baselines=False).predicted_us == 130264.578125
+    assert (r.measured_us, r.actual_us) == (130775.3505859375, 132074.8857421875)   # step periods
+    assert r.predicted_us == 133259.060546875                    # +0.90% (same as step 3: -0.98%)
+    assert r.baselines["kernel_ratio"] == pytest.approx(131915.56804271875)
+    assert r.baselines["dpro"] == 135497.7744140625
+    assert transfer_pair(h200, 3, h200, 4, durations="gpu", baselines=False).predicted_us == 132078.0712890625
+    assert transfer_pair(h200, 3, h200, 4, durations="cpu", baselines=False).predicted_us == 131865.9404296875
 
 
 def test_other_run_of_the_same_job(h200):
     r = transfer_pair(h200, 3, load_trace(H200_R1), 3)
     assert r.matched_share == 1.0
-    assert (r.predicted_us, r.actual_us) == (127000.10546875, 126498.3525390625)
+    assert (r.predicted_us, r.actual_us) == (127224.8994140625, 127270.98046875)
 
 
 def test_next_step_durations_nccl(nccl):
     r = transfer_pair(nccl, 5, nccl, 6)
     assert r.matched == {"cpu": "4911/4913", "gpu": "1258/1258"}
     assert r.matched_share == pytest.approx(6169 / 6171)
-    assert (r.predicted_us, r.actual_us) == (216577.4833984375, 218764.0390625)
+    assert (r.predicted_us, r.actual_us) == (224757.60546875, 224936.2431640625)
 
 
 def test_diff_of_a_step_with_itself_is_zero(nccl):
@@ -112,7 +114,8 @@ def test_diff_parts_add_up(nccl, h200):
     d = diff_attribution(nccl, 5, nccl, 6)
     x = d["_exact"]
     assert x["gpu"] + x["cpu"] + x["interaction"] + x["unexplained"] == pytest.approx(x["t_b"] - x["t_a"], abs=1e-9)
-    assert d["parts_us"] == {"gpu": 0.673, "cpu": 3044.061, "interaction": 0.0, "unexplained": 2186.556}
+    # the step period is host-bound: B's GPU durations change nothing, its CPU side nearly all
+    assert d["parts_us"] == {"gpu": 0.0, "cpu": 5030.7, "interaction": 0.0, "unexplained": 178.638}
     d = diff_attribution(h200, 3, load_trace(H200_R1), 4)
     x = d["_exact"]
     assert x["gpu"] + x["cpu"] + x["interaction"] + x["unexplained"] == pytest.approx(x["t_b"] - x["t_a"], abs=1e-9)

@@ -123,10 +123,11 @@ def test_cli_simulator_dpro_json(tmp_path, capsys):
     path = training_step().write(tmp_path / "step.json")
     assert main(["replay", str(path), "--simulator", "dpro", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    # the baseline has no CPU side: its iteration is the GPU span
     assert doc["measured"] == {"iteration_us": 155.0, "exposed_compute_us": 85.0, "overlapped_us": 0.0,
-                               "exposed_comm_us": 45.0, "other_us": 25.0}
+                               "exposed_comm_us": 45.0, "other_us": 25.0, "gpu_span_us": 155.0}
     assert doc["replayed"] == {"iteration_us": 165.0, "exposed_compute_us": 90.0, "overlapped_us": 5.0,
-                               "exposed_comm_us": 40.0, "other_us": 30.0}
+                               "exposed_comm_us": 40.0, "other_us": 30.0, "gpu_span_us": 165.0}
     assert doc["error_pct"] == pytest.approx(6.4516)
     assert doc["graph"]["simulator"] == "dpro" and doc["graph"]["cpu_tasks"] == 0
     assert doc["metrics"]["component_l1_us"] == 20.0

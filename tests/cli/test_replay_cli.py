@@ -13,7 +13,8 @@ from lumos.cli import main
 from ..conftest import DLRM, REAL
 
 LEGACY = REAL / "kineto" / "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz"
-KEYS = {"iteration_us", "exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us"}
+KEYS = {"iteration_us", "exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us", "gpu_span_us",
+        "step_period_us"}
 
 
 def run_json(capsys, *argv):
@@ -32,7 +33,8 @@ def test_json_shape_multi_rank(capsys):
     doc = run_json(capsys, DLRM)
     assert [r["rank"] for r in doc["ranks"]] == list(range(8))
     assert doc["critical_rank"] == 1
-    assert doc["measured"]["iteration_us"] == pytest.approx(18467.0)
+    assert doc["measured"]["iteration_us"] == pytest.approx(19901.0)   # the step period
+    assert doc["measured"]["gpu_span_us"] == pytest.approx(18467.0)
     assert doc["max_abs_rank_error_pct"] <= 2.0
 
 
@@ -92,7 +94,8 @@ def test_rocm_trace_says_which_step_it_took(capsys):
                            "0 timeline violations")
     assert out[1] == ("  note: default step ProfilerStep#1 taken: ProfilerStep#2 (0.049 ms) holds no CPU op, "
                       "runtime call or annotation")
-    assert "  iteration                  8.912         8.912    +0.00" in out
+    assert "  iteration                  9.288         9.288    +0.00" in out   # the step period
+    assert "  gpu span                   8.912         8.912    +0.00" in out
     assert "iteration time error: +0.000%" in out
 
 

@@ -41,8 +41,11 @@ def test_multi_stream_wait_event_links_stream_20_op_to_stream_24_op():
 
 def test_single_stream_event_stream_and_device_sync():
     g, edges, waits = _edges_by_corr(SYNC_FIXTURES / "critical_path__cuda_event_sync__event_sync_trace.json.gz")
-    # cudaEventSynchronize (corr 1536) waits for the spin kernel (corr 1526) its event recorded
-    assert [e for e in edges if e[0] == "sync"] == [("sync", 1526, 1536)]
+    # cudaEventSynchronize (corr 1536) waits for the spin kernel (corr 1526) its event recorded;
+    # the pageable device-to-host copy (corr 1511) blocks its cudaMemcpyAsync, so the thread's
+    # next call (the stream sync, corr 1512) waits for the copy
+    assert sorted(e for e in edges if e[0] == "sync") == [("sync", 1511, 1512), ("sync", 1526, 1536)]
+    assert g.summary["blocking_copies"] == 1
     assert waits == {("cudaStreamSynchronize", 1512, "STREAM", "stream 7 (GPU 0)"),
                      ("cudaDeviceSynchronize", 1549, "DEVICE", 0)}
     assert sorted(e for e in edges if e[0] == "intra_stream") == [

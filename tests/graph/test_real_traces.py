@@ -30,7 +30,7 @@ def test_training_trace_replays_within_two_percent(real_tables, path):
 
 def test_dlrm_rank0_measured_breakdown_matches_provenance(real_tables):
     path = next(p for p in TRAINING_TRACES if p.name.startswith("worker0_"))
-    r = replay_graph(build_graph(real_tables[path]), engine="reference")
+    r = replay_graph(build_graph(real_tables[path]), engine="reference", iteration="gpu")
     # PROVENANCE.md: GPU span 13.01 ms, NCCL busy 5.80, overlap 0.26, exposed comm 5.54, idle 6.42
     assert r.measured.iteration_us == pytest.approx(13009.0)
     assert r.measured.overlapped_us / 1e3 == pytest.approx(0.26, abs=0.01)

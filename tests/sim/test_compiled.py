@@ -47,6 +47,18 @@ def test_stream_sync_parks_until_the_op_visible_when_it_starts_ends():
     assert end.tolist() == [2.0, 14.0, 15.0, 13.0]
 
 
+def test_finish_floor_holds_a_task_until_its_peers_let_it_end():
+    # stream: a collective (t0, 2 us) then a kernel (t1); the collective may not end before 10
+    g = graph_of([GPU, GPU], [0, 0], [2, 3], [(0, 1, EdgeClass.INTRA_STREAM)], [GPU])
+    g.finish_floor = np.array([10.0, -np.inf])
+    start, end, done = assert_same_schedule(g)
+    assert start.tolist() == [0.0, 10.0] and end.tolist() == [10.0, 13.0]
+    g.finish_floor = np.array([1.0, -np.inf])  # a floor already passed changes nothing
+    start, end, done = assert_same_schedule(g)
+    assert end.tolist() == [2.0, 5.0]
+    assert longest_path_bound(prepare(g)).tolist() == [2.0, 5.0]
+
+
 def test_device_sync_ignores_ops_launched_after_it_started():
     # thread 0: launch A (t0), device sync (t1); thread 1 (released at 5): launch B (t2);
     # streams 2, 3: A (t3, 50 us), B (t4, 100 us). The sync starts at 1, when only A is enqueued.
@@ -174,8 +186,12 @@ def chaotic_graphs(draw):
             elif w == WaitKind.DEVICE:
                 wait_target[v] = draw(st.integers(-1, n_ranks))
     rank = [proc_rank[p] for p in proc]
-    return graph_of(kind, proc, dur, edges, proc_kind, release=release, ts=ts, wait_kind=wait_kind,
-                    wait_target=wait_target, proc_rank=proc_rank, rank=rank)
+    g = graph_of(kind, proc, dur, edges, proc_kind, release=release, ts=ts, wait_kind=wait_kind,
+                 wait_target=wait_target, proc_rank=proc_rank, rank=rank)
+    if draw(st.booleans()):  # earliest ends (a collective whose absent peers come late)
+        g.finish_floor = np.array(draw(st.lists(st.one_of(st.just(-np.inf), st.integers(0, 12).map(float)),
+                                                min_size=n, max_size=n)))
+    return g
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

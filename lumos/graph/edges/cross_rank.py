@@ -149,6 +149,8 @@ def add_rendezvous(graph: Graph, groups: list[list[int]], set_durations: bool = 
     out.event = cat([graph.event, np.full(m, -1, np.int64)])
     out.layer = cat([graph.layer, np.full(m, -1, np.int32)]).astype(np.int32)
     out.phase = cat([graph.phase, np.full(m, -1, np.int8)]).astype(np.int8)
+    if graph.finish_floor is not None:
+        out.finish_floor = cat([graph.finish_floor, np.full(m, -np.inf)])
     out.proc_kind = cat([graph.proc_kind, np.full(m, TaskKind.GPU, np.int8)])
     out.proc_rank = cat([graph.proc_rank, np.full(m, sentinel, np.int32)]).astype(np.int32)
     out.proc_key = cat([graph.proc_key, -1 - np.arange(m, dtype=np.int64)])

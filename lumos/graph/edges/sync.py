@@ -5,13 +5,11 @@
 - cudaDeviceSynchronize does the same for every stream of the device
   (WaitKind.DEVICE).
 - cudaEventSynchronize waits for the op its event recorded: a static edge.
-- A blocking cudaMemcpy/cudaMemset returns after its own copy: an edge from
-  the copy to the next task on the calling thread.
 
-HIP twins (hipStreamSynchronize, hipDeviceSynchronize, hipEventSynchronize,
-hipMemcpy, and hipMemcpyWithStream, a blocking copy on a given stream) are
-the same calls under ROCm names; `schema` maps them, so the rules above
-never test a vendor's name.
+Calls that wait for their own copy, and calls stalled on queued work, are in
+`waits`. HIP twins (hipStreamSynchronize, hipDeviceSynchronize,
+hipEventSynchronize) are the same calls under ROCm names; `schema` maps
+them, so the rules above never test a vendor's name.
 
 The stream of a stream sync comes from the CUPTI `cuda_sync` record when the
 trace has one (`stream` arg). Otherwise it is inferred: the stream of the GPU
@@ -133,12 +131,4 @@ def sync_edges(ctx: BuildContext) -> SyncResult:
             g = _finished_during(ctx, v, enq, gpu)
             if g >= 0:
                 out.add(g, v, inferred=True, how="event sync: op that ended during the call")
-        elif name in schema.BLOCKING_COPY_CALLS:
-            ops = gpu[ctx.launcher[gpu] == v]
-            thread = ctx.proc_tasks[ctx.proc[v]]
-            pos = int(np.searchsorted(ctx.ts[thread], ctx.ts[v], side="right"))
-            nxt = thread[pos] if pos < len(thread) else -1
-            for g in ops:
-                if nxt >= 0 and ctx.end[g] <= ctx.ts[nxt] + 1.0:
-                    out.add(g, nxt)
     return SyncResult(out, wait_kind, wait_target, n_inferred, n_explicit)
