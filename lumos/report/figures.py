@@ -1,7 +1,8 @@
 """Paper-style figures of the pipeline (matplotlib, Agg): PNG + PDF, emulated ones labelled.
 
 - `breakdown_figure`: four-part breakdown bars, measured vs Lumos vs dPRO-style (Fig. 1 analogue);
-- `timeline_figure`: stream duty cycle per bin, measured vs replayed (Fig. 6 analogue);
+- `timeline_figure`: stream duty cycle per bin, measured vs replayed, and step k's graph with step k+1's
+  durations vs step k+1 measured (Fig. 6 analogue);
 - `prediction_figure`: stacked actual / predicted bars per configuration (Fig. 7 and Fig. 8 analogues);
 - `ablation_figure`: iteration error per ablation variant with 95% CIs;
 - `error_ci_figure`: mean |error| with 95% CIs beside the run-to-run spread (2 x CV);
@@ -122,10 +123,14 @@ def timeline_frame(path, step=None, drop=(), gap_threshold_us: float = 100.0, bi
 
 
 def timeline_figure(frames: dict[str, pd.DataFrame]):
-    """One panel per source (real / emulated)."""
+    """One panel per source (real / emulated), and the transfer panel of the real trace
+    (`lumos.report.transfer_timeline`) under the key "transfer"."""
     fig, axes = plt.subplots(len(frames), 1, figsize=(9, 2.6 * len(frames)), squeeze=False)
     for ax, (kind, df) in zip(axes[:, 0], frames.items()):
         label = str(df["label"].iloc[0]) if "label" in df and len(df) else kind
+        if kind == "transfer":
+            _transfer_panel(ax, df, label if len(df) else _label_of(frames.get("real"), "the real trace"))
+            continue
         emulated = kind == "emulated"
         ax.step(df["t_ms"], df["measured"], where="post", color="#333333", lw=1.2,
                 label="measured (emulated)" if emulated else "measured")
@@ -147,6 +152,36 @@ def timeline_figure(frames: dict[str, pd.DataFrame]):
     fig.suptitle("Replayed vs measured GPU activity per 1 ms bin - Fig. 6 analogue", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+TRANSFER_STYLE = {"measured": ("#333333", "-", 1.2), "lumos": ("#2A9D8F", "--", 1.0), "dpro": ("#E76F51", ":", 1.0)}
+
+
+def _label_of(df: pd.DataFrame | None, default: str) -> str:
+    return str(df["label"].iloc[0]) if df is not None and "label" in df and len(df) else default
+
+
+def _transfer_panel(ax, df: pd.DataFrame, label: str) -> None:
+    """Step k's graph with step k+1's durations (Lumos, dPRO-style) vs step k+1 measured; the legend
+    gives each curve's iteration and error, so the panel reads without the transfer table."""
+    if df.empty:   # a trace with one usable step has nothing to transfer
+        ax.text(0.5, 0.5, f"{label}: fewer than two replayable steps, no transfer to draw",
+                ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    k, k1 = int(df["step"].iloc[0]), int(df["durations_from_step"].iloc[0])
+    for curve, c in df.groupby("curve", sort=False):
+        color, ls, lw = TRANSFER_STYLE.get(curve, ("#264653", "-.", 1.0))
+        ms, err = float(c["iteration_ms"].iloc[0]), float(c["error_pct"].iloc[0])
+        name = {"measured": f"step {k1} measured", "lumos": "Lumos transfer",
+                "dpro": "dPRO-style transfer"}.get(curve, curve)
+        ax.step(c["t_ms"], c["duty"], where="post", color=color, ls=ls, lw=lw,
+                label=f"{name}: {ms:.2f} ms" + ("" if np.isnan(err) else f" ({err:+.2f}%)"))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("stream-active share")
+    ax.set_title(f"{label} (real trace, measured on hardware), rank {int(df['rank'].iloc[0])}: "
+                 f"step {k}'s graph with step {k1}'s durations vs step {k1} measured", fontsize=9)
+    ax.legend(fontsize=8, loc="best")   # three curves with deep dips: let matplotlib find the clear corner
 
 
 # ---- What-ifs measured on hardware (H200) ------------------------------------------------------

@@ -178,6 +178,13 @@ def test_every_figure_is_written(work):
         assert pdf.read_bytes()[:5] == b"%PDF-", name
 
 
+def test_the_transfer_panel_of_a_one_step_trace_is_empty(work):
+    # DLRM rank 0 (the tiny profile's timeline_real) holds step 10 only: nothing to transfer,
+    # so the Fig. 6 transfer panel gets the columns and no rows, and says so
+    df = pd.read_csv(work / "results" / "tiny" / "timeline" / "transfer.csv")
+    assert df.empty and {"step", "durations_from_step", "curve", "iteration_ms", "error_pct", "duty"} <= set(df)
+
+
 def test_each_job_saved_its_resolved_config_and_log(work):
     r = work / "results" / "tiny"
     resolved = (r / "replay" / "real" / "dlrm_rank0" / "dpro.config.resolved.yaml").read_text()

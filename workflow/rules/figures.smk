@@ -10,6 +10,7 @@ def figure_inputs(wildcards):
         out = {}
         if fig.get("timeline_real"):
             out["real"] = f"{R}/timeline/real.csv"
+            out["transfer"] = f"{R}/timeline/transfer.csv"
         if fig.get("timeline_emulated"):
             out["emulated"] = f"{R}/timeline/emulated.csv"
         return out

@@ -1,4 +1,5 @@
-# Replay measured iterations unchanged (Lumos and the dPRO-style baseline) and compare with the measurement.
+# Replay measured iterations unchanged (Lumos and the dPRO-style baseline) and compare with the measurement;
+# the Fig. 6 transfer panel replays one step's graph with the next step's durations.
 
 
 rule replay_real:
@@ -82,3 +83,26 @@ rule timeline:
         runtime=20,
     script:
         "../scripts/timeline.py"
+
+
+rule timeline_transfer:
+    """The real trace's step k graph with step k+1's durations vs step k+1 measured, duty cycle per bin
+    (the Fig. 6 analogue's transfer panel). Default gap threshold and lowest rank, as in `transfer_real`."""
+    input:
+        lambda w: trace_files(config["figures"]["timeline_real"]),
+    output:
+        csv=f"{R}/timeline/transfer.csv",
+    params:
+        path=lambda w: trace_path(config["figures"]["timeline_real"]),
+        label=lambda w: config["figures"]["timeline_real"],
+        bin_us=config.get("figures", {}).get("bin_us", 1000.0),
+    log:
+        f"{R}/logs/timeline/transfer.log",
+    benchmark:
+        f"{R}/benchmarks/timeline/transfer.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/timeline_transfer.py"
