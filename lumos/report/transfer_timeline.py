@@ -39,6 +39,8 @@ from lumos.trace.steps import find_steps
 
 __all__ = ["CURVES", "COLUMNS", "step_pairs", "transfer_timeline_frame"]
 
+# The panel draws GPU activity, bin by bin over the GPU span: the iteration it reports is that span.
+ITERATION = "gpu"
 CURVES = ("measured", "lumos", "dpro")   # step k+1 as measured, then the two transfers of step k
 COLUMNS = ("rank", "step", "durations_from_step", "curve", "iteration_ms", "error_pct", "bin", "t_ms", "duty")
 
@@ -57,7 +59,7 @@ def transfer_timeline_frame(table: TraceTable, bin_us: float = 1000.0, engine: s
     models = StepModels(table)
     for k, k1 in step_pairs(table):
         try:
-            t = transfer_pair(table, k, table, k1, engine=engine, models=(models, models))
+            t = transfer_pair(table, k, table, k1, engine=engine, models=(models, models), iteration=ITERATION)
         except EmptyStepError:
             continue   # a stub step: try the next pair
         curves = {"measured": _measured(models.graph(k1), bin_us),
@@ -69,12 +71,12 @@ def transfer_timeline_frame(table: TraceTable, bin_us: float = 1000.0, engine: s
 
 def _measured(g, bin_us: float) -> tuple[float, np.ndarray]:
     gpu = g.kind == TaskKind.GPU
-    return measured_breakdown(g).iteration_us, duty_cycle(g.ts, g.end, gpu, g.in_step, bin_us)
+    return measured_breakdown(g, ITERATION).iteration_us, duty_cycle(g.ts, g.end, gpu, g.in_step, bin_us)
 
 
 def _lumos(t: Transfer, engine: str, bin_us: float) -> tuple[float, np.ndarray]:
     """`Transfer` keeps the moved graph, not its schedule: replay it again (deterministic)."""
-    r = replay_graph(t.graph, engine=engine)
+    r = replay_graph(t.graph, engine=engine, iteration=ITERATION)
     gpu = t.graph.kind == TaskKind.GPU
     return r.replayed.iteration_us, duty_cycle(r.schedule.start, r.schedule.end, gpu, t.graph.in_step, bin_us)
 
@@ -89,7 +91,7 @@ def _dpro(models: StepModels, table: TraceTable, k: int, k1: int, bin_us: float)
     d = dataclasses.replace(d, dur=dur)
     sched = replay_dpro(d)
     ops = np.ones(len(d), bool)   # every dPRO-style node is a device op
-    return (replayed_breakdown(d.to_graph(), sched).iteration_us,
+    return (replayed_breakdown(d.to_graph(), sched, ITERATION).iteration_us,
             duty_cycle(sched.start, sched.end, ops, d.in_step, bin_us))
 
 

@@ -44,7 +44,7 @@ def test_k_is_the_second_step_and_k1_the_next(nccl, frame):
 
 
 def test_iterations_are_the_transfer_s_own(nccl, frame):
-    r = transfer_pair(nccl, 5, nccl, 6)
+    r = transfer_pair(nccl, 5, nccl, 6, iteration="gpu")   # the panel spans the GPU work
     first = frame.groupby("curve").first()
     assert first.loc["measured", "iteration_ms"] * 1e3 == pytest.approx(r.actual_us, abs=1e-6)
     assert first.loc["lumos", "iteration_ms"] * 1e3 == pytest.approx(r.predicted_us, abs=1e-6)
@@ -62,7 +62,7 @@ def test_each_curve_has_one_bin_per_ms_of_its_own_iteration(frame):
 
 
 def test_measured_bins_hold_the_measured_busy_time(nccl, frame):
-    b = measured_breakdown(build_graph(nccl, step=6))
+    b = measured_breakdown(build_graph(nccl, step=6), "gpu")
     c = curve(frame, "measured")
     width = np.full(len(c), BIN_US)
     width[-1] = b.iteration_us - (len(c) - 1) * BIN_US   # the last bin ends with the iteration
