@@ -53,5 +53,8 @@ with logged(smk):
         raise ValueError(f"unknown table {name!r}")
     if df.empty:
         raise ValueError(f"table {name} came out empty")
+    if name.startswith("replay_"):
+        title += ("; iteration = the step period for Lumos (step start to next step start), the GPU span for the "
+                  "dPRO-style baseline (it has no CPU side)")
     T.write_table(df, smk.output.csv, smk.output.md, title + tag + extra)
     print(T.to_markdown(df, title))
