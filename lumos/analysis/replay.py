@@ -73,7 +73,7 @@ def step_window(graph: Graph, start: np.ndarray, end: np.ndarray) -> tuple[float
     None when the graph does not know its step thread (a predicted graph, a step annotated
     on a process with no CPU task): the breakdown then spans the GPU work."""
     info = graph.summary.get("step_thread")
-    if not info or info.get("first_task", -1) < 0:
+    if not info:
         return None
     tasks = np.flatnonzero(graph.proc == graph.proc[info["first_task"]])
     return float(start[info["first_task"]] - info["head_us"]), float(end[tasks].max() + info["tail_us"])

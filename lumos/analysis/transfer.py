@@ -50,7 +50,7 @@ import pandas as pd
 
 from lumos.baselines.dpro import DproGraph, build_dpro, replay_dpro
 from lumos.graph import DEFAULT_GAP_THRESHOLD_US, Graph, build_graph
-from lumos.graph.model import TaskKind
+from lumos.graph.model import EdgeClass, TaskKind
 from lumos.trace import EmptyStepError, TraceTable
 from lumos.trace.steps import Step
 
@@ -165,12 +165,18 @@ def _backlog(g: Graph, graph: Graph, source: Graph, match: np.ndarray) -> None:
     without a partner there (the source's backlog was shorter) takes no time, and a pinned
     one starts at its partner's offset from the step start."""
     carry = (graph.kind == TaskKind.GPU) & ~graph.in_step
-    if not np.any(carry) or graph.summary.get("window_us") is None or source.summary.get("window_us") is None:
+    shift = _window_shift(graph, source)
+    if not np.any(carry) or shift is None:
         return
     g.dur[carry & (match < 0)] = 0.0
     pinned = carry & (match >= 0) & np.isfinite(graph.release)
-    shift = graph.summary["window_us"][0] - source.summary["window_us"][0]
     g.release[pinned] = source.ts[match[pinned]] + shift
+
+
+def _window_shift(graph: Graph, source: Graph) -> float | None:
+    """Step k's start minus the source step's: moves a source time to the same offset in step k."""
+    mine, theirs = graph.summary.get("window_us"), source.summary.get("window_us")
+    return None if mine is None or theirs is None else mine[0] - theirs[0]
 
 
 def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
@@ -179,22 +185,20 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
     and their edge have partners, and the step thread's time before its first task and
     after its last (`step_thread` head and tail). The edge stays step k's; only its
     measured gap moves, as a task's duration does."""
-    from lumos.graph.model import EdgeClass
     intra = np.flatnonzero(source.cls == EdgeClass.INTRA_THREAD)
     lag_of = dict(zip(zip(source.src[intra].tolist(), source.dst[intra].tolist()), source.lag[intra].tolist()))
     mine = np.flatnonzero(g.cls == EdgeClass.INTRA_THREAD)
     a, b = match[g.src[mine]], match[g.dst[mine]]
-    for e, x, y in zip(mine[(a >= 0) & (b >= 0)], a[(a >= 0) & (b >= 0)], b[(a >= 0) & (b >= 0)]):
+    both = (a >= 0) & (b >= 0)
+    for e, x, y in zip(mine[both], a[both], b[both]):
         lag = lag_of.get((int(x), int(y)))
         if lag is not None:
             g.lag[e] = lag
     mine_step, theirs = g.summary.get("step_thread"), source.summary.get("step_thread")
-    if mine_step and theirs and "head_us" in mine_step and "head_us" in theirs:
-        first = mine_step["first_task"]
-        if first >= 0 and theirs["first_task"] >= 0:
-            g.release[first] = mine_step["start_us"] + theirs["head_us"]
-            g.summary = dict(g.summary)
-            g.summary["step_thread"] = {**mine_step, "head_us": theirs["head_us"], "tail_us": theirs["tail_us"]}
+    if mine_step and theirs:
+        g.release[mine_step["first_task"]] = mine_step["start_us"] + theirs["head_us"]
+        g.summary = {**g.summary,
+                     "step_thread": {**mine_step, "head_us": theirs["head_us"], "tail_us": theirs["tail_us"]}}
 
 
 def _peer_floors(g: Graph, graph: Graph, source: Graph, match: np.ndarray, take: np.ndarray) -> None:
@@ -209,12 +213,12 @@ def _peer_floors(g: Graph, graph: Graph, source: Graph, match: np.ndarray, take:
     an input of the source step, like its durations.
     """
     comm = take & graph.comm & (graph.kind == TaskKind.GPU)
-    if not np.any(comm) or graph.summary.get("window_us") is None or source.summary.get("window_us") is None:
+    shift = _window_shift(graph, source)
+    if not np.any(comm) or shift is None:
         return
     m = match[comm]
     g.dur[comm] = np.minimum(graph.dur[comm], source.dur[m])
     floor = np.full(g.n_tasks, -np.inf) if g.finish_floor is None else g.finish_floor.copy()
-    shift = graph.summary["window_us"][0] - source.summary["window_us"][0]
     floor[comm] = source.end[m] + shift
     g.finish_floor = floor
 
@@ -341,17 +345,23 @@ def transfer_pair(table: TraceTable, step, source_table: TraceTable, source_step
     return out
 
 
+def dpro_with_durations(d: DproGraph, table: TraceTable, s: DproGraph, source_table: TraceTable,
+                        durations: str = "all") -> DproGraph:
+    """The dPRO-style graph `d` with graph `s`'s GPU op durations (the baseline has no CPU
+    tasks, so `durations='cpu'` leaves it unchanged)."""
+    if durations == "cpu":
+        return d
+    m = match_tasks(TaskKeys.of_dpro(d, table), TaskKeys.of_dpro(s, source_table))
+    dur = d.dur.copy()
+    dur[m >= 0] = s.dur[m[m >= 0]]
+    return dataclasses.replace(d, dur=dur)
+
+
 def dpro_transfer(d: DproGraph, table: TraceTable, s: DproGraph, source_table: TraceTable,
                   durations: str = "all") -> float:
-    """The dPRO-style baseline's iteration for graph `d` with graph `s`'s GPU op durations
-    (the baseline has no CPU tasks, so `durations='cpu'` leaves it unchanged)."""
-    if durations != "cpu":
-        m = match_tasks(TaskKeys.of_dpro(d, table), TaskKeys.of_dpro(s, source_table))
-        dur = d.dur.copy()
-        dur[m >= 0] = s.dur[m[m >= 0]]
-        d = dataclasses.replace(d, dur=dur)
-    sched = replay_dpro(d)
-    return replayed_breakdown(d.to_graph(), sched, "gpu").iteration_us
+    """The dPRO-style baseline's iteration (its GPU span) with the other step's durations."""
+    d = dpro_with_durations(d, table, s, source_table, durations)
+    return replayed_breakdown(d.to_graph(), replay_dpro(d), "gpu").iteration_us
 
 
 TRANSFER_COLUMNS = ("step_from", "step_to", "measured_ms", "actual_ms", "lumos_ms", "lumos_err_pct", "dpro_err_pct",

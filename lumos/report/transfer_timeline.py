@@ -23,15 +23,13 @@ Example
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 
 from lumos.analysis import duty_cycle
 from lumos.analysis.breakdown import relative_error_pct
 from lumos.analysis.replay import measured_breakdown, replay_graph, replayed_breakdown
-from lumos.analysis.transfer import StepModels, TaskKeys, Transfer, match_tasks, transfer_pair
+from lumos.analysis.transfer import StepModels, Transfer, dpro_with_durations, transfer_pair
 from lumos.baselines.dpro import replay_dpro
 from lumos.graph.model import TaskKind
 from lumos.trace import EmptyStepError, TraceTable
@@ -82,13 +80,8 @@ def _lumos(t: Transfer, engine: str, bin_us: float) -> tuple[float, np.ndarray]:
 
 
 def _dpro(models: StepModels, table: TraceTable, k: int, k1: int, bin_us: float) -> tuple[float, np.ndarray]:
-    """The dPRO-style graph of step k with step k+1's GPU op durations, matched as
-    `lumos.analysis.transfer.dpro_transfer` does (which returns only the iteration)."""
-    d, s = models.dpro(k), models.dpro(k1)
-    m = match_tasks(TaskKeys.of_dpro(d, table), TaskKeys.of_dpro(s, table))
-    dur = d.dur.copy()
-    dur[m >= 0] = s.dur[m[m >= 0]]
-    d = dataclasses.replace(d, dur=dur)
+    """The dPRO-style graph of step k with step k+1's GPU op durations (`dpro_with_durations`)."""
+    d = dpro_with_durations(models.dpro(k), table, models.dpro(k1), table)
     sched = replay_dpro(d)
     ops = np.ones(len(d), bool)   # every dPRO-style node is a device op
     return (replayed_breakdown(d.to_graph(), sched, ITERATION).iteration_us,
