@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="CSV", help="--realism: write every emulated vs measured row here")
     p.add_argument("--datasets", metavar="LIST", help="--realism: comma-separated, of fig1,fig7,vtrain_single")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, exit_without_teardown=True)
 
 
 def run(args: argparse.Namespace) -> int:

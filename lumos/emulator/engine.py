@@ -60,12 +60,13 @@ class Item:
 
 
 class Comm:
-    """One collective or point-to-point call as seen by one rank."""
-    __slots__ = ("group", "kind", "nbytes", "key", "args", "src", "dst")
+    """One collective or point-to-point call as seen by one rank (`repeat` back-to-back calls
+    of the same size when granularity=stage folds a stage's layers into one block)."""
+    __slots__ = ("group", "kind", "nbytes", "key", "args", "src", "dst", "repeat")
 
-    def __init__(self, group, kind, nbytes, key, args, src=-1, dst=-1):
+    def __init__(self, group, kind, nbytes, key, args, src=-1, dst=-1, repeat=1):
         self.group, self.kind, self.nbytes, self.key, self.args = group, kind, nbytes, key, args
-        self.src, self.dst = src, dst
+        self.src, self.dst, self.repeat = src, dst, repeat
 
 
 class Stream:
@@ -111,9 +112,10 @@ class Stream:
                 dev.active_comm -= 1
                 extra = it.comm.args
             else:
-                dur = spec.base_us * dev.slowness * dev.rand.lognormal(dev.jitter)
+                dur = spec.base_us * dev.slowness * dev.rand.lognormal(dev.jitter * spec.jitter_scale)
                 if dev.active_comm:
-                    dur *= dev.contention
+                    c = spec.contended
+                    dur *= dev.contention if c == 1.0 else 1.0 + (dev.contention - 1.0) * c
                 dev.busy += dur
                 yield env.timeout(dur)
                 extra = {"bytes": spec.nbytes} if spec.nbytes else None
@@ -217,8 +219,8 @@ class Fabric:
                 if lst:
                     lst[:] = [e for e in lst if e > t_sync]
                     flows = max(flows, len(lst))
-        dur = self.costs.collective(comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host, flows)
-        t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma)
+        dur = self.costs.collective(comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host, flows) * comm.repeat
+        t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma if comm.repeat == 1 else self.comm_sigma / math.sqrt(comm.repeat))
         if inter:
             for a in m.arrivals:
                 self.nic.setdefault(a[1], []).append(t_end)

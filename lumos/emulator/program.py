@@ -8,6 +8,7 @@ FC1 dgrad, overlapped with their wgrad GEMMs). Durations here are noise-free.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from .costs import KernelCosts
@@ -24,6 +25,20 @@ class KSpec:
     runtime: str = "cudaLaunchKernel"   # the launching runtime call
     nbytes: int = 0
     compute: bool = True                # False: gemm/attention-free small op
+    contended: float = 1.0              # share of base_us slowed when it starts beside a collective
+                                        #   (<1: a folded block, only its first kernel would have been)
+    jitter_scale: float = 1.0           # times compute.jitter_sigma: a folded kernel's draw has the spread
+                                        #   of the sum of its parts' independent draws, not of one kernel
+
+
+def folded(parts, template: KSpec, copies: int = 1, **kw) -> KSpec:
+    """One kernel standing for `copies` x `parts` run back to back (coarser granularity levels).
+
+    Its jitter is scaled so that its spread is that of the parts' independent draws summed: one
+    draw for a whole layer would make each stage's time, and so the pipeline's bubbles, too noisy."""
+    base = copies * sum(k.base_us for k in parts)
+    spread = math.sqrt(copies * sum((k.jitter_scale * k.base_us) ** 2 for k in parts))
+    return replace(template, base_us=base, jitter_scale=spread / base if base > 0 else 1.0, **kw)
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,7 @@ class OpSpec:
 class TPAllReduce:
     nelems: int
     overlap: bool = False               # launched async; a TPWait comes later
+    repeat: int = 1                     # back-to-back all-reduces it stands for (granularity=stage)
 
 
 @dataclass(frozen=True)
@@ -87,26 +103,31 @@ FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, fals
 FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"
 
 
+LEVELS = ("fine", "coarse", "segment", "stage")
+
+
 def granularity_level(settings) -> str:
-    """fine | coarse | segment, with `auto` picking by the size of the run.
+    """fine | coarse | segment | stage, with `auto` picking by the size of the run.
 
     auto counts the layer passes the emulated ranks run (forward, backward, and the recomputed
     forward): above `emulator.auto_coarse_layer_passes` element-wise kernels fold into their GEMMs
-    (coarse), above `auto_segment_layer_passes` every run of compute between two TP collectives is
-    one kernel (segment). Such runs are GPU-bound, where folding moves the iteration little."""
+    (coarse), above `auto_stage_layer_passes` all layers of a stage run as one block per
+    micro-batch and direction (stage). Such runs are GPU-bound, where folding moves the iteration
+    little. `segment` (one kernel per run of compute between two TP collectives) is only ever
+    asked for by name: `stage` is faster and as close to `coarse`."""
     g = settings.knobs.granularity
-    if g not in ("fine", "coarse", "segment", "auto"):
+    if g not in LEVELS + ("auto",):
         from .settings import SettingsError
 
-        raise SettingsError(f"emulator.granularity must be fine, coarse, segment or auto, got {g!r}")
+        raise SettingsError(f"emulator.granularity must be one of {', '.join(LEVELS)} or auto, got {g!r}")
     if g != "auto":
         return g
     m = settings.model
     ranks = settings.world_size if settings.ranks == "all" else settings.pp
     passes = 3 if settings.training.recompute == "full" else 2
     work = ranks * m.num_microbatches * (m.num_layers // settings.pp) * passes
-    if work > settings.knobs.auto_segment_layer_passes:
-        return "segment"
+    if work > settings.knobs.auto_stage_layer_passes:
+        return "stage"
     return "coarse" if work > settings.knobs.auto_coarse_layer_passes else "fine"
 
 
@@ -130,6 +151,12 @@ class Program:
         self.unfused = settings.training.attention == "unfused"
         self.layer_fwd = self._finish(self._layer_fwd())
         self.layer_bwd = self._finish(self._layer_bwd())
+        # layers one block of layer_fwd / layer_bwd stands for (all of a stage's at granularity=stage)
+        self.layers_per_block = 1
+        if self.level == "stage":
+            self.layers_per_block = m.num_layers // settings.pp
+            self.layer_fwd = self._stack(self.layer_fwd, self.layers_per_block)
+            self.layer_bwd = self._stack(self.layer_bwd, self.layers_per_block)
         self.embed_fwd = self._finish(self._embed_fwd())
         self.embed_bwd = self._finish(self._embed_bwd())
         self.head_fwd = self._finish(self._head_fwd())
@@ -269,24 +296,61 @@ class Program:
         """At coarse granularity, fold element-wise ops into the neighbouring GEMM/attention op."""
         if not self.coarse:
             return tuple(steps)
-        out, pending = [], 0.0
+        out, pending = [], []
         for st in steps:
             if isinstance(st, OpSpec) and not st.heavy and st.kernels[0].cat == "kernel":
                 prev = next((i for i in range(len(out) - 1, -1, -1)
                              if isinstance(out[i], OpSpec) and out[i].heavy), None)
                 if prev is None:
-                    pending += st.kernels[0].base_us
+                    pending.append(st.kernels[0])
                 else:
                     o = out[prev]
-                    k0 = replace(o.kernels[0], base_us=o.kernels[0].base_us + st.kernels[0].base_us)
+                    k0 = folded([o.kernels[0], st.kernels[0]], o.kernels[0])
                     out[prev] = replace(o, kernels=(k0,) + o.kernels[1:])
                 continue
             if pending and isinstance(st, OpSpec) and st.heavy:
-                k0 = replace(st.kernels[0], base_us=st.kernels[0].base_us + pending)
-                st, pending = replace(st, kernels=(k0,) + st.kernels[1:]), 0.0
+                k0 = folded([st.kernels[0]] + pending, st.kernels[0])
+                st, pending = replace(st, kernels=(k0,) + st.kernels[1:]), []
             out.append(st)
-        if self.level == "segment":
+        if self.level in ("segment", "stage"):
             out = self._segments(out)
+        return tuple(out)
+
+    @staticmethod
+    def _stack(steps, n: int):
+        """`n` layers of segment-level `steps` as one block: all serial compute, then the
+        all-reduces (blocking ones, or overlapped ones alongside all the compute they overlap).
+
+        The GPU time is the same sum as layer after layer as long as, in each overlapped pair, the
+        same side (all-reduce or wgrad GEMM) is the longer one."""
+        serial, overlapped = [], []
+        blocking = parallel = 0
+        nelems, first, inside = None, None, False
+        for st in steps:
+            if isinstance(st, OpSpec):
+                first = first or st
+                (overlapped if inside else serial).extend(st.kernels)
+            elif isinstance(st, TPAllReduce):
+                if nelems not in (None, st.nelems):
+                    raise ValueError("granularity=stage needs one all-reduce size per layer")
+                nelems = st.nelems
+                inside = inside or st.overlap
+                parallel += st.overlap
+                blocking += not st.overlap
+            elif isinstance(st, TPWait):
+                inside = False
+
+        def op(kernels, contended):
+            return replace(first, kernels=(folded(kernels, first.kernels[0], n, contended=contended),))
+
+        # a collective active when the block starts would have slowed only its first kernel; the
+        # overlapped compute ran beside its all-reduces throughout
+        lead = sum(k.base_us for k in first.kernels)
+        out = [op(serial, lead / (n * sum(k.base_us for k in serial)))]
+        if blocking:
+            out.append(TPAllReduce(nelems, repeat=n * blocking))
+        if parallel:
+            out += [TPAllReduce(nelems, overlap=True, repeat=n * parallel), op(overlapped, 1.0), TPWait()]
         return tuple(out)
 
     @staticmethod
@@ -297,8 +361,7 @@ class Program:
             prev = out[-1] if out else None
             if (isinstance(st, OpSpec) and isinstance(prev, OpSpec) and st.kernels[0].cat == "kernel"
                     and prev.kernels[0].cat == "kernel"):
-                extra = sum(k.base_us for k in st.kernels)
-                k0 = replace(prev.kernels[0], base_us=prev.kernels[0].base_us + extra)
+                k0 = folded([prev.kernels[0], *st.kernels], prev.kernels[0])
                 out[-1] = replace(prev, kernels=(k0,) + prev.kernels[1:])
                 continue
             out.append(st)

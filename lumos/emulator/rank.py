@@ -150,7 +150,7 @@ class RankProgram:
                                               "device": self.dev.rank % 8}))
 
     # -- communication ------------------------------------------------------------
-    def _comm(self, group, kind: str, nelems: int, src=-1, dst=-1) -> Comm:
+    def _comm(self, group, kind: str, nelems: int, src=-1, dst=-1, repeat: int = 1) -> Comm:
         if kind in ("send", "recv"):
             ck = (group.key, src, dst)
         else:
@@ -163,7 +163,9 @@ class RankProgram:
                 "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
                 "Process Group Name": group.name, "Process Group Description": f"{group.kind}_group",
                 "Process Group Ranks": group.ranks_str}
-        return Comm(group, kind, nbytes, ck + (n,), args, src, dst)
+        if repeat > 1:
+            args["Repeat"] = repeat
+        return Comm(group, kind, nbytes, ck + (n,), args, src, dst, repeat)
 
     def _comm_op(self, th: Thread, sid: int, comm: Comm, name: str):
         """c10d op > record_param_comms > [record on compute, wait, NCCL launch, record end]."""
@@ -181,8 +183,9 @@ class RankProgram:
         self.op_end(th)
         return end
 
-    def tp_allreduce(self, th: Thread, nelems: int, overlap: bool) -> None:
-        end = self._comm_op(th, TP_S, self._comm(self.tp_group, "allreduce", nelems), "c10d::allreduce_")
+    def tp_allreduce(self, th: Thread, nelems: int, overlap: bool, repeat: int = 1) -> None:
+        end = self._comm_op(th, TP_S, self._comm(self.tp_group, "allreduce", nelems, repeat=repeat),
+                            "c10d::allreduce_")
         if overlap:
             self.pending_tp.append(end)
         else:
@@ -209,7 +212,7 @@ class RankProgram:
                     self.launch(th, COMPUTE_S, k)
                 self.op_end(th)
             elif isinstance(st, TPAllReduce):
-                self.tp_allreduce(th, st.nelems, st.overlap)
+                self.tp_allreduce(th, st.nelems, st.overlap, st.repeat)
             elif isinstance(st, TPWait):
                 self._wait_op(th, [self.pending_tp.pop(0)])
 
@@ -223,8 +226,8 @@ class RankProgram:
         th.t += self._jit_block(self.h.forward_step_us)   # Megatron forward_step python: get_batch, masks, timers
         if self.is_first:
             self._annotated(th, f"embedding/forward/mb{i}", self.p.embed_fwd)
-        for l in range(self.layers_per_stage):
-            self._annotated(th, f"layer_{self.first_layer + l}/forward/mb{i}", self.p.layer_fwd)
+        for l in range(0, self.layers_per_stage, self.p.layers_per_block):
+            self._annotated(th, f"{self._layers(l)}/forward/mb{i}", self.p.layer_fwd)
         if self.is_last:
             self._annotated(th, f"head/forward/mb{i}", self.p.head_fwd)
         self.progress(1)
@@ -238,17 +241,17 @@ class RankProgram:
             self._annotated(th, f"head/backward/mb{i}", self.p.head_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
-        for l in reversed(range(self.layers_per_stage)):
-            name = f"layer_{self.first_layer + l}/backward/mb{i}"
+        for l in reversed(range(0, self.layers_per_stage, self.p.layers_per_block)):
+            name = f"{self._layers(l)}/backward/mb{i}"
             if self.recompute:   # checkpointed layer: its forward re-runs inside its backward
                 self.ann_begin(th, name)
-                self._annotated(th, f"layer_{self.first_layer + l}/recompute/mb{i}", self.p.layer_fwd)
+                self._annotated(th, f"{self._layers(l)}/recompute/mb{i}", self.p.layer_fwd)
                 self.run_steps(th, self.p.layer_bwd)
                 self.op_end(th)
             else:
                 self._annotated(th, name, self.p.layer_bwd)
             if last_mb:
-                self._grads_ready(th, self.p.layer_params)
+                self._grads_ready(th, self.p.layer_params * self.p.layers_per_block)
         if self.is_first:
             self._annotated(th, f"embedding/backward/mb{i}", self.p.embed_bwd)
             if last_mb:
@@ -257,6 +260,12 @@ class RankProgram:
             self._grads_ready(th, 0.0, flush=True)
         self.main.t = max(self.main.t, th.t + self._jit(self.h.handoff_us))
         self.progress(1)
+
+    def _layers(self, l: int) -> str:
+        """Annotation of the block starting at stage layer `l`: layer_7, or layers_6-11 (granularity=stage)."""
+        first = self.first_layer + l
+        n = self.p.layers_per_block
+        return f"layer_{first}" if n == 1 else f"layers_{first}-{first + n - 1}"
 
     def _grads_ready(self, th: Thread, params: float, flush: bool = False) -> None:
         """Overlapped DP gradient all-reduce: launch every bucket that is now full.

@@ -14,8 +14,10 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb"):
-    """Open a temporary file next to `path`; rename it over `path` on success."""
+def atomic_open(path: str | os.PathLike, mode: str = "wb", compresslevel: int = 6):
+    """Open a temporary file next to `path`; rename it over `path` on success.
+
+    A `.gz` path is gzip-compressed at `compresslevel` (1: fastest, for bulk output)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -27,7 +29,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb"):
         if path.suffix == ".gz" and "b" in mode:
             # mtime=0 keeps gzip output byte-identical across runs (determinism tests).
             raw = open(tmp, mode)
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as fh:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) as fh:
                 yield fh
             raw.close()
         else:

@@ -152,7 +152,7 @@ def test_segment_granularity_keeps_the_work_and_the_collectives():
 
     big = ["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1536",
            "parallel.tp=8", "parallel.pp=16", "parallel.dp=4"]
-    assert granularity_level(from_config(_compose(big))) == "segment"   # 16 x 384 x 6 x 3 = 110,592
+    assert granularity_level(from_config(_compose(big))) == "stage"   # 16 x 384 x 6 x 3 = 110,592 > 60,000
     fine_s, seg_s = (from_config(_compose(["model=tiny", f"emulator.granularity={g}"])) for g in ("fine", "segment"))
     fine, seg = (Program(s, KernelCosts(s.cluster, s.knobs.compute)) for s in (fine_s, seg_s))
     for a, b in ((fine.layer_fwd, seg.layer_fwd), (fine.layer_bwd, seg.layer_bwd)):
@@ -162,3 +162,52 @@ def test_segment_granularity_keeps_the_work_and_the_collectives():
     # forward: [LN .. proj] TP-AR [bda .. FC2] TP-AR; the last bias-dropout-add folds back into FC2 (coarse rule)
     assert [type(x).__name__ for x in seg.layer_fwd] == ["OpSpec", "TPAllReduce", "OpSpec", "TPAllReduce"]
     assert sum(isinstance(x, TPAllReduce) for x in seg.layer_bwd) == 2
+
+
+def test_folded_kernel_keeps_the_work_and_the_spread_of_its_parts():
+    from lumos.emulator.program import KSpec, folded
+
+    a, b = KSpec("a", 30.0), KSpec("b", 40.0, jitter_scale=0.5)
+    k = folded([a, b], a)
+    assert k.name == "a" and k.base_us == 70.0
+    assert k.jitter_scale == pytest.approx((30.0 ** 2 + 20.0 ** 2) ** 0.5 / 70.0)
+    k3 = folded([a], a, copies=4, contended=0.25)   # 4 independent 30 us draws: sd 2x one draw's, on 4x the time
+    assert (k3.base_us, k3.contended) == (120.0, 0.25)
+    assert k3.jitter_scale == pytest.approx(0.5)
+
+
+def test_stage_granularity_runs_a_stage_as_one_block_with_repeated_all_reduces():
+    from lumos.emulator.costs import KernelCosts
+    from lumos.emulator.program import OpSpec, Program, TPAllReduce, TPWait
+
+    seg_s, st_s = (from_config(_compose(["model=tiny", f"emulator.granularity={g}"])) for g in ("segment", "stage"))
+    seg, st = (Program(s, KernelCosts(s.cluster, s.knobs.compute)) for s in (seg_s, st_s))
+    n = st_s.model.num_layers // st_s.pp
+    assert (seg.layers_per_block, st.layers_per_block, n) == (1, 2, 2)
+    base = lambda steps: sum(k.base_us for x in steps if isinstance(x, OpSpec) for k in x.kernels)  # noqa
+    for one, block in ((seg.layer_fwd, st.layer_fwd), (seg.layer_bwd, st.layer_bwd)):
+        assert base(block) == pytest.approx(n * base(one), rel=1e-12)
+        assert sum(x.repeat for x in block if isinstance(x, TPAllReduce)) == \
+            n * sum(isinstance(x, TPAllReduce) for x in one)
+    assert [type(x).__name__ for x in st.layer_fwd] == ["OpSpec", "TPAllReduce"]
+    assert not st.layer_fwd[1].overlap and st.layer_fwd[1].repeat == 4
+    # backward: serial compute, then the overlapped all-reduces beside the wgrad GEMMs they overlap
+    assert [type(x) for x in st.layer_bwd] == [OpSpec, TPAllReduce, OpSpec, TPWait]
+    assert st.layer_bwd[1].overlap and st.layer_bwd[1].repeat == 4
+    assert st.layer_bwd[2].kernels[0].contended == 1.0
+    assert 0 < st.layer_bwd[0].kernels[0].contended < 1
+
+
+def test_stage_granularity_emulates_close_to_coarse_with_one_block_per_micro_batch():
+    common = ["model=tiny", "seed=2", "parallel.tp=2"]
+    coarse, stage = (emulate(common + [f"emulator.granularity={g}"], progress=False) for g in ("coarse", "stage"))
+    rec = stage.recorders[stage.ranks[0]]
+    blocks = [n for _s, _e, cat, n, *_ in rec.cpu if cat == "user_annotation" and n.startswith("layer")
+              and "/forward/" in n]
+    m = stage.settings.model.num_microbatches
+    assert sorted(blocks) == sorted(f"layers_0-1/forward/mb{i}" for i in range(m))
+    tp = [x for x in rec.gpu if x[4] == TP_S]
+    assert tp and all("AllReduce" in x[3] for x in tp)
+    assert {x[7].get("Repeat") for x in tp if x[7]} >= {4}
+    assert len(rec.gpu) < 0.5 * len(coarse.recorders[coarse.ranks[0]].gpu)
+    assert abs(stage.iteration_us / coarse.iteration_us - 1) < 0.05

@@ -79,3 +79,20 @@ def test_larger_layout_is_consistent():
     r = emulate(["model=tiny", "parallel.tp=2", "parallel.pp=4", "parallel.dp=8", "seed=1"], progress=False)
     for rank in r.ranks:
         assert not check_all(r.events(rank))
+
+
+def test_events_are_complete_time_ordered_and_flows_start_at_their_launch():
+    """The column-wise writer: every recorded event once, sorted by (ts, longer first), and each
+    flow arrow leaving its launching runtime call where and when that call starts."""
+    r = emulate(["model=tiny", "parallel.tp=2", "seed=4"], progress=False)
+    rec = r.recorders[0]
+    body = [e for e in r.events(0) if e["ph"] != "M"]
+    assert len(body) == len(rec.cpu) + len(rec.rt) + 3 * len(rec.gpu) + len(rec.sync)
+    keys = [(e["ts"], -e.get("dur", 0.0)) for e in body]
+    assert keys == sorted(keys)
+    calls = {e["args"]["correlation"]: e for e in body if e.get("cat") == "cuda_runtime"}
+    starts = [e for e in body if e["ph"] == "s"]
+    assert len(starts) == len(rec.gpu)
+    for s in starts:
+        call = calls[s["id"]]
+        assert (s["ts"], s["tid"], s["pid"]) == (call["ts"], call["tid"], call["pid"])
