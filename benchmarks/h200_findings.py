@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tables", default=None, help="the pipeline's tables (results/tables)")
     args = ap.parse_args(argv)
     from lumos.trace import load_run
-    from lumos.transform.predict import base_plan, memory_of, transform
+    from lumos.transform.whatif import base_plan, memory_of, transform
 
     print("1. same kernel names, target / base mean duration (weighted by base time):")
     for t in ("layers_1.5x_r0", "layers_2x_r0", "mbcount_4_r0", "no_side_stream_r0"):

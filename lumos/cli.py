@@ -1,8 +1,9 @@
 """The `lumos` command: one entry point, one subcommand per stage.
 
-Each stage registers its own subcommand (`register(subparsers)` in its
-command module). Only the module of the subcommand being run is imported, so
-`lumos replay` never loads the emulator or torch. Errors a user can fix (bad
+Every subcommand lives in `lumos/commands/<name>.py`: `register(subparsers)`
+adds its flags, `run(args)` calls library functions of its package. Only the
+module of the subcommand being run is imported, so `lumos replay` never loads
+the emulator or torch. Errors a user can fix (bad
 trace, missing file, bad override) print one line and exit 2, no traceback.
 """
 
@@ -17,14 +18,14 @@ COMMANDS = {
     "replay": ("lumos.commands.replay", "replay a measured iteration and compare with the measurement"),
     "diff": ("lumos.commands.diff", "attribute the iteration-time difference of two runs or steps to GPU, CPU, "
                                     "and what neither explains"),
-    "predict": ("lumos.transform.command", "predict a new configuration from a base trace (what-if)"),
-    "search": ("lumos.transform.search", "rank every layout of N GPUs predicted from one base trace"),
-    "emulate": ("lumos.emulator.command", "emulate a GPU cluster iteration and write per-rank traces (emulated)"),
-    "capture": ("lumos.capture.command", "record a trace Lumos can use (needs torch)"),
+    "predict": ("lumos.commands.predict", "predict a new configuration from a base trace (what-if)"),
+    "search": ("lumos.commands.search", "rank every layout of N GPUs predicted from one base trace"),
+    "emulate": ("lumos.commands.emulate", "emulate a GPU cluster iteration and write per-rank traces (emulated)"),
+    "capture": ("lumos.commands.capture", "record a trace Lumos can use (needs torch)"),
 }
 
 
-from lumos.errors import UserError  # noqa: E402  (re-exported: commands raise lumos.cli.UserError)
+from lumos.errors import UserError  # noqa: E402  (main prints it as one line; still lumos.cli.UserError)
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:

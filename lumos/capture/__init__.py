@@ -6,7 +6,7 @@ per rank; `lumos.capture.gpt` is a small self-contained GPT training script
 used to record reference traces (`lumos capture gpt ...`).
 
 torch is imported only inside the functions that need it, so this package and
-its `command` module import without torch; using them without torch raises
+`lumos capture` (`lumos.commands.capture`) import without torch; using them without torch raises
 `CaptureUnavailable` with the install hint. See docs/capture.md.
 """
 

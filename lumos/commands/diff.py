@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 
+from lumos.errors import UserError
 from lumos.graph import DEFAULT_GAP_THRESHOLD_US
 
 from .output import emit
@@ -44,7 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_steps(text: str | None) -> tuple[int | None, int | None]:
-    from lumos.cli import UserError
     if text is None:
         return None, None
     parts = text.split(":")
@@ -60,7 +60,6 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None]:
 
 def run(args) -> int:
     from lumos.analysis.transfer import NotSameJobError, diff_attribution
-    from lumos.cli import UserError
     from lumos.commands.replay import load_one_rank
     from lumos.sim import SimulationError
 

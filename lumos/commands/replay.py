@@ -32,6 +32,7 @@ from lumos.analysis.ablation import (attach_metrics, reference_for, replay_dpro_
                                      run_metrics)
 from lumos.analysis.replay import ITERATION_KINDS, RunReplay, measured_breakdown, replayed_breakdown
 from lumos.analysis.transfer import DURATION_KINDS
+from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
 from lumos.report.timeline import write_timeline
 from lumos.sim import SimulationError
@@ -82,7 +83,6 @@ def add_edge_class_args(p: argparse.ArgumentParser) -> None:
 
 
 def edge_classes_from(args) -> frozenset:
-    from lumos.cli import UserError
     drop = set()
     for text in filter(None, (args.drop or "").split(",")):
         try:
@@ -93,7 +93,6 @@ def edge_classes_from(args) -> frozenset:
 
 
 def _check_variant_args(args, classes: frozenset) -> None:
-    from lumos.cli import UserError
     if not 0.0 <= args.drop_random < 1.0:
         raise UserError(f"--drop-random must be a fraction in [0, 1), not {args.drop_random}")
     if args.simulator == "dpro" and (classes != ALL_EDGE_CLASSES or args.drop_random > 0
@@ -116,7 +115,6 @@ def run(args) -> int:
                                     gap_threshold_us=args.gap_threshold_us, drop_random=args.drop_random,
                                     seed=args.seed, engine=args.engine)
     except SimulationError as exc:
-        from lumos.cli import UserError
         what = "the ablated graph" if args.drop or args.drop_random else "the graph"
         raise UserError(f"{what} cannot be replayed: {exc}") from None
     _refuse_empty(result, tables)
@@ -154,7 +152,6 @@ def _refuse_empty(result: RunReplay, tables) -> None:
     """A rank replayed with no task at all is an error, not a row of zeros. The Lumos graph
     refuses an empty step itself (EmptyStepError); this catches what a simulator that
     models less (the dPRO baseline has no CPU threads) finds empty."""
-    from lumos.cli import UserError
     from lumos.trace.errors import format_counts
     by_rank = {t.rank: t for t in tables}
     for r in result.ranks:
@@ -167,9 +164,9 @@ def _refuse_empty(result: RunReplay, tables) -> None:
 
 
 def _joint(args, tables, classes) -> dict:
-    """The run as one graph (lumos.graph.run_graph); per-rank entries dropped for brevity."""
-    from lumos.cli import UserError
-    from lumos.graph.run_graph import replay_run_graph
+    """The run as one graph (lumos.analysis.run_replay); per-rank entries dropped for brevity."""
+    from lumos.analysis.run_replay import replay_run_graph
+
     if args.simulator != "lumos" or args.drop_random:
         raise UserError("--joint replays the Lumos graph; it does not combine with --simulator dpro or --drop-random")
     try:
@@ -248,7 +245,6 @@ def split_path_step(text: str) -> tuple[str, int | None]:
 
 def load_one_rank(path: str, flag: str):
     """The one rank of a trace file (or of a directory holding a single rank)."""
-    from lumos.cli import UserError
     tables = load_run(path)
     if len(tables) != 1:
         raise UserError(f"{flag} {path} holds {len(tables)} ranks; pass one rank's trace file "
@@ -258,7 +254,6 @@ def load_one_rank(path: str, flag: str):
 
 def run_transfer(args) -> int:
     from lumos.analysis.transfer import NotSameJobError, transfer_pair
-    from lumos.cli import UserError
     if (args.simulator != "lumos" or args.drop or args.drop_random or args.joint or args.out
             or args.ranks_from_files):
         raise UserError("--durations-from replays the Lumos graph of one rank (the dPRO-style transfer is "

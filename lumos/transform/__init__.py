@@ -1,4 +1,5 @@
 """What-if prediction: graph surgery (DP, PP, layers, width) plus the duration suppliers it needs.
 
-Sits beside `lumos.graph` and uses `lumos.sim`; never imports the emulator.
+Sits beside `lumos.baselines`, above `lumos.sim`; replaying and scoring what it builds is
+`lumos.analysis` (one layer up). Never imports the emulator.
 """

@@ -20,7 +20,7 @@ def test_capture_without_torch_is_a_one_line_error(tmp_path):
     code = f"""
 import sys
 sys.modules["torch"] = None  # as if torch were not installed
-import lumos.capture, lumos.capture.gpt, lumos.capture.profile, lumos.capture.command
+import lumos.capture, lumos.capture.gpt, lumos.capture.profile, lumos.commands.capture
 from lumos.cli import main
 rc = main(["capture", "gpt", "--out", {str(tmp_path)!r}])
 sys.exit(10 + rc)

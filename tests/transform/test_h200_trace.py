@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lumos.analysis.predict import measured_steps, predict, simulate_plan
 from lumos.analysis.replay import replay_graph
 from lumos.graph import build_graph
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.trace import load_run
-from lumos.transform.predict import base_plan, measured_steps, predict, simulate_plan
 from lumos.transform.rebuild import rebuild
 from lumos.transform.structure import ModelShape
+from lumos.transform.whatif import base_plan
 
 H200 = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200"
 

@@ -52,7 +52,7 @@ def test_h200_base_against_its_measured_peak():
     process), 10.95 GiB; the model for a plain-bf16 AdamW GPT (8 bytes per parameter, no recompute,
     fused attention, one micro-batch in flight), without the workspace constant: within 3%."""
     from lumos.trace import load_run
-    from lumos.transform.predict import base_plan, memory_of
+    from lumos.transform.whatif import base_plan, memory_of
 
     root = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200"
     measured = next(r["max_memory_gib"] for r in json.loads((root / "summary.json").read_text())["runs"]

@@ -12,7 +12,7 @@ import pytest
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
 from lumos.transform.microbatch_count import target_microbatches
-from lumos.transform.predict import base_plan, transform
+from lumos.transform.whatif import base_plan, transform
 
 
 @pytest.fixture(scope="module")

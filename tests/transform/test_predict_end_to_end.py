@@ -12,9 +12,9 @@ actual, not the transform, dominates its DP error (the base itself measures 36.4
 import json
 import math
 
+from lumos.analysis.predict import predict, read_manifest
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
-from lumos.transform.predict import predict, read_manifest
 
 KEYS = {"iteration_us", "exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us"}
 

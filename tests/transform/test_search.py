@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from lumos.analysis.search import candidates
 from lumos.cli import main as lumos_main
-from lumos.transform.search import candidates
 
 
 def test_candidates_divide_gpus_layers_and_batch(tiny_plan):

@@ -5,11 +5,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from lumos.analysis.predict import simulate_plan
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.transform.dp import change_dp
 from lumos.transform.layers import change_layers
 from lumos.transform.pp import change_pp
-from lumos.transform.predict import simulate_plan
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import one_f_one_b
 from lumos.transform.suppliers import CollectiveSpec

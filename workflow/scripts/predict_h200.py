@@ -9,7 +9,7 @@ from _shim import logged, run_cli, write_json  # noqa: E402
 
 smk = snakemake  # noqa: F821
 with logged(smk):
-    from lumos.transform.predict import measured_steps
+    from lumos.analysis.predict import measured_steps
 
     docs = [json.loads(run_cli(["predict", str(b), *smk.params.flags, "--format", "json"]))
             for b in smk.params.bases]

@@ -1,90 +1,36 @@
 """Predict a configuration that was never run, from one profiled base run.
 
-base traces -> run graph (one rank per stage, rendezvous) -> structure and
-suppliers fitted on the base -> transforms (width, DP, layers/PP/micro-batches)
--> replay -> run-level breakdown. Run level, for predicted and actual alike:
-the iteration is the longest GPU span over the included ranks (one per
-stage); the four components are that rank's.
+The plan and its what-if changes come from `lumos.transform.whatif`; this
+module replays the changed graph and reads the run-level breakdown. Run level,
+for predicted and actual alike: the iteration is the longest GPU span over the
+included ranks (one per stage); the four components are that rank's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from lumos.analysis import COMPONENTS, breakdown, relative_error_pct
-from lumos.graph.run_graph import build_run_graph, run_breakdown
 from lumos.graph.edges.cross_rank import add_rendezvous
-from lumos.graph.model import TaskKind
+from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
+from lumos.transform.plan import Plan
+from lumos.transform.whatif import base_plan, memory_of, transform
 
-from .dp import change_dp
-from .plan import Plan, comm_roles
-from .rebuild import rebuild
-from .structure import find_structure
-from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
-from .suppliers.collectives import load_profile
-from .micro_batch import change_micro_batch
-from .microbatch_count import target_microbatches
-from .speed import change_speed
-from .width import change_width
+from .breakdown import COMPONENTS, breakdown, relative_error_pct
+from .run_replay import run_breakdown
+
+__all__ = ["predict", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
 
 KEYS = ("iteration_us",) + COMPONENTS
 
 
-def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None) -> Plan:
-    """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it."""
-    graph = build_run_graph(tables, step=step)
-    st = find_structure(graph, list(tables))
-    role = comm_roles(st)
-    samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
-               for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
-    coll_model = fit_alpha_beta(samples, profile or load_profile())
-    gpu = np.flatnonzero((graph.kind == TaskKind.GPU) & ~graph.comm & (st.op_dims != None))  # noqa: E711
-    comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu])
-    ranks = sorted(st.stage_of_rank)
-    return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
-                layers=st.layers, microbatches=st.microbatches, ranks=ranks,
-                collectives=coll_model, compute=comp, base_shape=st.shape)
-
-
-def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-              layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
-              global_batch: int | None = None, micro_batch: int | None = None,
-              compute_speed: float | None = None, network_speed: float | None = None,
-              microbatch_rule: str = "auto") -> Plan:
-    """Apply the what-if changes in a fixed order: hardware speed, width, micro-batch size, DP, then one
-    pipeline rebuild. Micro-batches per iteration: `global_batch`, else `microbatch_rule`
-    (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else the base's)."""
-    if tp is not None and tp != plan.tp:
-        raise ValueError(f"changing TP ({plan.tp} -> {tp}) is not supported (as in the paper)")
-    pp = pp or plan.pp
-    dp = dp or plan.dp
-    out = change_speed(plan, compute_speed, network_speed)
-    out = change_width(out, hidden, ffn)
-    out = change_micro_batch(out, micro_batch)
-    out = change_dp(out, dp)
-    m, note = target_microbatches(plan.microbatches, plan.tp, plan.pp, tp=plan.tp, pp=pp, dp=dp,
-                                  micro_batch=out.shape.micro_batch, global_batch=global_batch,
-                                  rule=microbatch_rule)
-    if out is plan:  # nothing so far copied the base: its notes must not collect this target's
-        out = dataclasses.replace(plan, notes=list(plan.notes))
-    out.notes.append(note)
-    layers = layers or plan.layers
-    changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
-    if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width:
-        out = rebuild(out, pp=pp, layers=layers, microbatches=m)
-    return out
-
-
 def simulate_plan(plan: Plan, engine: str = "auto"):
-    from lumos.sim import simulate
-
+    """Replay a plan's graph (its pending rendezvous joined); the graph, schedule and run breakdown."""
     graph = add_rendezvous(plan.graph, plan.pairs, set_durations=False) if plan.pairs else plan.graph
     sched = simulate(graph, engine=engine)
     return graph, sched, run_breakdown(graph, sched.start, sched.end)
@@ -103,16 +49,6 @@ def measure_run(tables: Sequence[TraceTable], step=None) -> dict:
         per[t.rank] = breakdown(sel.ts, sel.ts + sel.dur, sel.is_gpu, comm, sel.in_step)
     crit = max(per, key=lambda r: per[r].iteration_us)
     return {"critical_rank": crit, **per[crit].as_dict()}
-
-
-def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
-    """Peak memory per GPU of a plan's configuration (`memory.py`), settings from the cluster profile."""
-    from .memory import MemorySettings, plan_memory
-    from .schedule import layers_of_stage
-
-    settings = MemorySettings.from_profile(load_profile(), **(overrides or {}))
-    per_stage = [len(list(layers_of_stage(s, plan.pp, plan.layers))) for s in range(plan.pp)]
-    return plan_memory(plan.shape, per_stage, plan.pp, plan.dp, plan.microbatches, settings)
 
 
 def measured_steps(path) -> list[dict]:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 
+from lumos.errors import UserError
+
 
 def register(subparsers) -> None:
-    from .gpt import add_arguments  # torch-free at import time
+    from lumos.capture.gpt import add_arguments  # torch-free at import time
 
     p = subparsers.add_parser(
         "capture", help="record a PyTorch profiler trace Lumos can use (needs torch)",
@@ -27,15 +29,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lumos.cli import UserError
-
-    from . import CaptureUnavailable, INSTALL_HINT, require_torch
+    from lumos.capture import CaptureUnavailable, INSTALL_HINT, require_torch
 
     try:
         require_torch()
     except CaptureUnavailable:
         raise UserError(INSTALL_HINT) from None
-    from .gpt import run_from_args
+    from lumos.capture.gpt import run_from_args
 
     try:
         run_from_args(args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.errors import UserError
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -33,16 +35,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lumos.cli import UserError
-
-    from .settings import SettingsError
+    from lumos.emulator.settings import SettingsError
 
     if args.calibrate == "table":
-        from .calibrate import main as calibrate_main
+        from lumos.emulator.calibrate import main as calibrate_main
 
         return calibrate_main(list(args.overrides))
     if args.calibrate:
-        from .fit import main as fit_main
+        from lumos.emulator.fit import main as fit_main
 
         argv = [args.calibrate] + (["--write"] if args.write else [])
         argv += [f"--{k.replace('_', '-')}={v}" for k in ("max_evals", "sample", "workers") if (v := getattr(args, k))]
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     realism_flags = [(f"--{k}", v) for k in ("sample", "workers", "out", "datasets")
                      if (v := getattr(args, k)) is not None]
     if args.realism:
-        from .realism import main as realism_main
+        from lumos.emulator.realism import main as realism_main
 
         return realism_main([str(x) for flag in realism_flags for x in flag] + list(args.overrides))
     if realism_flags:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     if not cfg.get("out"):
         raise UserError("missing out=DIR (where to write rank{R}.json.gz and manifest.json)")
-    from .emulate import emulate_config, write_result
+    from lumos.emulator.emulate import emulate_config, write_result
 
     try:
         result = emulate_config(cfg, progress=None if not args.quiet else False)

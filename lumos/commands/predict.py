@@ -7,8 +7,8 @@ import json
 import sys
 
 from lumos.analysis import COMPONENTS
-
-from .microbatch_count import MICROBATCH_RULES
+from lumos.errors import UserError
+from lumos.transform.microbatch_count import MICROBATCH_RULES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,11 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
-    from lumos.cli import UserError
+    from lumos.analysis.predict import predict, read_manifest
     from lumos.trace import load_run
     from lumos.trace.atomic import write_text_atomic
-
-    from .predict import predict, read_manifest
 
     base = load_run(args.base)
     actual = load_run(args.actual) if args.actual else None

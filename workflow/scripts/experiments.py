@@ -1,6 +1,6 @@
 """The paper's what-if experiments on the emulated cluster (every actual is EMULATED, not measured).
 
-    python -m lumos.transform.experiments --out results/prediction [--seed 1] [--only NAME,..]
+    python workflow/scripts/experiments.py --out results/prediction [--seed 1] [--only NAME,..]
 
 From the GPT-3 15B base at TP2 PP2 DP4: the nine scale-out counterfactuals
 (2x2x8, 2x2x16, 2x2x32; 2x4x4, 2x8x4, 2x16x4; 2x4x8, 2x8x8, 2x4x16) and the
@@ -8,6 +8,11 @@ architecture variants V1-V4, each predicted from the base and compared with
 `lumos emulate` of the target (same seed). Emulation runs through the CLI in a
 subprocess: the predictor never imports the emulator. Writes one prediction
 JSON per experiment and summary.json / summary.md.
+
+A standalone driver, not a Snakemake rule: the pipeline runs the same
+experiments with provenance (rules `emulate`, `predict`); this runs them in one
+process for a quick look. It lives beside the pipeline, not in the package,
+because it drives the CLI and the predictor together and is no library code.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from lumos.analysis import COMPONENTS
+from lumos.analysis.predict import predict, read_manifest
 
 SCALE_OUT = [("2x2x8", 2, 2, 8), ("2x2x16", 2, 2, 16), ("2x2x32", 2, 2, 32),
              ("2x4x4", 2, 4, 4), ("2x8x4", 2, 8, 4), ("2x16x4", 2, 16, 4),
@@ -54,9 +60,7 @@ def main(argv=None) -> int:
     from lumos.trace import load_run
     from lumos.trace.atomic import write_text_atomic
 
-    from .predict import predict, read_manifest
-
-    ap = argparse.ArgumentParser(prog="python -m lumos.transform.experiments", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python workflow/scripts/experiments.py", description=__doc__)
     ap.add_argument("--out", default="results/prediction")
     ap.add_argument("--runs", default=None, help="where emulated runs go (default OUT/runs)")
     ap.add_argument("--seed", type=int, default=1)

@@ -1,0 +1,55 @@
+"""`lumos search BASE --gpus N`: every layout of N GPUs predicted from one base trace, ranked.
+
+Which layouts are candidates and what each is predicted to take is `lumos.analysis.search`;
+this module parses the flags and prints the ranking.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lumos.analysis.search import search
+from lumos.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="rank every layout of N GPUs predicted from one base trace",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("base", help="directory of the base run (one trace per pipeline stage)")
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--global-batch", type=int, default=None, help="sequences per iteration (fixed)")
+    p.add_argument("--micro-batch", default=None,
+                   help="micro-batch sizes to try, comma-separated (default: the base's)")
+    p.add_argument("--top", type=int, default=None, help="show the K fastest fitting layouts")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--bytes-per-param", type=float, default=None)
+    p.add_argument("--gpu-memory-gib", type=float, default=None)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from lumos.trace import load_run
+
+    tables = load_run(args.base)
+    try:
+        mbs = [int(x) for x in args.micro_batch.split(",")] if args.micro_batch else None
+    except ValueError:
+        raise UserError(f"--micro-batch takes comma-separated integers, got {args.micro_batch!r}") from None
+    try:
+        rows = search(tables, args.gpus, mbs, args.global_batch,
+                      memory={"bytes_per_param": args.bytes_per_param, "gpu_memory_gib": args.gpu_memory_gib})
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    shown = rows if args.top is None else [r for r in rows if r["fits"]][:args.top]
+    if args.format == "json":
+        sys.stdout.write(json.dumps(shown, indent=1) + "\n")
+        return 0
+    print(f"{args.base}: {len(rows)} layouts of {args.gpus} GPUs, {sum(r['fits'] for r in rows)} fit in memory")
+    print(f"  {'tp':>3} {'pp':>3} {'dp':>4} {'mbs':>4} {'m':>4} {'iteration ms':>13} {'GiB/GPU':>8}  fits")
+    for r in shown:
+        it = f"{r['iteration_us'] / 1e3:13.3f}" if r["iteration_us"] is not None else f"{'-':>13}"
+        print(f"  {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} {r['micro_batch']:>4} {r['microbatches']:>4} {it} "
+              f"{r['memory_gib_per_gpu']:8.1f}  {'yes' if r['fits'] else 'no'}")
+    return 0
