@@ -50,9 +50,14 @@ def iteration_span(start: np.ndarray, end: np.ndarray, in_step: np.ndarray) -> t
     return float(start[in_step].min()), float(end[in_step].max())
 
 
-def breakdown(start, end, is_gpu, comm, in_step, window: tuple[float, float] | None = None) -> Breakdown:
+def breakdown(start, end, is_gpu, comm, in_step, window: tuple[float, float] | None = None,
+              unions=None, overlap=intervals.intersection_length) -> Breakdown:
     """Breakdown of one rank's timeline (measured or replayed) over `window` (the step
     period), or over the GPU span when there is none.
+
+    `unions(lo, hi)` and `overlap` may stand in for the union of the compute and of the
+    communication ops clipped to [lo, hi] and for their intersection length (a faster path
+    that gives the very same numbers: `lumos.analysis.uncertainty.FastBreakdown`).
 
     A trace with no GPU op at all (a CPU-only capture) has no GPU span; its
     iteration is the step period or the span of its CPU tasks, all of it "other".
@@ -66,13 +71,16 @@ def breakdown(start, end, is_gpu, comm, in_step, window: tuple[float, float] | N
     total = hi - lo
     if total <= 0:
         return Breakdown(0.0, 0.0, 0.0, 0.0, 0.0, g1 - g0, period)
-    comp = intervals.union(*intervals.clip(start[is_gpu & ~comm], end[is_gpu & ~comm], lo, hi))
-    com = intervals.union(*intervals.clip(start[is_gpu & comm], end[is_gpu & comm], lo, hi))
+    if unions is None:
+        comp = intervals.union(*intervals.clip(start[is_gpu & ~comm], end[is_gpu & ~comm], lo, hi))
+        com = intervals.union(*intervals.clip(start[is_gpu & comm], end[is_gpu & comm], lo, hi))
+    else:
+        comp, com = unions(lo, hi)
     comp_len, com_len = float(np.sum(comp[1] - comp[0])), float(np.sum(com[1] - com[0]))
-    overlap = intervals.intersection_length(comp, com)
-    busy = comp_len + com_len - overlap
-    return Breakdown(iteration_us=total, exposed_compute_us=comp_len - overlap, overlapped_us=overlap,
-                     exposed_comm_us=com_len - overlap, other_us=max(total - busy, 0.0), gpu_span_us=g1 - g0,
+    both = overlap(comp, com)
+    busy = comp_len + com_len - both
+    return Breakdown(iteration_us=total, exposed_compute_us=comp_len - both, overlapped_us=both,
+                     exposed_comm_us=com_len - both, other_us=max(total - busy, 0.0), gpu_span_us=g1 - g0,
                      step_period_us=period)
 
 

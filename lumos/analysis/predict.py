@@ -71,12 +71,13 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             micro_batch: int | None = None, actual_tables: Sequence[TraceTable] | None = None,
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
-            memory: dict | None = None, microbatch_rule: str = "auto") -> dict:
+            memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0) -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
     `microbatch_rule` (auto, tp_x_pp, keep) sets the target's micro-batch count when `global_batch`
-    does not (`microbatch_count.py`).
+    does not (`microbatch_count.py`). `samples` > 0 adds an `interval` from that many sampled
+    replays (`lumos.analysis.uncertainty.predict_interval`, seeded by `seed`).
     """
     plan = base_plan(base_tables, step=step)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
@@ -101,6 +102,11 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                          "compute_fixed_us": {k: round(v, 3) for k, v in plan.compute.fixed_us.items()}},
            "notes": out.notes}
     doc["memory"] = memory_of(out, memory)
+    if samples:
+        from lumos.analysis.uncertainty import predict_interval
+        doc["interval"] = predict_interval(base_tables, graph, out.pairs, samples, seed,
+                                           lambda s, e: run_breakdown(graph, s, e).iteration,
+                                           engine="reference" if engine == "reference" else "compiled")
     if actual_tables is not None:
         measured = measure_run(actual_tables, step=step)
         doc["measured"] = _round(measured)

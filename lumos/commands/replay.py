@@ -60,7 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_edge_class_args(p)
     p.add_argument("--drop-random", type=float, default=0.0, metavar="FRACTION",
                    help="after the build, drop this fraction of all edges at random (ablation)")
-    p.add_argument("--seed", type=int, default=0, help="seed of --drop-random (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --drop-random and of --samples (default 0)")
+    p.add_argument("--samples", type=int, default=0, metavar="N",  # issue 15: intervals
+                   help="also replay N times with durations drawn from a model fitted on the trace and "
+                        "report the median and 50/90/95%% intervals (docs/intervals.md)")
     p.add_argument("--ranks-from-files", action="store_true",
                    help="take each file of a directory as its own rank, in file-name order, even when the "
                         "files' rank info is missing or clashes")
@@ -132,6 +135,7 @@ def run(args) -> int:
         doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
     if args.joint:
         doc["joint"] = _joint(args, tables, classes)
+    interval_lines = _intervals(args, doc, result, tables)  # issue 15
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -140,12 +144,26 @@ def run(args) -> int:
             print("ranks taken from file-name order (--ranks-from-files): "
                   + ", ".join(f"rank {t.rank} = {Path(t.path).name}" for t in tables))
         print(format_table(result, args.path, metrics))
+        for line in interval_lines:
+            print(line)
         if args.joint:
             j = doc["joint"]
             print(f"joint replay of {len(tables)} ranks with {j['rendezvous']} cross-rank rendezvous: "
                   f"measured {j['measured']['iteration_us'] / 1e3:.3f} ms, replayed "
                   f"{j['replayed']['iteration_us'] / 1e3:.3f} ms, error {j['error_pct']:+.3f}%")
     return 0
+
+
+def _intervals(args, doc: dict, result: RunReplay, tables) -> list[str]:
+    """--samples: the sampled interval of every rank's replay (lumos.analysis.uncertainty)."""
+    if not args.samples:
+        return []
+    from lumos.analysis.uncertainty import attach_intervals
+    from lumos.cli import UserError
+    if args.samples < 0 or args.simulator != "lumos":
+        raise UserError("--samples N (N > 0) samples the Lumos replay; not with --simulator dpro")
+    return attach_intervals(doc, result.ranks, tables, args.samples, args.seed, iteration=args.iteration,
+                            engine="reference" if args.engine == "reference" else "compiled")
 
 
 def _refuse_empty(result: RunReplay, tables) -> None:

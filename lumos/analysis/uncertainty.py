@@ -1,0 +1,281 @@
+"""Monte Carlo replays: an interval around a replay or a prediction, and whether it holds.
+
+`monte_carlo` replays a graph N times, each time with durations and lags drawn
+from a fitted duration model (`lumos.analysis.spread`, sampled by
+`lumos.sim.sampling`), and keeps each sample's breakdown; `summarize` turns
+the samples into the median and the 50/90/95% central intervals of the
+iteration time and of each component. The random numbers come from one
+`numpy.random.Generator(PCG64(seed))`, drawn sample by sample, so a seed
+fixes the result and the compiled path (`engine='compiled'`) and the plain
+one (`engine='reference'`: Python sampler, reference replay, `breakdown`)
+see the same numbers and give the same samples (the tests hold them equal).
+
+`FastBreakdown` is `breakdown` with the two unions done by a k-way merge of
+the streams (each stream's ops are already in start order after a replay) and
+the overlap compiled: the same floating-point operations in the same order,
+so the same numbers, at a fraction of the cost (the sort dominated).
+
+`coverage_by_level` is the arithmetic the pipeline needs: the share of actual
+values inside their intervals at each nominal level. `other_iterations`
+replays one step of a real trace with samples and reports the share of the
+trace's other profiled steps inside the 90% interval.
+
+Model, default N and the measured coverage: docs/intervals.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Sequence
+
+import numpy as np
+from numba import njit
+
+from lumos import intervals
+from lumos.graph import build_graph
+from lumos.graph.model import Graph, TaskKind
+from lumos.sim import prepare
+from lumos.sim.sampling import DurationModel, draws, sample_compiled, sample_reference
+from lumos.trace import EmptyStepError, TraceTable, find_steps
+
+from .breakdown import COMPONENTS, Breakdown, breakdown
+from .replay import _window
+from .spread import FitGroup, Spread, fit_spread, lag_keys, task_keys
+from .statistics import coverage, prediction_interval
+
+__all__ = ["DEFAULT_SAMPLES", "LEVELS", "METRICS", "FastBreakdown", "monte_carlo", "summarize",
+           "fit_tables", "replay_interval", "coverage_by_level", "other_iterations", "format_interval"]
+
+# Samples per interval: at 8,000 the 95% bounds of two seeds differ by < 0.5% of the median on the
+# shipped real traces except the data-loader-bound ResNet, whose tail is too heavy for any N here
+# (at 2,000: up to 1.05%; docs/intervals.md, `python benchmarks/bench_intervals.py --stability`).
+DEFAULT_SAMPLES = 8000
+LEVELS = (0.5, 0.9, 0.95)
+METRICS = ("iteration_us",) + COMPONENTS
+
+
+# -- the breakdown of many timelines of one graph -----------------------------------------------
+@njit(cache=True)
+def _union_runs(start, end, ops, run_ptr, lo, hi, out_s, out_e):
+    """Union of the ops' intervals clipped to [lo, hi], merging runs (streams) whose ops are in
+    start order; -1 when a run is not. The same intervals as `intervals.union(*intervals.clip(..))`."""
+    k = len(run_ptr) - 1
+    for r in range(k):
+        for p in range(run_ptr[r] + 1, run_ptr[r + 1]):
+            if start[ops[p]] < start[ops[p - 1]]:
+                return -1
+    pos = run_ptr[:-1].copy()
+    n_out = 0
+    while True:
+        best, bs = -1, np.inf
+        for r in range(k):
+            p, stop = pos[r], run_ptr[r + 1]
+            while p < stop and min(end[ops[p]], hi) <= max(start[ops[p]], lo):
+                p += 1
+            pos[r] = p
+            if p < stop:
+                s = max(start[ops[p]], lo)
+                if best < 0 or s < bs:
+                    best, bs = r, s
+        if best < 0:
+            return n_out
+        e = min(end[ops[pos[best]]], hi)
+        pos[best] += 1
+        if n_out == 0 or bs > out_e[n_out - 1]:
+            out_s[n_out], out_e[n_out] = bs, e
+            n_out += 1
+        elif e > out_e[n_out - 1]:
+            out_e[n_out - 1] = e
+
+
+_overlap = njit(cache=True)(intervals.intersection_length)
+
+
+class FastBreakdown:
+    """`replayed_breakdown` for many schedules of one graph; equal to it number for number."""
+
+    def __init__(self, graph: Graph, iteration: str = "step", by_rank: bool = False):
+        self.graph, self.iteration = graph, iteration
+        gpu = graph.kind == TaskKind.GPU
+        self.gpu = gpu
+        a = prepare(graph)
+        self.runs = {}
+        for name, mask in (("comp", gpu & ~graph.comm), ("comm", gpu & graph.comm)):
+            ops = a.stream_ops[mask[a.stream_ops]]
+            counts = np.bincount(a.proc[ops], minlength=a.n_procs)
+            self.runs[name] = (ops.astype(np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        self.buf = np.empty((4, max(1, int(gpu.sum()))))
+
+    def _union(self, which, start, end, lo, hi, out_s, out_e):
+        ops, ptr = self.runs[which]
+        k = _union_runs(start, end, ops, ptr, lo, hi, out_s, out_e)
+        if k < 0:
+            m = self.gpu & (self.graph.comm if which == "comm" else ~self.graph.comm)
+            return intervals.union(*intervals.clip(start[m], end[m], lo, hi))
+        return out_s[:k], out_e[:k]
+
+    def __call__(self, start: np.ndarray, end: np.ndarray) -> Breakdown:
+        g = self.graph
+        b = self.buf
+
+        def unions(lo, hi):
+            return (self._union("comp", start, end, lo, hi, b[0], b[1]),
+                    self._union("comm", start, end, lo, hi, b[2], b[3]))
+
+        return breakdown(start, end, self.gpu, g.comm, g.in_step, window=_window(g, start, end, self.iteration),
+                         unions=unions, overlap=_overlap)
+
+
+# -- Monte Carlo --------------------------------------------------------------------------------
+def monte_carlo(graph: Graph, model: DurationModel, samples: int, seed: int = 0, engine: str = "compiled",
+                measure: Callable[[np.ndarray, np.ndarray], Breakdown] | None = None,
+                iteration: str = "step") -> np.ndarray:
+    """(samples, 5) array: iteration time and the four components of each sampled replay.
+
+    `measure(start, end)` turns a schedule into a breakdown (default: the rank's replayed
+    breakdown over `iteration`). engine 'compiled': numba sampler and replay core;
+    'reference': the plain-Python sampler and reference replay (small graphs)."""
+    from lumos.sim import SimulationError
+    from lumos.sim.compiled import simulate_compiled
+    from lumos.sim.reference import simulate_reference
+
+    arrays = prepare(graph)
+    order = np.argsort(graph.src, kind="stable")
+    compiled = engine != "reference"
+    if measure is None:
+        measure = FastBreakdown(graph, iteration) if compiled else (
+            lambda s, e: breakdown(s, e, graph.kind == TaskKind.GPU, graph.comm, graph.in_step,
+                                   window=_window(graph, s, e, iteration)))
+    run = simulate_compiled if compiled else simulate_reference
+    rng = np.random.Generator(np.random.PCG64(seed))
+    out = np.empty((samples, len(METRICS)))
+    buf = (np.empty(graph.n_tasks), np.empty(graph.n_edges)) if compiled else None
+    for k in range(samples):
+        u, f = draws(rng, model)
+        dur, lag = sample_compiled(model, u, f, buf) if compiled else sample_reference(model, u, f)
+        start, end, done, _ = run(replace(arrays, dur=dur, out_lag=lag[order]))
+        if not done.all():
+            stuck = np.flatnonzero(~done)
+            raise SimulationError([f"#{i} {graph.name[i]}" for i in stuck[:8]], len(stuck), graph.n_tasks)
+        bd = measure(start, end)
+        out[k] = [getattr(bd, m) for m in METRICS]
+    return out
+
+
+def summarize(samples: np.ndarray, seed: int) -> dict:
+    """The `interval` JSON: per metric its median and the central intervals at `LEVELS`."""
+    doc = {}
+    for j, m in enumerate(METRICS):
+        x = samples[:, j]
+        row = {"median": round(float(np.median(x)), 3)}
+        for level in LEVELS:
+            lo, hi = prediction_interval(x, level)
+            row[f"{round(100 * level)}"] = [round(lo, 3), round(hi, 3)]
+        doc[m] = row
+    doc["samples"] = int(len(samples))
+    doc["seed"] = int(seed)
+    return doc
+
+
+def format_interval(doc: dict, indent: str = "  ") -> str:
+    """Table lines for an `interval` document: per metric, median and the 90% interval, in ms."""
+    lines = [f"{indent}interval ({doc['samples']} sampled replays, seed {doc['seed']}): median [90% interval] ms"]
+    for m in METRICS:
+        r = doc[m]
+        lo, hi = r["90"]
+        lines.append(f"{indent}  {m[:-3].replace('_', ' '):<18}{r['median'] / 1e3:>12.3f}  "
+                     f"[{lo / 1e3:.3f}, {hi / 1e3:.3f}]")
+    return "\n".join(lines)
+
+
+# -- fitting on a trace and replaying with an interval ------------------------------------------
+def step_graphs(table: TraceTable, **build) -> list[Graph]:
+    """The graph of every profiled step of a trace that has one (stubs skipped)."""
+    graphs = []
+    for s in find_steps(table):
+        try:
+            graphs.append(build_graph(table, step=s.number, **build))
+        except EmptyStepError:
+            continue
+    return graphs
+
+
+def fit_tables(tables: Sequence[TraceTable], **build) -> Spread:
+    """Fit the duration model on every profiled step of every rank."""
+    groups = [FitGroup(g, task_keys(g, t), lag_keys(g), t.rank) for t in tables for g in step_graphs(t, **build)]
+    return fit_spread(groups)
+
+
+def replay_interval(graph: Graph, table: TraceTable | None, spread: Spread, samples: int, seed: int = 0,
+                    iteration: str = "step", engine: str = "compiled") -> dict:
+    """The `interval` document of one rank's replay."""
+    model = spread.model(graph, task_keys(graph, table), lag_keys(graph), own=True)
+    return summarize(monte_carlo(graph, model, samples, seed, engine=engine, iteration=iteration), seed)
+
+
+# -- does it hold --------------------------------------------------------------------------------
+def coverage_by_level(actuals: Sequence[float], interval_docs: Sequence[dict],
+                      metric: str = "iteration_us") -> dict[str, float]:
+    """Share of actual values inside their `interval` documents' bounds, per nominal level
+    ('50', '90', '95'). Bounds are inclusive."""
+    out = {}
+    for level in LEVELS:
+        key = f"{round(100 * level)}"
+        bounds = [d[metric][key] for d in interval_docs]
+        out[key] = coverage(actuals, [b[0] for b in bounds], [b[1] for b in bounds])
+    return out
+
+
+def other_iterations(table: TraceTable, step: int | None = None, samples: int = DEFAULT_SAMPLES,
+                     seed: int = 0, iteration: str = "step") -> dict:
+    """Replay one step with samples; the share of the trace's OTHER profiled steps (their step
+    periods, or GPU spans with iteration='gpu') inside the 90% interval, and its width."""
+    from .replay import measured_breakdown
+
+    graphs = step_graphs(table)
+    spread = fit_spread([FitGroup(g, task_keys(g, table), lag_keys(g), table.rank) for g in graphs])
+    graph = build_graph(table, step=step)
+    doc = replay_interval(graph, table, spread, samples, seed, iteration=iteration)
+    chosen = graph.summary["step"]
+    others = [measured_breakdown(g, iteration).iteration_us for g in graphs if g.summary["step"] != chosen]
+    lo, hi = doc["iteration_us"]["90"]
+    med = doc["iteration_us"]["median"]
+    return {"trace": table.path, "step": chosen, "steps": [g.summary["step"] for g in graphs],
+            "interval": doc, "width_pct_90": round(100 * (hi - lo) / med, 3) if med else None,
+            "others_us": [round(x, 3) for x in others],
+            "inside_90": round(coverage(others, [lo] * len(others), [hi] * len(others)), 4) if others else None,
+            "spread": spread.summary()}
+
+
+# -- what the CLI calls ---------------------------------------------------------------------------
+def attach_intervals(doc: dict, ranks, tables: Sequence[TraceTable], samples: int, seed: int,
+                     iteration: str = "step", engine: str = "compiled") -> list[str]:
+    """Give a `lumos replay` JSON document its `interval` (the critical rank's at the top, each
+    rank's under `ranks`), the model fitted on every profiled step of every rank; returns the
+    table lines."""
+    spread = fit_tables(tables)
+    by_rank = {t.rank: t for t in tables}
+    docs = {r.rank: replay_interval(r.graph, by_rank.get(r.rank), spread, samples, seed, iteration=iteration,
+                                    engine=engine) for r in ranks}
+    lines = []
+    for r in ranks:
+        lines.append(f"rank {r.rank}:" if len(ranks) > 1 else "")
+        lines.append(format_interval(docs[r.rank]))
+    if "ranks" in doc:
+        for entry in doc["ranks"]:
+            entry["interval"] = docs[entry["rank"]]
+        doc["interval"] = docs[doc["critical_rank"]]
+    else:
+        doc["interval"] = docs[ranks[0].rank]
+    doc["interval_model"] = spread.summary()
+    return [x for x in lines if x]
+
+
+def predict_interval(base_tables: Sequence[TraceTable], graph: Graph, instances, samples: int, seed: int,
+                     measure: Callable[[np.ndarray, np.ndarray], Breakdown], engine: str = "compiled") -> dict:
+    """The `interval` document of a prediction: the predicted graph's durations drawn with the
+    spread fitted on the base run, each task centred on its predicted duration and mapped to a
+    base class by name (unknown names: its category's pooled spread); the members of one
+    collective instance (`instances`) share their transfer draw."""
+    model = fit_tables(base_tables).model(graph, own=False, instances=instances)
+    return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure), seed)
