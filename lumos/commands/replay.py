@@ -159,7 +159,6 @@ def _intervals(args, doc: dict, result: RunReplay, tables) -> list[str]:
     if not args.samples:
         return []
     from lumos.analysis.uncertainty import attach_intervals
-    from lumos.cli import UserError
     if args.samples < 0 or args.simulator != "lumos":
         raise UserError("--samples N (N > 0) samples the Lumos replay; not with --simulator dpro")
     return attach_intervals(doc, result.ranks, tables, args.samples, args.seed, iteration=args.iteration,
