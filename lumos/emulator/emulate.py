@@ -87,13 +87,18 @@ def _slowness(settings: Settings, rng: np.random.Generator) -> np.ndarray:
 @contextlib.contextmanager
 def _no_cycle_collection():
     """Pause Python's cyclic garbage collector: a large emulation holds millions of tuples and
-    dicts that are all alive, and repeated full collections over them cost more than the
-    emulation (6-11 s of 16 s on a 384-micro-batch 175B run). Peak memory is unchanged."""
+    dicts that are all alive, and repeated collections over them cost more than the emulation
+    (6-11 s of 16 s on a 384-micro-batch 175B run). Peak memory is unchanged."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        # everything allocated meanwhile is still "young": the next young collection would scan all
+        # of it (5-6 s on the largest run). Move it to the oldest generation unscanned instead
+        # (freeze, then unfreeze); cycles among it are still collected by a later full collection.
+        gc.freeze()
+        gc.unfreeze()
         if was:
             gc.enable()
 

@@ -172,6 +172,20 @@ class Fabric:
         self.nic: dict[int, list] = {}
         self.emulated = set(topo.emulated)
         self.rng = rng
+        self._ratios: dict = {}   # (group, rank) -> relative slowness of its virtual peers
+        self._cost: dict = {}     # collective shape -> transfer time (a pure function of the shape)
+
+    def _ratio(self, g, ref: int, virtual: np.ndarray) -> np.ndarray:
+        """How much slower each virtual peer is than `ref` (DP peers: their whole replica's pace)."""
+        if g.kind == "pp":   # the virtual end of a send/recv pair depends on the call
+            key = (g.key, ref, tuple(virtual.tolist()))
+        else:
+            key = (g.key, ref)
+        r = self._ratios.get(key)
+        if r is None:
+            slow = self.replica_slow if g.kind == "dp" else self.slow
+            r = self._ratios[key] = slow[virtual] / slow[ref] - 1.0
+        return r
 
     def arrive(self, dev, comm: Comm, t: float, ready: float):
         rank = dev.rank
@@ -202,10 +216,9 @@ class Fabric:
         if len(virtual):
             if g.kind == "dp":
                 work = busy
-                ratio = self.replica_slow[virtual] / self.replica_slow[ref] - 1.0
             else:
                 work = max(busy - self.last_busy.get((g.key, ref), 0.0), 0.0)
-                ratio = self.slow[virtual] / self.slow[ref] - 1.0
+            ratio = self._ratio(g, ref, virtual)
             z = self.rng.standard_normal(len(virtual))
             lag = work * ratio + z * self.peer_sigma * math.sqrt(work * self.peer_tau)
             t_sync = max(t_sync, ready + float(lag.max()))
@@ -219,7 +232,11 @@ class Fabric:
                 if lst:
                     lst[:] = [e for e in lst if e > t_sync]
                     flows = max(flows, len(lst))
-        dur = self.costs.collective(comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host, flows) * comm.repeat
+        shape = (comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host, flows)
+        dur = self._cost.get(shape)
+        if dur is None:
+            dur = self._cost[shape] = self.costs.collective(*shape)
+        dur *= comm.repeat
         t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma if comm.repeat == 1 else self.comm_sigma / math.sqrt(comm.repeat))
         if inter:
             for a in m.arrivals:
