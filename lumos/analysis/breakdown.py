@@ -25,6 +25,7 @@ import numpy as np
 from lumos import intervals
 
 COMPONENTS = ("exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us")
+METRICS = ("iteration_us",) + COMPONENTS
 
 
 @dataclass

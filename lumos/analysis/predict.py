@@ -21,12 +21,12 @@ from lumos.trace.steps import select_step
 from lumos.transform.plan import Plan
 from lumos.transform.whatif import base_plan, memory_of, transform
 
-from .breakdown import COMPONENTS, breakdown, relative_error_pct
+from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
 from .run_replay import run_breakdown
 
 __all__ = ["predict", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
 
-KEYS = ("iteration_us",) + COMPONENTS
+KEYS = METRICS
 
 
 def simulate_plan(plan: Plan, engine: str = "auto"):

@@ -71,6 +71,11 @@ def _category(key: str) -> str:
     return key.split("|", 1)[0]
 
 
+def _name_of(key: str) -> str:
+    """The class key without its size: 'category|name' ('gap|edge class|name' for host gaps)."""
+    return "|".join(key.split("|")[:3 if _category(key) == "gap" else 2])
+
+
 def task_keys(graph: Graph, table: TraceTable | None = None) -> np.ndarray:
     """Class key of every task: 'compute|name', 'comm|name|elements', 'host|name|input dims'.
     Without a table (a predicted graph) keys carry the name only."""
@@ -215,8 +220,7 @@ class Spread:
         """The pool a key draws from: its own, else its name's best-observed class, else its category's."""
         if key in self.pools:
             return key, self.pools[key]
-        parts = key.split("|")
-        alias = self.by_name.get("|".join(parts[:2]) if cat != "gap" else "|".join(parts[:3]))
+        alias = self.by_name.get(_name_of(key))
         if alias is not None:
             return alias, self.pools[alias]
         return "pooled|" + cat, self.pooled.get(cat, _ONES)
@@ -266,7 +270,7 @@ def fit_spread(groups: list[FitGroup]) -> Spread:
         if len(r) < MIN_OCCURRENCES:
             continue
         out.pools[key] = np.sort(r)
-        name = "|".join(key.split("|")[:3 if _category(key) == "gap" else 2])
+        name = _name_of(key)
         if len(r) > best.get(name, (-1, ""))[0]:
             best[name] = (len(r), key)
     out.by_name = {name: key for name, (_, key) in best.items()}

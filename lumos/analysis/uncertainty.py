@@ -38,7 +38,7 @@ from lumos.sim import prepare
 from lumos.sim.sampling import DurationModel, draws, sample_compiled, sample_reference
 from lumos.trace import EmptyStepError, TraceTable, find_steps
 
-from .breakdown import COMPONENTS, Breakdown, breakdown
+from .breakdown import METRICS, Breakdown, breakdown
 from .replay import _window
 from .spread import FitGroup, Spread, fit_spread, lag_keys, task_keys
 from .statistics import coverage, prediction_interval
@@ -51,7 +51,6 @@ __all__ = ["DEFAULT_SAMPLES", "LEVELS", "METRICS", "FastBreakdown", "monte_carlo
 # (at 2,000: up to 1.05%; docs/intervals.md, `python benchmarks/bench_intervals.py --stability`).
 DEFAULT_SAMPLES = 8000
 LEVELS = (0.5, 0.9, 0.95)
-METRICS = ("iteration_us",) + COMPONENTS
 
 
 # -- the breakdown of many timelines of one graph -----------------------------------------------
@@ -94,7 +93,7 @@ _overlap = njit(cache=True)(intervals.intersection_length)
 class FastBreakdown:
     """`replayed_breakdown` for many schedules of one graph; equal to it number for number."""
 
-    def __init__(self, graph: Graph, iteration: str = "step", by_rank: bool = False):
+    def __init__(self, graph: Graph, iteration: str = "step"):
         self.graph, self.iteration = graph, iteration
         gpu = graph.kind == TaskKind.GPU
         self.gpu = gpu
@@ -202,8 +201,11 @@ def step_graphs(table: TraceTable, **build) -> list[Graph]:
 
 def fit_tables(tables: Sequence[TraceTable], **build) -> Spread:
     """Fit the duration model on every profiled step of every rank."""
-    groups = [FitGroup(g, task_keys(g, t), lag_keys(g), t.rank) for t in tables for g in step_graphs(t, **build)]
-    return fit_spread(groups)
+    return fit_spread([group for t in tables for group in _fit_groups(t, step_graphs(t, **build))])
+
+
+def _fit_groups(table: TraceTable, graphs: Sequence[Graph]) -> list[FitGroup]:
+    return [FitGroup(g, task_keys(g, table), lag_keys(g), table.rank) for g in graphs]
 
 
 def replay_interval(graph: Graph, table: TraceTable | None, spread: Spread, samples: int, seed: int = 0,
@@ -233,7 +235,7 @@ def other_iterations(table: TraceTable, step: int | None = None, samples: int = 
     from .replay import measured_breakdown
 
     graphs = step_graphs(table)
-    spread = fit_spread([FitGroup(g, task_keys(g, table), lag_keys(g), table.rank) for g in graphs])
+    spread = fit_spread(_fit_groups(table, graphs))
     graph = build_graph(table, step=step)
     doc = replay_interval(graph, table, spread, samples, seed, iteration=iteration)
     chosen = graph.summary["step"]

@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="write the prediction JSON here")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
-    p.add_argument("--samples", type=int, default=0, metavar="N",  # issue 15: intervals
+    p.add_argument("--samples", type=int, default=0, metavar="N",
                    help="also replay the prediction N times with durations drawn from the spread fitted on "
                         "the base and report the median and 50/90/95%% intervals (docs/intervals.md)")
     p.add_argument("--seed", type=int, default=0, help="seed of --samples (default 0)")
@@ -108,7 +108,7 @@ def format_table(doc: dict) -> str:
                      f" -> {'fits' if m['fits'] else 'does NOT fit'}")
     for n in doc.get("notes", []):
         lines.append(f"  note: {n}")
-    if "interval" in doc:  # issue 15
+    if "interval" in doc:
         from lumos.analysis.uncertainty import format_interval
         lines.append(format_interval(doc["interval"]))
     return "\n".join(lines)

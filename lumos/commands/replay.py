@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drop-random", type=float, default=0.0, metavar="FRACTION",
                    help="after the build, drop this fraction of all edges at random (ablation)")
     p.add_argument("--seed", type=int, default=0, help="seed of --drop-random and of --samples (default 0)")
-    p.add_argument("--samples", type=int, default=0, metavar="N",  # issue 15: intervals
+    p.add_argument("--samples", type=int, default=0, metavar="N",
                    help="also replay N times with durations drawn from a model fitted on the trace and "
                         "report the median and 50/90/95%% intervals (docs/intervals.md)")
     p.add_argument("--ranks-from-files", action="store_true",
@@ -135,7 +135,7 @@ def run(args) -> int:
         doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
     if args.joint:
         doc["joint"] = _joint(args, tables, classes)
-    interval_lines = _intervals(args, doc, result, tables)  # issue 15
+    interval_lines = _intervals(args, doc, result, tables)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")

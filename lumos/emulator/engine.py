@@ -114,8 +114,7 @@ class Stream:
             else:
                 dur = spec.base_us * dev.slowness * dev.rand.lognormal(dev.jitter * spec.jitter_scale)
                 if dev.active_comm:
-                    c = spec.contended
-                    dur *= dev.contention if c == 1.0 else 1.0 + (dev.contention - 1.0) * c
+                    dur *= 1.0 + dev.comm_slowdown * spec.contended
                 dev.busy += dur
                 yield env.timeout(dur)
                 extra = {"bytes": spec.nbytes} if spec.nbytes else None
@@ -131,7 +130,7 @@ class Device:
     def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric):
         self.env, self.rank, self.slowness = env, rank, slowness
         self.jitter = knobs.compute.jitter_sigma
-        self.contention = 1.0 + knobs.compute.comm_slowdown
+        self.comm_slowdown = knobs.compute.comm_slowdown   # SM share an active NCCL kernel takes
         self.rand, self.recorder, self.fabric = rand, recorder, fabric
         self.active_comm = 0
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
@@ -237,7 +236,7 @@ class Fabric:
         if dur is None:
             dur = self._cost[shape] = self.costs.collective(*shape)
         dur *= comm.repeat
-        t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma if comm.repeat == 1 else self.comm_sigma / math.sqrt(comm.repeat))
+        t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma / math.sqrt(comm.repeat))
         if inter:
             for a in m.arrivals:
                 self.nic.setdefault(a[1], []).append(t_end)
