@@ -1,6 +1,7 @@
 # The Lumos pipeline: `snakemake --cores 8` regenerates every table and figure.
 # Data order: emulate -> replay (real, emulated; Lumos, dPRO-style) -> predict -> ablate -> aggregate -> figures.
-# Beside it: the emulator itself against published measurements (realism).
+# Beside it: the emulator itself against published measurements (realism), and whether the
+# prediction intervals cover the emulated actual of other seeds (coverage).
 # The sweep is in config/config.yaml; model/cluster/simulator/ablation settings are Hydra groups under config/.
 # See docs/pipeline.md.
 from snakemake.utils import min_version, validate
@@ -39,6 +40,7 @@ include: "workflow/rules/h200.smk"
 include: "workflow/rules/speed.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/realism.smk"
+include: "workflow/rules/coverage.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"

@@ -8,12 +8,26 @@ docs/intervals.md):
 
 - Classes. A task's class is its kind and name, plus what the trace says of
   its size: `Input Dims` for CPU ops, the element count for collectives.
-  Kernels carry no shape in Kineto, so a kernel's class is its name.
+  Kernels carry no shape in Kineto; a kernel's class adds the name and
+  `Input Dims` of the CPU op that launched it (same `External id`), so one
+  GEMM kernel name used for four shapes makes four classes.
+- Modes. What the trace does not tell apart can still be told by size: a
+  class's occurrences (over all groups) are split where their sorted
+  log durations jump by more than `BREAK_LOG` (a factor of 2), except between
+  two modes that are both small (a scattered tail stays one mode), and each
+  mode is a class of its own. A 4 us gap between ops and a 3 ms Python block
+  before the same launch are two modes, not one class whose ratios reach
+  750. A task is put in the mode nearest its own duration, so a predicted
+  task finds its mode by its predicted size. Collectives are not split:
+  their long occurrences are waits (below).
 - Groups. Each profiled step of each rank is a group (`FitGroup`): the
   graph of that step. Within a group, a class's occurrences divided by the
   class's median in that group are its ratios (groups where it occurs once say
   nothing and are skipped). A class's pool is its ratios over every group
-  (iterations and ranks); a class with fewer than `MIN_OCCURRENCES` ratios
+  (iterations and ranks). A class seen about once per iteration (fewer than
+  `MIN_OCCURRENCES` ratios, but in that many groups: a data-loader wait) takes
+  its spread across groups instead (its median in each group / the median
+  over groups). A class with neither
   borrows the pooled spread of its category: the typical well-observed
   class, whose quantile at each of `POOL_QUANTILES` probabilities is the
   median of those classes' quantiles there (robust to a few classes that
@@ -43,10 +57,11 @@ import numpy as np
 
 from lumos.graph.model import EdgeClass, Graph, TaskKind
 from lumos.sim.sampling import DurationModel
-from lumos.trace import TraceTable
+from lumos.trace import TraceTable, schema
 
-__all__ = ["MIN_OCCURRENCES", "FitGroup", "Spread", "fit_spread", "task_keys", "lag_keys"]
+__all__ = ["MIN_OCCURRENCES", "FitGroup", "Spread", "fit_spread", "task_keys", "lag_keys", "mode_keys"]
 
+BREAK_LOG = float(np.log(2.0))  # a class splits into modes where sorted log durations jump by more than this
 MIN_OCCURRENCES = 5     # ratios a class needs to keep its own spread (fewer: its category's pooled spread)
 POOL_QUANTILES = 100    # probabilities at which the pooled spread is the median of the classes' quantiles
 TRANSFER_Q = 0.10       # a collective's transfer part: this quantile of its class in the group
@@ -77,23 +92,64 @@ def _name_of(key: str) -> str:
 
 
 def task_keys(graph: Graph, table: TraceTable | None = None) -> np.ndarray:
-    """Class key of every task: 'compute|name', 'comm|name|elements', 'host|name|input dims'.
-    Without a table (a predicted graph) keys carry the name only."""
-    keys = np.empty(graph.n_tasks, dtype=object)
-    ev = graph.event
-    for i in range(graph.n_tasks):
-        name = graph.name[i]
-        row = int(ev[i]) if table is not None and ev[i] >= 0 and ev[i] < len(table) else -1
-        if graph.kind[i] == TaskKind.GPU:
-            if graph.comm[i]:
-                size = int(table.in_nelems[row]) if row >= 0 else -1
-                keys[i] = f"comm|{name}" + (f"|{size}" if size >= 0 else "")
-            else:
-                keys[i] = f"compute|{name}"
+    """Class key of every task: 'compute|name|launching op|its input dims', 'comm|name|elements',
+    'host|name|input dims'. Without a table (a predicted graph) keys carry the name only."""
+    n = graph.n_tasks
+    gpu = graph.kind == TaskKind.GPU
+    comm = gpu & graph.comm.astype(bool)
+    names = np.asarray(graph.name, dtype=object)
+    suffix = np.full(n, "", dtype=object)
+    if table is not None and len(table):
+        ev = np.asarray(graph.event, dtype=np.int64)
+        ok = (ev >= 0) & (ev < len(table))
+        row = np.where(ok, ev, 0)
+        dims = np.where(ok, table.input_dims[row], None)
+        host = ok & ~gpu & (dims != None)  # noqa: E711 (elementwise)
+        suffix[host] = ["|" + str(d) for d in dims[host]]
+        elems = table.in_nelems[row]
+        sized = ok & comm & (elems >= 0)
+        suffix[sized] = ["|" + str(int(e)) for e in elems[sized]]
+        launched = ok & gpu & ~comm
+        if launched.any():
+            op = _launching_op(table)[row[launched]]
+            at = np.flatnonzero(launched)[op >= 0]
+            op = op[op >= 0]
+            suffix[at] = [f"|{table.name[r]}|{table.input_dims[r] or ''}" for r in op]
+    prefix = np.where(comm, "comm|", np.where(gpu, "compute|", "host|")).astype(object)
+    return prefix + names + suffix
+
+
+def _launching_op(table: TraceTable) -> np.ndarray:
+    """Per row, for GPU rows: the row of the innermost CPU op enclosing the runtime call that
+    launched it (same correlation id); -1 where there is none. Found by timestamps on the
+    call's thread, not by `External id`, which older traces reuse across threads."""
+    out = np.full(len(table), -1, np.int64)
+    ops = np.flatnonzero(table.cat == schema.CPU_OP)
+    calls = np.flatnonzero((table.cat == schema.RUNTIME) & (table.corr >= 0))
+    if not len(ops) or not len(calls):
+        return out
+    rows = np.concatenate([ops, calls])
+    is_call = np.concatenate([np.zeros(len(ops), bool), np.ones(len(calls), bool)])
+    order = np.lexsort((-table.dur[rows], is_call, table.ts[rows], table.tid[rows], table.pid[rows]))
+    parent_of_call = {}
+    stack: list[tuple[float, int]] = []
+    thread = None
+    ts, end, pid, tid = table.ts, table.ts + table.dur, table.pid, table.tid
+    for k in order:
+        r = int(rows[k])
+        here = (int(pid[r]), int(tid[r]))
+        if here != thread:
+            stack, thread = [], here
+        while stack and stack[-1][0] < end[r] and stack[-1][0] <= ts[r]:
+            stack.pop()
+        if is_call[k]:
+            if stack:
+                parent_of_call[int(table.corr[r])] = stack[-1][1]
         else:
-            dims = table.input_dims[row] if row >= 0 else None
-            keys[i] = f"host|{name}" + (f"|{dims}" if dims else "")
-    return keys
+            stack.append((float(end[r]), r))
+    gpu = np.flatnonzero(table.is_gpu() & (table.corr >= 0))
+    out[gpu] = [parent_of_call.get(int(c), -1) for c in table.corr[gpu]]
+    return out
 
 
 def lag_keys(graph: Graph) -> np.ndarray:
@@ -106,27 +162,65 @@ def lag_keys(graph: Graph) -> np.ndarray:
 
 
 def _by_key(keys: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
-    """Values grouped by key (None keys dropped); each group in its original order."""
-    keep = np.array([k is not None for k in keys], dtype=bool)
-    if not keep.any():
+    """Values grouped by key (None keys dropped), keys in sorted order, each group in its original
+    order. Keys are numbered through a dict: sorting the long key strings themselves was most of
+    a fit's time."""
+    index: dict = {}
+    codes = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+    index.pop(None, None)
+    if not index:
         return {}
-    k, v = keys[keep].astype(str), values[keep]
-    uniq, inv = np.unique(k, return_inverse=True)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
-    return {str(u): v[order[bounds[c]:bounds[c + 1]]] for c, u in enumerate(uniq)}
+    names = sorted(index)
+    rank = np.full(len(index) + 1, -1, np.int64)  # code -> position among sorted keys (None's code: -1)
+    for pos, name in enumerate(names):
+        rank[index[name]] = pos
+    r = rank[codes]
+    keep = r >= 0
+    order = np.flatnonzero(keep)[np.argsort(r[keep], kind="stable")]
+    bounds = np.searchsorted(r[order], np.arange(len(names) + 1))
+    return {name: values[order[bounds[c]:bounds[c + 1]]] for c, name in enumerate(names)}
 
 
 def _transfer(values: np.ndarray) -> float:
     return float(np.quantile(values, TRANSFER_Q)) if len(values) >= MIN_OCCURRENCES else float(values.min())
 
 
+_FLOOR_US = 1e-3  # log of a zero duration
+
+
+def _breaks(values: np.ndarray) -> np.ndarray:
+    """Boundaries between a class's modes: geometric midpoints where its sorted log values jump
+    by more than `BREAK_LOG`, except between two modes that both hold fewer than
+    `MIN_OCCURRENCES` values: a scattered tail (one data-loader wait per step, 0.5 ms to 4 s)
+    stays one mode, and it never joins a well-observed mode it differs from."""
+    lv = np.sort(np.log(np.maximum(np.asarray(values, np.float64), _FLOOR_US)))
+    cuts = np.flatnonzero(np.diff(lv) > BREAK_LOG)
+    sizes = np.diff(np.concatenate([[0], cuts + 1, [len(lv)]]))
+    small = sizes < MIN_OCCURRENCES
+    cuts = cuts[~(small[:-1] & small[1:])]
+    return np.exp((lv[cuts] + lv[cuts + 1]) / 2)
+
+
+def mode_keys(keys: np.ndarray, values: np.ndarray, breaks: dict[str, np.ndarray]) -> np.ndarray:
+    """Each key with its mode ('key#m', m counted from the shortest) where its class has modes;
+    None keys stay None."""
+    out = keys.copy()
+    for key, members in _by_key(keys, np.arange(len(keys))).items():
+        b = breaks.get(key)
+        if b is not None and len(b):
+            m = np.searchsorted(b, np.asarray(values, np.float64)[members])
+            out[members] = [f"{key}#{x}" for x in m]
+    return out
+
+
 @dataclass
 class Spread:
     """A fitted duration model, independent of the graph it will be applied to."""
-    pools: dict[str, np.ndarray] = field(default_factory=dict)    # class key -> sorted ratios
+    pools: dict[str, np.ndarray] = field(default_factory=dict)    # mode key -> sorted ratios
     waits: dict[str, np.ndarray] = field(default_factory=dict)    # comm class key -> sorted waits (us)
     pooled: dict[str, np.ndarray] = field(default_factory=dict)   # category -> sorted pooled ratios
+    breaks: dict[str, np.ndarray] = field(default_factory=dict)   # class key -> boundaries of its modes (us)
+    known: set = field(default_factory=set)                       # every class key seen in the fit
     by_name: dict[str, str] = field(default_factory=dict)         # 'category|name' -> its best-observed class
     sigma: dict[str, float] = field(default_factory=dict)         # factor category -> std of log speed
     groups: int = 0
@@ -136,34 +230,35 @@ class Spread:
     def summary(self) -> dict:
         own = {c: sum(1 for k in self.pools if _category(k) == c) for c in CATEGORIES}
         return {"groups": self.groups, "ranks": self.ranks, "classes": self.classes,
-                "classes_with_own_spread": own,
+                "classes_with_modes": sum(1 for b in self.breaks.values() if len(b)),
+                "modes_with_own_spread": own,
                 "rank_speed_sigma": {k: round(v, 6) for k, v in self.sigma.items()}}
 
     # -- applying the model to a graph ------------------------------------------------------
     def model(self, graph: Graph, keys: np.ndarray | None = None, lags: np.ndarray | None = None,
               own: bool = True, instances: list | None = None) -> DurationModel:
-        """The sampling plan of `graph`. `own`: the graph is one of the fitted steps, so a class
+        """The sampling plan of `graph`. `own`: the graph is one of the fitted steps, so a mode
         seen `MIN_OCCURRENCES` times in it is centred on its median there (collectives: their
         transfer part, the wait drawn apart); otherwise (a predicted graph) every task is
-        centred on its own duration. `instances`: groups of tasks (one collective instance on
-        several ranks) that share one transfer draw."""
+        centred on its own duration. A task draws from the mode of its class (or of its name's
+        best-observed class) nearest its duration. `instances`: groups of tasks (one collective
+        instance on several ranks) that share one transfer draw."""
         keys = task_keys(graph) if keys is None else keys
         lags = lag_keys(graph) if lags is None else lags
         n = graph.n_tasks
         plan = _Plan()
-        base = graph.dur.astype(np.float64).copy()
+        dur = graph.dur.astype(np.float64)
+        moded = mode_keys(self._resolve(keys), dur, self.breaks)
+        base = dur.copy()
         task_pool = np.full(n, -1, np.int64)
         wait_pool = np.full(n, -1, np.int64)
-        centre = self._centres(keys, graph.dur) if own else {}
-        for i in range(n):
-            key = keys[i]
-            if key is None:
-                continue
+        centre = self._centres(moded, dur) if own else {}
+        for key, members in _by_key(moded, np.arange(n)).items():
             if key in centre:
-                base[i], waits = centre[key]
+                base[members], waits = centre[key]
                 if waits:
-                    wait_pool[i] = plan.pool(key + "|wait", self.waits[key])
-            task_pool[i] = plan.pool(*self._lookup(key, _category(key)))
+                    wait_pool[members] = plan.pool(key + "|wait", self.waits[key])
+            task_pool[members] = plan.pool(*self._pool_of(key, _category(key), centred=key in centre))
         task_u = np.full(n, -1, np.int64)
         sampled = task_pool >= 0
         task_u[sampled] = np.arange(int(sampled.sum()))
@@ -178,13 +273,15 @@ class Spread:
         w = wait_pool >= 0
         wait_u[w] = n_u + np.arange(int(w.sum()))
         n_u += int(w.sum())
+        lag = graph.lag.astype(np.float64)
         lag_pool = np.full(graph.n_edges, -1, np.int64)
-        lag_base = graph.lag.astype(np.float64).copy()
-        lag_centre = self._centres(lags, graph.lag) if own else {}
-        for j in np.flatnonzero(np.array([k is not None for k in lags], dtype=bool)):
-            if lags[j] in lag_centre:
-                lag_base[j] = lag_centre[lags[j]][0]
-            lag_pool[j] = plan.pool(*self._lookup(lags[j], "gap"))
+        lag_base = lag.copy()
+        lag_moded = mode_keys(self._resolve(lags), lag, self.breaks)
+        lag_centre = self._centres(lag_moded, lag) if own else {}
+        for key, members in _by_key(lag_moded, np.arange(graph.n_edges)).items():
+            if key in lag_centre:
+                lag_base[members] = lag_centre[key][0]
+            lag_pool[members] = plan.pool(*self._pool_of(key, "gap", centred=key in lag_centre))
         lag_u = np.full(graph.n_edges, -1, np.int64)
         le = lag_pool >= 0
         lag_u[le] = n_u + np.arange(int(le.sum()))
@@ -205,8 +302,17 @@ class Spread:
                              lag_u=lag_u, pool_ptr=ptr, pool_val=val, factor_sigma=np.array(sigmas, np.float64),
                              n_uniform=n_u)
 
+    def _resolve(self, keys: np.ndarray) -> np.ndarray:
+        """Each key as a fitted class: itself, else its name's best-observed class, else itself
+        (unknown: its category's pooled spread)."""
+        out = keys.copy()
+        for key, members in _by_key(keys, np.arange(len(keys))).items():
+            if key not in self.known:
+                out[members] = self.by_name.get(_name_of(key), key)
+        return out
+
     def _centres(self, keys: np.ndarray, values: np.ndarray) -> dict[str, tuple[float, bool]]:
-        """Per class seen `MIN_OCCURRENCES` times in this graph and fitted with its own spread:
+        """Per mode seen `MIN_OCCURRENCES` times in this graph and fitted with its own spread:
         the value a ratio of 1 gives (its median; a collective's transfer part) and whether a
         wait is drawn apart."""
         out = {}
@@ -216,14 +322,16 @@ class Spread:
                 out[key] = (_transfer(v), True) if key in self.waits else (float(np.median(v)), False)
         return out
 
-    def _lookup(self, key: str, cat: str) -> tuple[str, np.ndarray]:
-        """The pool a key draws from: its own, else its name's best-observed class, else its category's."""
-        if key in self.pools:
-            return key, self.pools[key]
-        alias = self.by_name.get(_name_of(key))
-        if alias is not None:
-            return alias, self.pools[alias]
-        return "pooled|" + cat, self.pooled.get(cat, _ONES)
+    def _pool_of(self, key: str, cat: str, centred: bool) -> tuple[str, np.ndarray]:
+        """The pool a (resolved, moded) key draws from: its own, else its category's. A task not
+        centred on its mode's median (its own duration is already one draw, or a prediction)
+        draws ratios scaled to mean 1, so that its expected duration is its own: a mode that
+        still mixes sizes has ratios of mean above 1 (the median of a skewed mix is low)."""
+        name, pool = (key, self.pools[key]) if key in self.pools else ("pooled|" + cat, self.pooled.get(cat, _ONES))
+        if centred:
+            return name, pool
+        mean = float(pool.mean())
+        return (name + "|mean 1", pool / mean) if mean > 0 and mean != 1.0 else (name, pool)
 
 
 _ONES = np.ones(1)
@@ -254,26 +362,38 @@ class _Plan:
 # -- fitting ----------------------------------------------------------------------------------
 def fit_spread(groups: list[FitGroup]) -> Spread:
     """Fit the duration model on the given steps and ranks (see the module docstring)."""
+    out = Spread(groups=len(groups), ranks=len({g.rank for g in groups}))
+    every: dict[str, list[np.ndarray]] = {}
+    for g in groups:
+        for keys, values in ((g.keys, g.graph.dur), (g.lag_keys, g.graph.lag)):
+            for key, d in _by_key(keys, values.astype(np.float64)).items():
+                every.setdefault(key, []).append(d)
+    out.known = set(every)
+    out.breaks = {k: _breaks(np.concatenate(v)) for k, v in every.items() if _category(k) != "comm"}
+    out.breaks = {k: b for k, b in out.breaks.items() if len(b)}
+    best: dict[str, tuple[int, str]] = {}
+    for key, parts in every.items():
+        count = sum(len(x) for x in parts)
+        if count > best.get(_name_of(key), (-1, ""))[0]:
+            best[_name_of(key)] = (count, key)
+    out.by_name = {name: key for name, (_, key) in best.items()}
     ratios: dict[str, list[np.ndarray]] = {}
     waits: dict[str, list[np.ndarray]] = {}
-    medians: dict[str, dict[int, float]] = {}   # class -> group -> median (speed factors)
+    medians: dict[str, dict[int, float]] = {}   # mode -> group -> median (speed factors)
     for gi, g in enumerate(groups):
-        for key, d in _by_key(g.keys, g.graph.dur.astype(np.float64)).items():
-            _add_class(key, d, gi, ratios, waits, medians)
-        for key, d in _by_key(g.lag_keys, g.graph.lag.astype(np.float64)).items():
-            _add_class(key, d, gi, ratios, waits, medians)
-    out = Spread(groups=len(groups), ranks=len({g.rank for g in groups}))
-    out.classes = {c: sum(1 for k in medians if _category(k) == c) for c in CATEGORIES}
-    best: dict[str, tuple[int, str]] = {}
+        for keys, values in ((g.keys, g.graph.dur), (g.lag_keys, g.graph.lag)):
+            values = values.astype(np.float64)
+            for key, d in _by_key(mode_keys(keys, values, out.breaks), values).items():
+                _add_class(key, d, gi, ratios, waits, medians)
+    out.classes = {c: sum(1 for k in every if _category(k) == c) for c in CATEGORIES}
     for key, parts in ratios.items():
         r = np.concatenate(parts)
-        if len(r) < MIN_OCCURRENCES:
-            continue
-        out.pools[key] = np.sort(r)
-        name = _name_of(key)
-        if len(r) > best.get(name, (-1, ""))[0]:
-            best[name] = (len(r), key)
-    out.by_name = {name: key for name, (_, key) in best.items()}
+        if len(r) >= MIN_OCCURRENCES:
+            out.pools[key] = np.sort(r)
+    for key, per_group in medians.items():  # about once per iteration: its spread across iterations
+        m = np.array(list(per_group.values()))
+        if key not in out.pools and _category(key) != "comm" and len(m) >= MIN_OCCURRENCES and np.median(m) > 0:
+            out.pools[key] = np.sort(m / np.median(m))
     for key, parts in waits.items():
         w = np.concatenate(parts)
         if key in out.pools and len(w) >= MIN_OCCURRENCES:

@@ -353,3 +353,32 @@ def realism_figure(rows: pd.DataFrame, summary: pd.DataFrame):
     fig.text(0.995, 0.0, "y: EMULATED cluster; x: published hardware measurements (resources/measurements/)",
              ha="right", va="top", fontsize=7, color="#B22222")
     return fig
+
+
+# ---- interval coverage (issue 15) ----------------------------------------------------------------
+
+COVERAGE_STYLE = {"replay": ("#264653", "o"), "DP": ("#2A9D8F", "s"), "PP": ("#E9C46A", "^"),
+                  "DP+PP": ("#F4A261", "v"), "variant": ("#E76F51", "D")}
+
+
+def coverage_figure(table: pd.DataFrame):
+    """Reliability: nominal vs observed coverage of the iteration-time interval, one line per group
+    (the pooled `all: GROUP` rows of the coverage table)."""
+    levels = (50, 90, 95)
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    ax.plot([40, 100], [40, 100], ls="--", color="#777777", lw=1, label="perfect calibration")
+    pooled = table[table["experiment"].astype(str).str.startswith("all: ")]
+    for _, row in pooled.iterrows():
+        color, marker = COVERAGE_STYLE.get(row["group"], ("#555555", "x"))
+        ls = "-" if row["group"] in COVERAGE_STYLE else ":"
+        ax.plot(levels, [row[f"coverage{lv}_pct"] for lv in levels], marker=marker, color=color, ls=ls,
+                label=f"{row['group']} ({int(row['seeds'])} actuals)")
+    ax.set_xlim(40, 100)
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("nominal coverage of the interval (%)")
+    ax.set_ylabel("observed: actual iterations inside (%)")
+    ax.set_title("Are the intervals honest? (emulated actuals, other seeds)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    _emulated_note(ax)
+    fig.tight_layout()
+    return fig

@@ -6,7 +6,8 @@
 `snakemake --cores 8` produced and nothing typed by hand; between
 `<!-- h200:begin -->` and `<!-- h200:end -->` it writes a narrow view of
 `h200_whatif.csv` (the measured-on-hardware what-ifs); between `<!-- realism:begin -->` and
-`<!-- realism:end -->` the summary block of `emulator_realism.md` (emulated vs measured per data set).
+`<!-- realism:end -->` the summary block of `emulator_realism.md` (emulated vs measured per data set);
+between `<!-- coverage:begin -->` and `<!-- coverage:end -->` a narrow view of `coverage.csv`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
 ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "speed", "ablation", "statistics")
 LINKED = {"ablation_by_trace": "Every variant on every trace",   # too long to paste: linked instead
           "transfer_real": "Every transfer prediction",
+          "coverage": "Every column of the interval coverage (a narrow view is pasted under \"Prediction "
+                      "intervals: do they hold?\")",
           "emulator_realism": "Emulated vs measured, per data set and per configuration (the summary is pasted "
                               "under \"Is the emulator realistic?\")"}
 SUMMARY_ONLY = ("transfer_real",)   # paste the first (summary) table, link the rest
@@ -65,6 +68,22 @@ def render_realism(tables_dir: Path) -> str:
     return (tables_dir / "emulator_realism.md").read_text().strip().split("\n\n**", 1)[0].strip() + "\n"
 
 
+COVERAGE_BEGIN, COVERAGE_END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
+COVERAGE_COLUMNS = ("experiment", "group", "point_ms", "lo90_ms", "hi90_ms", "width90_pct", "actual_mean_ms",
+                    "actual_sd_pct", "point_error_pct", "coverage50_pct", "coverage90_pct", "coverage95_pct")
+
+
+def render_coverage(tables_dir: Path) -> str:
+    import pandas as pd
+
+    from .tables import to_markdown
+
+    df = pd.read_csv(tables_dir / "coverage.csv")
+    title = (f"Interval coverage (emulated): each interval against the emulated actual of "
+             f"{int(df['seeds'].iloc[0])} other seeds")
+    return to_markdown(df[list(COVERAGE_COLUMNS)], title).strip() + "\n"
+
+
 def _replace(text: str, begin: str, end: str, body: str, readme: Path) -> str:
     if begin not in text or end not in text:
         raise SystemExit(f"{readme}: markers {begin} / {end} not found")
@@ -79,6 +98,8 @@ def paste(readme: Path, tables_dir: Path) -> None:
         text = _replace(text, H200_BEGIN, H200_END, render_h200(tables_dir), readme)
     if (tables_dir / "emulator_realism.md").exists() and REALISM_BEGIN in text:
         text = _replace(text, REALISM_BEGIN, REALISM_END, render_realism(tables_dir), readme)
+    if (tables_dir / "coverage.csv").exists() and COVERAGE_BEGIN in text:
+        text = _replace(text, COVERAGE_BEGIN, COVERAGE_END, render_coverage(tables_dir), readme)
     write_text_atomic(readme, text)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from lumos.analysis.statistics import bootstrap_mean_ci, run_spread, summarize
+from lumos.analysis.uncertainty import coverage_by_level
 from lumos.trace.atomic import atomic_open, write_text_atomic
 
 PARTS = ("iteration", "exposed_compute", "overlapped", "exposed_comm", "other")
@@ -424,3 +425,56 @@ def write_realism_table(summary: pd.DataFrame, configs: pd.DataFrame, csv_path, 
                                  "each part's share of the iteration as measured % / emulated % (difference in "
                                  "points)")
     write_text_atomic(md_path, md)
+
+
+# ---- interval coverage (issue 15) -------------------------------------------------------------
+
+COVERAGE_LEVELS = ("50", "90", "95")
+COVERAGE_POOLS = {"scale-out (DP, PP, DP+PP)": ("DP", "PP", "DP+PP"), "variants": ("variant",),
+                  "all predictions": ("DP", "PP", "DP+PP", "variant")}
+
+
+def coverage_rows(intervals: Sequence[Mapping], actuals: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per experiment: its interval (from the fit seed's base) against the actual iteration of
+    every coverage seed of its run; coverage in %, widths and errors relative to the actual mean."""
+    rows = []
+    for doc in intervals:
+        act = actuals[doc["run"]]
+        x = act["iteration_us"].to_numpy(dtype=float)
+        iv = doc["interval"]["iteration_us"]
+        cov = coverage_by_level(x, [doc["interval"]] * len(x))
+        mean = float(np.mean(x))
+        row = {"source": "emulated", "experiment": doc["label"], "group": doc["group"], "run": doc["run"],
+               "fit_seed": doc["fit_seed"], "seeds": len(x), "samples": doc["interval"]["samples"],
+               "point_ms": doc["point_us"] / 1e3, "median_ms": iv["median"] / 1e3,
+               "lo90_ms": iv["90"][0] / 1e3, "hi90_ms": iv["90"][1] / 1e3,
+               "width90_pct": 100 * (iv["90"][1] - iv["90"][0]) / iv["median"],
+               "actual_mean_ms": mean / 1e3,
+               "actual_sd_pct": 100 * float(np.std(x, ddof=1)) / mean if len(x) > 1 else float("nan"),
+               "point_error_pct": 100 * (doc["point_us"] - mean) / mean,
+               "abs_point_error_pct": 100 * abs(doc["point_us"] - mean) / mean,
+               "median_error_pct": 100 * (iv["median"] - mean) / mean}
+        row.update({f"coverage{lv}_pct": 100 * cov[lv] for lv in COVERAGE_LEVELS})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def coverage_table(per_experiment: pd.DataFrame) -> pd.DataFrame:
+    """The experiments, then one pooled row per group and pool (each actual seed counts once)."""
+    pooled, done = [], set()
+    groups = [(g, (g,)) for g in dict.fromkeys(per_experiment["group"])] + list(COVERAGE_POOLS.items())
+    for name, members in groups:
+        sub = per_experiment[per_experiment["group"].isin(members)]
+        seen = frozenset(sub.index)
+        if sub.empty or (len(members) > 1 and sub["group"].nunique() < 2) or seen in done:
+            continue
+        done.add(seen)
+        w = sub["seeds"].to_numpy(dtype=float)
+        row = {"source": "emulated", "experiment": f"all: {name}", "group": name, "seeds": int(w.sum())}
+        for col in ("width90_pct", "actual_sd_pct"):
+            row[col] = float(np.average(sub[col], weights=w))
+        row["abs_point_error_pct"] = float(np.average(sub["abs_point_error_pct"], weights=w))
+        row.update({f"coverage{lv}_pct": float(np.average(sub[f"coverage{lv}_pct"], weights=w))
+                    for lv in COVERAGE_LEVELS})
+        pooled.append(row)
+    return pd.concat([per_experiment, pd.DataFrame(pooled)], ignore_index=True)

@@ -191,3 +191,38 @@ def test_replay_cli_samples_table_and_ranks(capsys):
     assert all(set(r["interval"]) == INTERVAL_KEYS for r in doc["ranks"])
     crit = next(r for r in doc["ranks"] if r["rank"] == doc["critical_rank"])
     assert doc["interval"] == crit["interval"]
+
+
+# -- classes: the launching op, and modes by size -------------------------------------------------
+def test_kernel_class_names_the_op_that_launched_it(nccl):
+    table, graph = nccl
+    keys = task_keys(graph, table)
+    nchw = [k for k in keys if k.startswith("compute|void cudnn::ops::nchwToNhwcKernel")]
+    # one kernel name, two classes: launched by the forward and by the backward convolution (the ops
+    # carry no Input Dims in this trace)
+    ops = [tuple(k.rsplit("|", 2)[1:]) for k in nchw]
+    assert ops.count(("aten::convolution_backward", "")) == 110 and ops.count(("aten::cudnn_convolution", "")) == 48
+    assert len(ops) == 158
+    assert sum(k == "compute|Memcpy DtoD (Device -> Device)|aten::copy_|" for k in keys) == 320
+
+
+def test_modes_split_a_class_at_a_jump_in_size():
+    from lumos.analysis.spread import _breaks, mode_keys
+
+    body = [4.0, 4.4, 3.8, 4.1, 4.2, 3.9]                 # 6 short gaps
+    block = [3000.0, 3100.0, 2900.0, 3050.0, 2950.0]     # 5 Python blocks before the same launch
+    tail = [20000.0, 90000.0]                            # two scattered long ones (a 4.5x jump between them)
+    values = np.array(body + block + tail + [1.0, 1.1, 0.9])
+    keys = np.array(["gap|intra_thread|op"] * 13 + ["host|y"] * 3 + [None], dtype=object)
+    breaks = {"gap|intra_thread|op": _breaks(values[:13]), "host|y": _breaks(values[13:])}
+    # cuts at both jumps next to a mode of 5+; none between the two tail values (both small)
+    assert breaks["gap|intra_thread|op"] == pytest.approx([np.sqrt(4.4 * 2900.0), np.sqrt(3100.0 * 20000.0)])
+    assert len(breaks["host|y"]) == 0
+    moded = mode_keys(keys, np.append(values, 7.0), breaks)
+    assert list(moded) == (["gap|intra_thread|op#0"] * 6 + ["gap|intra_thread|op#1"] * 5 + ["gap|intra_thread|op#2"] * 2
+                           + ["host|y"] * 3 + [None])
+    # a predicted task finds the mode nearest its own size
+    assert list(mode_keys(np.array(["gap|intra_thread|op"] * 3, dtype=object), np.array([10.0, 2000.0, 1e6]),
+                          breaks)) == ["gap|intra_thread|op#0", "gap|intra_thread|op#1", "gap|intra_thread|op#2"]
+    # two small modes side by side are one
+    assert len(_breaks(np.array([1.0, 1.1, 10.0, 11.0]))) == 0

@@ -27,10 +27,10 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism"]
+          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real")
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
-           "fig_emulator_realism"]
+           "fig_emulator_realism", "fig_coverage"]
 TWO_BLOCKS = ("transfer_real", "emulator_realism")   # a summary block above the rows
 pytestmark = pytest.mark.slow
 
@@ -136,6 +136,29 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert abs(speed["error_pct_mean"].iloc[0]) < 10.0
     stats = pd.read_csv(tables / "statistics.csv")
     assert len(stats) == 4 and stats["actual_iteration_ms_mean"].gt(0).all()
+
+
+def test_coverage_table_counts_the_other_seeds_inside_each_interval(work):
+    r = work / "results" / "tiny"
+    cov = pd.read_csv(r / "tables" / "coverage.csv")
+    rows = cov[~cov["experiment"].str.startswith("all: ")]
+    assert list(rows["experiment"]) == ["base", "2x2x8", "2x4x4"] and list(rows["group"]) == ["replay", "DP", "PP"]
+    assert (rows["seeds"] == 4).all() and (rows["samples"] == 100).all() and set(cov["source"]) == {"emulated"}
+    assert list(cov.loc[cov["experiment"].str.startswith("all: "), "experiment"]) == [
+        "all: replay", "all: DP", "all: PP", "all: scale-out (DP, PP, DP+PP)"]   # "all predictions" is the same rows
+    for _, row in rows.iterrows():
+        actual = pd.read_csv(r / "coverage" / "actuals" / f"{row['run']}.csv")
+        assert list(actual["seed"]) == [1000, 1001, 1002, 1003]   # not the fit seed (0)
+        x = actual["iteration_us"] / 1e3
+        inside = ((x >= row["lo90_ms"] - 1e-9) & (x <= row["hi90_ms"] + 1e-9)).mean()
+        assert row["coverage90_pct"] == pytest.approx(100 * inside)
+        assert row["coverage50_pct"] <= row["coverage90_pct"] <= row["coverage95_pct"]
+        assert row["lo90_ms"] < row["median_ms"] < row["hi90_ms"]
+    # the base row's point is the Lumos replay of seed 0's GPU span, which reproduces the run exactly
+    from lumos.emulator.actuals import emulate_actuals
+
+    seed0 = emulate_actuals(["model=tiny", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4"], [0])[0]
+    assert rows.iloc[0]["point_ms"] == pytest.approx(seed0["iteration_us"] / 1e3, abs=1e-3)   # CSV: 6 digits
 
 
 def test_emulator_realism_table_is_emulated_vs_the_published_measurements(work):

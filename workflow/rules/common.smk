@@ -166,6 +166,8 @@ def table_names():
         names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():
         names.append("statistics")
+    if config.get("coverage"):
+        names.append("coverage")
     return names
 
 
@@ -188,6 +190,8 @@ def figure_names():
         names.append("fig_h200_whatif")
     if (config.get("realism") or {}).get("datasets"):
         names.append("fig_emulator_realism")
+    if config.get("coverage"):
+        names.append("fig_coverage")
     return names
 
 

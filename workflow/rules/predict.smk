@@ -2,9 +2,13 @@
 
 
 def predict_config_files(wildcards):
+    return predict_config_files_for(wildcards.run)
+
+
+def predict_config_files_for(run):
     """The experiment's Hydra files, both model shapes (the what-if question) and the predictor's own group."""
     cfg_root = Path(os.environ["LUMOS_CONFIG_DIR"])
-    target = pc.parse_run(wildcards.run)
+    target = pc.parse_run(run)
     files = hydra_inputs("experiment/predict")
     files += [pc._display(cfg_root / "model" / f"{m}.yaml") for m in sorted({BASE.model, target.model})]
     files += sorted(pc._display(p) for p in (cfg_root / "predict").rglob("*.yaml"))

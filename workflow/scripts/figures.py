@@ -28,6 +28,8 @@ with logged(smk):
         fig = Fg.h200_whatif_figure(data["table"])
     elif name == "fig_emulator_realism":
         fig = Fg.realism_figure(data["data"], data["table"][data["table"]["row"] == "summary"])
+    elif name == "fig_coverage":
+        fig = Fg.coverage_figure(data["table"])
     else:
         raise ValueError(f"unknown figure {name!r}")
     Fg.save_figure(fig, smk.output.png, smk.output.pdf)

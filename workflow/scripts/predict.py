@@ -1,6 +1,5 @@
 """Shim of rule `predict`: `lumos predict BASE --tp --pp --dp [--layers] [--hidden --ffn] --actual DIR`."""
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -10,18 +9,9 @@ import pipeline_config as pc  # noqa: E402
 
 smk = snakemake  # noqa: F821
 with logged(smk):
-    from omegaconf import OmegaConf
-
     compose_saved("experiment/predict", smk.params.overrides, smk.output.resolved)
     base, target = pc.parse_run(smk.params.base), pc.parse_run(smk.wildcards.run)
-    models = Path(os.environ["LUMOS_CONFIG_DIR"]) / "model"
-    bm, tm = OmegaConf.load(models / f"{base.model}.yaml"), OmegaConf.load(models / f"{target.model}.yaml")
-    argv = ["predict", str(Path(smk.input.base).parent), "--tp", str(target.tp), "--pp", str(target.pp),
-            "--dp", str(target.dp)]
-    if tm.num_layers != bm.num_layers:
-        argv += ["--layers", str(tm.num_layers)]
-    if tm.hidden != bm.hidden or tm.ffn_hidden != bm.ffn_hidden:
-        argv += ["--hidden", str(tm.hidden), "--ffn", str(tm.ffn_hidden)]
+    argv = pc.predict_argv(Path(smk.input.base).parent, base, target)
     argv += ["--actual", str(Path(smk.input.actual).parent), "--format", "json"]
     doc = json.loads(run_cli(argv))
     doc["emulated_actual"] = True
