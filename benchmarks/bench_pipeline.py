@@ -1,0 +1,118 @@
+"""Where a pipeline job's time goes (issue 16): per stage, in one run.
+
+    python benchmarks/bench_pipeline.py [--trace RANK.json.gz] [--base DIR] [--repeat 3]
+
+Part 1, one emulated 175B rank (default: the pipeline's gpt3_175b-8x4x8 seed 0 rank 0;
+EMULATED): the median of `--repeat` in-process runs of each stage, beside a bare
+`orjson.loads` of the same (gunzipped) bytes:
+  load       `load_trace` (read, gunzip, scan, columns)
+  build      `build_graph` (tasks, edges, timing fit)
+  prepare    `lumos.sim.prepare` (the replay core's arrays)
+  replay     the compiled replay core on prepared arrays
+  breakdown  `replayed_breakdown`
+  write      `write_timeline` of the replayed schedule (gzip JSON)
+Part 2, whole processes (`/usr/bin/time`-style wall, one run each after one warm-up):
+`lumos replay RANK`, `lumos predict BASE --tp 2 --pp 8 --dp 8` (15B 2x2x4 -> 2x8x8) and
+`python -c "import lumos.cli"` (start-up alone). Needs the pipeline's emulated runs
+(`snakemake --cores 8`) or the paths given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lumos.analysis.replay import replayed_breakdown  # noqa: E402
+from lumos.graph import build_graph  # noqa: E402
+from lumos.report.timeline import write_timeline  # noqa: E402
+from lumos.sim import Schedule, prepare, simulate  # noqa: E402
+from lumos.sim.compiled import simulate_compiled  # noqa: E402
+from lumos.trace import load_trace  # noqa: E402
+
+RANK = ROOT / "results/default/emulated/gpt3_175b-8x4x8/seed0/rank0.json.gz"
+BASE = ROOT / "results/default/emulated/gpt3_15b-2x2x4/seed0"
+
+
+def median_time(fn, repeat):
+    times, out = [], None
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def stages(path: Path, repeat: int) -> list[tuple[str, float]]:
+    data = gzip.decompress(path.read_bytes())
+    rows = [("orjson.loads (bytes in memory)", median_time(lambda: orjson.loads(data), repeat)[0])]
+    t, table = median_time(lambda: load_trace(path), repeat)
+    rows.append(("load", t))
+    t, graph = median_time(lambda: build_graph(table), repeat)
+    rows.append(("build", t))
+    t, arrays = median_time(lambda: prepare(graph), repeat)
+    rows.append(("prepare", t))
+    simulate(graph)  # compile / load the numba cache outside the timing
+    t, out = median_time(lambda: simulate_compiled(arrays), repeat)
+    rows.append(("replay", t))
+    schedule = Schedule(start=out[0], end=out[1])
+    rows.append(("breakdown", median_time(lambda: replayed_breakdown(graph, schedule), repeat)[0]))
+    with tempfile.TemporaryDirectory() as tmp:
+        rows.append(("write", median_time(lambda: write_timeline(Path(tmp) / "t.json.gz", graph, schedule.start,
+                                                                   schedule.end, table), repeat)[0]))
+    rows.append(("tasks", graph.n_tasks))
+    return rows
+
+
+def wall(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, default=RANK)
+    ap.add_argument("--base", type=Path, default=BASE)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    for p in (args.trace, args.base):
+        if not p.exists():
+            raise SystemExit(f"{p}: not found (run the pipeline first, or pass --trace/--base)")
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.trace} (EMULATED)\n")
+    rows = stages(args.trace, args.repeat)
+    tasks = dict(rows).pop("tasks")
+    loads = rows[0][1]
+    print(f"| stage ({tasks:,} tasks) | s | / orjson.loads |\n|---|---|---|")
+    for name, t in rows:
+        if name != "tasks":
+            print(f"| {name} | {t:.3f} | {t / loads:.2f} |")
+    staged = sum(t for n, t in rows if n in ("load", "build", "prepare", "replay", "breakdown"))
+    print(f"| load + build + prepare + replay + breakdown | {staged:.3f} | {staged / loads:.2f} |\n")
+    py = sys.executable
+    cmds = {"python -c 'import lumos.cli' (start-up)": [py, "-c", "import lumos.cli"],
+            f"lumos replay {args.trace.name}": [py, "-m", "lumos.cli", "replay", str(args.trace), "--format", "json"],
+            "lumos predict 15B 2x2x4 -> 2x8x8": [py, "-m", "lumos.cli", "predict", str(args.base), "--tp", "2",
+                                                 "--pp", "8", "--dp", "8", "--format", "json"]}
+    print("| whole process | wall s |\n|---|---|")
+    for label, cmd in cmds.items():
+        wall(cmd)  # warm-up: numba cache, page cache
+        print(f"| {label} | {wall(cmd):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
