@@ -478,3 +478,18 @@ def coverage_table(per_experiment: pd.DataFrame) -> pd.DataFrame:
                     for lv in COVERAGE_LEVELS})
         pooled.append(row)
     return pd.concat([per_experiment, pd.DataFrame(pooled)], ignore_index=True)
+
+
+def real_interval_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
+    """One row per real trace from `other_iterations` documents: the interval of the replayed step
+    (ms, width as % of the median) and how many of the other profiled steps fall inside it."""
+    rows = []
+    for trace, d in docs.items():
+        iv = d["interval"]["iteration_us"]
+        n = len(d["others_us"])
+        rows.append({"source": "real", "trace": trace, "rank": d.get("rank", 0), "step": d["step"],
+                     "steps_profiled": len(d["steps"]), "samples": d["interval"]["samples"],
+                     "median_ms": iv["median"] / 1e3, "lo90_ms": iv["90"][0] / 1e3, "hi90_ms": iv["90"][1] / 1e3,
+                     "width90_pct": d["width_pct_90"], "other_steps": n,
+                     "inside90_pct": 100 * d["inside_90"] if d["inside_90"] is not None else float("nan")})
+    return pd.DataFrame(rows)

@@ -27,8 +27,9 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage"]
-MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real")
+          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
+          "intervals_real"]
+MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real")
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
            "fig_emulator_realism", "fig_coverage"]
 TWO_BLOCKS = ("transfer_real", "emulator_realism")   # a summary block above the rows
@@ -154,6 +155,11 @@ def test_coverage_table_counts_the_other_seeds_inside_each_interval(work):
         assert row["coverage90_pct"] == pytest.approx(100 * inside)
         assert row["coverage50_pct"] <= row["coverage90_pct"] <= row["coverage95_pct"]
         assert row["lo90_ms"] < row["median_ms"] < row["hi90_ms"]
+    real = pd.read_csv(r / "tables" / "intervals_real.csv")
+    row = real.iloc[0]   # DLRM rank 0: one profiled step (10), so no other step to count
+    assert (len(real), row["trace"], row["step"], row["steps_profiled"], row["other_steps"]) == (1, "dlrm_rank0", 10, 1, 0)
+    assert row["lo90_ms"] < row["median_ms"] < row["hi90_ms"] and 0 < row["width90_pct"] < 50
+    assert math.isnan(row["inside90_pct"]) and row["samples"] == 100
     # the base row's point is the Lumos replay of seed 0's GPU span, which reproduces the run exactly
     from lumos.emulator.actuals import emulate_actuals
 

@@ -168,6 +168,8 @@ def table_names():
         names.append("statistics")
     if config.get("coverage"):
         names.append("coverage")
+        if config.get("real_traces"):
+            names.append("intervals_real")
     return names
 
 

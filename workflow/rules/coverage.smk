@@ -97,3 +97,43 @@ rule table_coverage:
         runtime=10,
     script:
         "../scripts/table_coverage.py"
+
+
+# Real traces (measured): each trace's interval (`other_iterations`: the default step sampled, the model
+# fitted on every profiled step) and the share of its other profiled steps inside the 90% interval.
+rule interval_real:
+    input:
+        lambda w: trace_files(w.trace),
+    output:
+        json=f"{R}/coverage/real/{{trace}}.json",
+    params:
+        path=lambda w: config["real_traces"][w.trace],
+        samples=int(COVERAGE.get("samples_real", 2000)),
+    log:
+        f"{R}/logs/interval_real/{{trace}}.log",
+    benchmark:
+        f"{R}/benchmarks/interval_real/{{trace}}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=10,
+    script:
+        "../scripts/interval_real.py"
+
+
+rule table_intervals_real:
+    input:
+        [f"{R}/coverage/real/{t}.json" for t in config.get("real_traces", {})],
+    output:
+        csv=f"{R}/tables/intervals_real.csv",
+        md=f"{R}/tables/intervals_real.md",
+    params:
+        traces=list(config.get("real_traces", {})),
+    log:
+        f"{R}/logs/table/intervals_real.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    script:
+        "../scripts/table_intervals_real.py"
