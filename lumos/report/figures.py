@@ -359,6 +359,7 @@ def realism_figure(rows: pd.DataFrame, summary: pd.DataFrame):
 
 COVERAGE_STYLE = {"replay": ("#264653", "o"), "DP": ("#2A9D8F", "s"), "PP": ("#E9C46A", "^"),
                   "DP+PP": ("#F4A261", "v"), "variant": ("#E76F51", "D")}
+POOLED_STYLE = {"scale-out (DP, PP, DP+PP)": ("#7A7A7A", "x"), "all predictions": ("#111111", "+")}
 
 
 def coverage_figure(table: pd.DataFrame):
@@ -369,7 +370,7 @@ def coverage_figure(table: pd.DataFrame):
     ax.plot([40, 100], [40, 100], ls="--", color="#777777", lw=1, label="perfect calibration")
     pooled = table[table["experiment"].astype(str).str.startswith("all: ")]
     for _, row in pooled.iterrows():
-        color, marker = COVERAGE_STYLE.get(row["group"], ("#555555", "x"))
+        color, marker = COVERAGE_STYLE.get(row["group"], POOLED_STYLE.get(row["group"], ("#555555", "x")))
         ls = "-" if row["group"] in COVERAGE_STYLE else ":"
         ax.plot(levels, [row[f"coverage{lv}_pct"] for lv in levels], marker=marker, color=color, ls=ls,
                 label=f"{row['group']} ({int(row['seeds'])} actuals)")
