@@ -25,16 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lumos.trace import reader, schema  # noqa: E402
+from lumos.trace import reader  # noqa: E402
 
-DEFAULT = [ROOT / "resources/traces/real/hta/trace_diff__control__control.json.gz",
+DEFAULT = [ROOT / "resources/traces/real/kineto/resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
+           ROOT / "resources/traces/real/hta/nccl_parser_config__nccl_data.json.gz",
+           ROOT / "resources/traces/real/hta/trace_diff__control__control.json.gz",
            ROOT / "resources/traces/real/param/resnet_1gpu/resnet_kineto.json.gz",
            ROOT / "resources/traces/real/hta/negative_queue_length_values_check__rank0.json.gz",
            ROOT / "results/default/emulated/gpt3_15b-2x2x4/seed0/rank0.json.gz",

@@ -70,9 +70,8 @@ _HUGE = re.compile(rb"[0-9][eE][+]?0*[1-9][0-9]{2}")
 _GPU = frozenset(schema.GPU_CATEGORIES) | {schema.SYNC, schema.GPU_ANNOTATION}
 
 
-def _int(v, default=-1) -> int:
-    if v is None:
-        return default
+def _int(v) -> int | None:
+    """A present integer field by the plain path's rule (`_read_int`); None where unreadable."""
     if type(v) is int:
         return v
     if not isinstance(v, str):
@@ -80,23 +79,19 @@ def _int(v, default=-1) -> int:
     try:
         return int(v.rsplit(" ", 1)[-1])
     except ValueError:
-        return default
+        return None
 
 
 def _ints(values, default=-1) -> np.ndarray:
     """An integer column by the plain path's rule (`_as_int`); `default` (where absent or
     unreadable) may be one value or one per row."""
+    if not all(v is None or type(v) is int for v in values):
+        values = [None if v is None else _int(v) for v in values]
     try:
-        if all(v is None or type(v) is int for v in values):
-            out = np.array([0 if v is None else v for v in values], dtype=np.int64)
-            absent = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-        else:
-            out = np.array([_int(v, None) if v is not None else 0 for v in values], dtype=object)
-            absent = np.fromiter((v is None for v in out), dtype=bool, count=len(values))
-            absent |= np.array([v is None for v in values], dtype=bool)
-            out = np.where(absent, 0, out).astype(np.int64)
+        out = np.array([0 if v is None else v for v in values], dtype=np.int64)
     except OverflowError:
         raise Unusual from None   # beyond 64 bits: orjson reads it as a float
+    absent = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
     if absent.any():
         out[absent] = np.broadcast_to(np.asarray(default, dtype=np.int64), out.shape)[absent]
     return out

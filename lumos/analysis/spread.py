@@ -59,7 +59,8 @@ from lumos.graph.model import EdgeClass, Graph, TaskKind
 from lumos.sim.sampling import DurationModel
 from lumos.trace import TraceTable, schema
 
-__all__ = ["MIN_OCCURRENCES", "FitGroup", "Spread", "fit_spread", "task_keys", "lag_keys", "mode_keys"]
+__all__ = ["MIN_OCCURRENCES", "FitGroup", "Spread", "fit_spread", "task_keys", "lag_keys", "mode_keys",
+           "launching_ops"]
 
 BREAK_LOG = float(np.log(2.0))  # a class splits into modes where sorted log durations jump by more than this
 MIN_OCCURRENCES = 5     # ratios a class needs to keep its own spread (fewer: its category's pooled spread)
@@ -91,9 +92,10 @@ def _name_of(key: str) -> str:
     return "|".join(key.split("|")[:3 if _category(key) == "gap" else 2])
 
 
-def task_keys(graph: Graph, table: TraceTable | None = None) -> np.ndarray:
+def task_keys(graph: Graph, table: TraceTable | None = None, launching: np.ndarray | None = None) -> np.ndarray:
     """Class key of every task: 'compute|name|launching op|its input dims', 'comm|name|elements',
-    'host|name|input dims'. Without a table (a predicted graph) keys carry the name only."""
+    'host|name|input dims'. Without a table (a predicted graph) keys carry the name only.
+    `launching`: `launching_ops(table)`, where the caller keys several steps of one table."""
     n = graph.n_tasks
     gpu = graph.kind == TaskKind.GPU
     comm = gpu & graph.comm.astype(bool)
@@ -111,7 +113,7 @@ def task_keys(graph: Graph, table: TraceTable | None = None) -> np.ndarray:
         suffix[sized] = ["|" + str(int(e)) for e in elems[sized]]
         launched = ok & gpu & ~comm
         if launched.any():
-            op = _launching_op(table)[row[launched]]
+            op = (launching_ops(table) if launching is None else launching)[row[launched]]
             at = np.flatnonzero(launched)[op >= 0]
             op = op[op >= 0]
             suffix[at] = [f"|{table.name[r]}|{table.input_dims[r] or ''}" for r in op]
@@ -119,7 +121,7 @@ def task_keys(graph: Graph, table: TraceTable | None = None) -> np.ndarray:
     return prefix + names + suffix
 
 
-def _launching_op(table: TraceTable) -> np.ndarray:
+def launching_ops(table: TraceTable) -> np.ndarray:
     """Per row, for GPU rows: the row of the innermost CPU op enclosing the runtime call that
     launched it (same correlation id); -1 where there is none. Found by timestamps on the
     call's thread, not by `External id`, which older traces reuse across threads."""

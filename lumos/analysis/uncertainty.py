@@ -40,7 +40,7 @@ from lumos.trace import EmptyStepError, TraceTable, find_steps
 
 from .breakdown import METRICS, Breakdown, breakdown
 from .replay import _window
-from .spread import FitGroup, Spread, fit_spread, lag_keys, task_keys
+from .spread import FitGroup, Spread, fit_spread, lag_keys, launching_ops, task_keys
 from .statistics import coverage, prediction_interval
 
 __all__ = ["DEFAULT_SAMPLES", "LEVELS", "METRICS", "FastBreakdown", "monte_carlo", "summarize",
@@ -205,7 +205,8 @@ def fit_tables(tables: Sequence[TraceTable], **build) -> Spread:
 
 
 def _fit_groups(table: TraceTable, graphs: Sequence[Graph]) -> list[FitGroup]:
-    return [FitGroup(g, task_keys(g, table), lag_keys(g), table.rank) for g in graphs]
+    launching = launching_ops(table)  # once per table, not once per step
+    return [FitGroup(g, task_keys(g, table, launching), lag_keys(g), table.rank) for g in graphs]
 
 
 def replay_interval(graph: Graph, table: TraceTable | None, spread: Spread, samples: int, seed: int = 0,

@@ -1,6 +1,7 @@
 """Shim of rule `table_coverage`: intervals vs the emulated actuals of other seeds (table coverage)."""
 import json
 import sys
+from pathlib import Path
 
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
 from _shim import logged  # noqa: E402
@@ -11,7 +12,7 @@ with logged(smk):
 
     from lumos.report import tables as T
 
-    intervals = [json.loads(open(p).read()) for p in smk.input.intervals]
+    intervals = [json.loads(Path(p).read_text()) for p in smk.input.intervals]
     actuals = {}
     for p in smk.input.actuals:
         df = pd.read_csv(p)
