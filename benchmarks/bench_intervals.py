@@ -4,6 +4,8 @@
     python benchmarks/bench_intervals.py --trace FILE ...     # N=1000 on these traces instead
     python benchmarks/bench_intervals.py --stability          # 95% bounds of seeds 0 and 1 at the default N
     python benchmarks/bench_intervals.py --coverage           # other iterations inside the 90% interval
+    python benchmarks/bench_intervals.py --decompose DIR      # a run's replay interval without the speed
+                                                              # factor, without collective waits
 
 Seconds are the Monte Carlo loop (sampling, replay, breakdown) of N samples,
 after one warm-up sample (compilation); the fit is timed apart. Emulated
@@ -60,13 +62,52 @@ def stability(path: Path, n: int) -> dict:
     return {"trace": path.name, "median": a["median"], "diff_pct": 100 * diff / a["median"]}
 
 
+def decompose(run_dir: str, n: int) -> None:
+    """The GPU-span interval of `lumos replay RUN_DIR --samples n`: as shipped, with the rank speed
+    factors at sigma 0, and with no collective waits (collectives centred on their class median)."""
+    import contextlib
+    import io
+    import json
+
+    from lumos.analysis import spread, uncertainty
+    from lumos.cli import main as lumos
+
+    fit, sigma = spread.fit_spread, spread._speed_sigma
+
+    def no_waits(groups):
+        fitted = fit(groups)
+        fitted.waits.clear()
+        return fitted
+
+    variants = {"as shipped": (fit, sigma), "speed sigma 0": (fit, lambda medians, groups: 0.0),
+                "no waits": (no_waits, sigma)}
+    print("| variant | point ms | median ms | median vs point % | 90% width % of median |\n|---|---|---|---|---|")
+    for label, (fit_with, sigma_with) in variants.items():
+        uncertainty.fit_spread, spread._speed_sigma = fit_with, sigma_with
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                lumos(["replay", run_dir, "--iteration", "gpu", "--samples", str(n), "--seed", "0", "--format", "json"])
+        finally:
+            uncertainty.fit_spread, spread._speed_sigma = fit, sigma
+        doc = json.loads(out.getvalue())
+        point, iv = doc["replayed"]["iteration_us"], doc["interval"]["iteration_us"]
+        lo, hi = iv["90"]
+        print(f"| {label} | {point / 1e3:.3f} | {iv['median'] / 1e3:.3f} | {100 * (iv['median'] / point - 1):+.2f} "
+              f"| {100 * (hi - lo) / iv['median']:.2f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", action="append", default=[], help="trace file(s) to time")
     ap.add_argument("--samples", type=int, default=None, help="N (default: 1000 for timing, DEFAULT_SAMPLES otherwise)")
     ap.add_argument("--stability", action="store_true")
     ap.add_argument("--coverage", action="store_true")
+    ap.add_argument("--decompose", metavar="RUN_DIR", help="emulated run directory (e.g. the pipeline's 15B 2x2x4 seed 0)")
     args = ap.parse_args()
+    if args.decompose:
+        decompose(args.decompose, args.samples or 300)
+        return
     if args.stability:
         n = args.samples or DEFAULT_SAMPLES
         print(f"| trace | N | median ms | max 95% bound difference, seeds 0 vs 1 (% of median) |\n|---|---|---|---|")
