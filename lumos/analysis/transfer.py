@@ -8,14 +8,15 @@ structure and the gaps (edge lags, release times) stay step k's, and only a
 graph whose dependencies are the real ones moves the timeline the way the
 hardware did.
 
-Matching (`match_tasks`): tasks are paired per processor, by name and
-occurrence: the n-th task named X on thread T (or stream S) of step k takes
-the duration of the n-th task named X on the matching thread (stream) of the
-other step. Processors are matched by their trace ids (pid/tid, device/stream)
-where both sides have the id, the rest by their order in the trace. GPU ops
-carried in from an earlier step are matched only with carried-in ops, and ops
-launched in the step only with ops launched in the step, so a backlog of
-different length does not shift every occurrence index on its stream. A task
+Matching (`match_tasks`): tasks are paired per processor by aligning the two
+name sequences in time order, as a diff aligns lines: runs of names that agree
+pair up in order; inside a stretch that differs, and for an op that moved, the
+n-th task named X left over takes the n-th X left over. An op only one step ran
+finds no partner and shifts nothing after it. Processors are matched by their
+trace ids (pid/tid, device/stream) where both sides have the id, the rest by
+their order in the trace. GPU ops carried in from an earlier step are matched
+only with carried-in ops, and ops launched in the step only with ops launched
+in the step, so a backlog of different length shifts nothing on its stream. A task
 without a match keeps its own duration. What is transferred is the graph's
 replay duration: for a call that waited for the GPU, the part after the wait
 (`lumos.graph.timing`), so neither side's waiting is carried over.
@@ -43,6 +44,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,23 +116,66 @@ def _frame(keys: TaskKeys, proc: np.ndarray, names: pd.Index) -> pd.DataFrame:
     df = pd.DataFrame({"kind": keys.kind.astype(np.int64), "proc": proc, "carry": keys.carry.astype(bool),
                        "name": names.get_indexer(keys.name), "ts": keys.ts, "event": keys.event,
                        "task": np.arange(len(keys.kind))})
-    df = df.sort_values(["ts", "event"], kind="stable")
-    df["occ"] = df.groupby(["kind", "proc", "carry", "name"], sort=False).cumcount()
-    return df
+    return df.sort_values(["ts", "event"], kind="stable")
+
+
+def _pair_by_occurrence(a_names: list, b_names: list) -> list[tuple[int, int]]:
+    """Positions (i, j): the n-th name X of `a` with the n-th name X of `b`."""
+    where: dict = {}
+    for j, x in enumerate(b_names):
+        where.setdefault(x, []).append(j)
+    seen: dict = {}
+    out = []
+    for i, x in enumerate(a_names):
+        k = seen.get(x, 0)
+        seen[x] = k + 1
+        js = where.get(x)
+        if js is not None and k < len(js):
+            out.append((i, js[k]))
+    return out
+
+
+def _align(a_names: list, b_names: list) -> list[tuple[int, int]]:
+    """Positions (i, j) of two processors' name sequences paired as a diff pairs lines: runs
+    that agree are paired in order, and inside a stretch where they differ the n-th X with
+    the n-th X. An op one step ran and the other did not then shifts nothing after it (pairing
+    by occurrence over the whole processor shifted every later op of that name)."""
+    out = []
+    sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=True)
+    for tag, i0, i1, j0, j1 in sm.get_opcodes():
+        if tag == "equal":
+            out.extend(zip(range(i0, i1), range(j0, j1)))
+        elif tag == "replace":
+            out.extend((i0 + i, j0 + j) for i, j in _pair_by_occurrence(a_names[i0:i1], b_names[j0:j1]))
+    # what is left (an op that moved past others) by occurrence among the left-overs
+    a_used, b_used = {i for i, _ in out}, {j for _, j in out}
+    a_rest = [i for i in range(len(a_names)) if i not in a_used]
+    b_rest = [j for j in range(len(b_names)) if j not in b_used]
+    out.extend((a_rest[i], b_rest[j]) for i, j in _pair_by_occurrence([a_names[i] for i in a_rest],
+                                                                      [b_names[j] for j in b_rest]))
+    return out
 
 
 def match_tasks(target: TaskKeys, source: TaskKeys) -> np.ndarray:
-    """For each target task, the source task it matches (-1: none)."""
+    """For each target task, the source task it matches (-1: none): per processor (and
+    carried-in or not), the two name sequences aligned in time order (`_align`)."""
     pmap = _proc_map(target, source)
     t_proc = np.array([pmap.get((int(k), int(p)), -1) for k, p in zip(target.kind, target.proc_key)], dtype=np.int64)
     names = pd.Index(pd.unique(np.concatenate([target.name, source.name])))
     t = _frame(target, t_proc, names)
     s = _frame(source, source.proc_key.astype(np.int64), names)
-    on = ["kind", "proc", "carry", "name", "occ"]
-    m = t.merge(s[on + ["task"]], on=on, how="left", suffixes=("", "_src"))
+    on = ["kind", "proc", "carry"]
+    theirs = {k: (grp["name"].tolist(), grp["task"].to_numpy()) for k, grp in s.groupby(on, sort=False)}
     out = np.full(len(target.kind), -1, dtype=np.int64)
-    hit = m["task_src"].notna().to_numpy()
-    out[m["task"].to_numpy()[hit]] = m["task_src"].to_numpy()[hit].astype(np.int64)
+    for k, grp in t.groupby(on, sort=False):
+        if k not in theirs:
+            continue
+        b_names, b_task = theirs[k]
+        a_task = grp["task"].to_numpy()
+        pairs = _align(grp["name"].tolist(), b_names)
+        if pairs:
+            i, j = np.array(pairs).T
+            out[a_task[i]] = b_task[j]
     return out
 
 
@@ -179,21 +224,53 @@ def _window_shift(graph: Graph, source: Graph) -> float | None:
     return None if mine is None or theirs is None else mine[0] - theirs[0]
 
 
+def _thread_chains(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: its program-order successor on its thread and the edge to it (-1: none)."""
+    intra = np.flatnonzero(graph.cls == EdgeClass.INTRA_THREAD)
+    nxt = np.full(graph.n_tasks, -1, dtype=np.int64)
+    edge = np.full(graph.n_tasks, -1, dtype=np.int64)
+    nxt[graph.src[intra]] = graph.dst[intra]
+    edge[graph.src[intra]] = intra
+    return nxt, edge
+
+
 def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
-    """The untraced host time of the source step: the gap between two consecutive CPU tasks
-    (the lag of the program-order edge; Python between ops, a data loader) where both tasks
-    and their edge have partners, and the step thread's time before its first task and
-    after its last (`step_thread` head and tail). The edge stays step k's; only its
-    measured gap moves, as a task's duration does."""
-    intra = np.flatnonzero(source.cls == EdgeClass.INTRA_THREAD)
-    lag_of = dict(zip(zip(source.src[intra].tolist(), source.dst[intra].tolist()), source.lag[intra].tolist()))
-    mine = np.flatnonzero(g.cls == EdgeClass.INTRA_THREAD)
-    a, b = match[g.src[mine]], match[g.dst[mine]]
-    both = (a >= 0) & (b >= 0)
-    for e, x, y in zip(mine[both], a[both], b[both]):
-        lag = lag_of.get((int(x), int(y)))
-        if lag is not None:
-            g.lag[e] = lag
+    """The untraced host time of the source step: the gaps (lags of the program-order edges;
+    Python between ops, a data loader, a garbage-collector pause) between two CPU tasks that
+    follow each other among the tasks with partners, on both sides, and the step thread's time
+    before its first task and after its last (`step_thread` head and tail). Tasks of one step
+    only (an op the other step did not run) are bridged: the source's gaps between the two
+    partners replace step k's between the two tasks, spread over step k's edges in proportion
+    (kept, a pause beside such an op stayed in step k's graph while the source's pause was
+    added elsewhere). The edges stay step k's; only their measured gaps move, as durations do."""
+    nxt_g, edge_g = _thread_chains(g)
+    nxt_s, edge_s = _thread_chains(source)
+    has_partner = np.zeros(source.n_tasks, dtype=bool)
+    has_partner[match[match >= 0]] = True
+    cpu = g.kind == TaskKind.CPU
+    for a in np.flatnonzero(cpu & (match >= 0) & (nxt_g >= 0)):
+        edges, b = [], int(a)
+        while True:  # step k: the edges up to the next task with a partner
+            edges.append(int(edge_g[b]))
+            b = int(nxt_g[b])
+            if b < 0 or match[b] >= 0:
+                break
+        if b < 0:
+            continue
+        gaps, y = 0.0, int(match[a])
+        while True:  # the source: from a's partner to the next task with a partner, b's or none
+            if nxt_s[y] < 0:
+                y = -1
+                break
+            gaps += float(source.lag[edge_s[y]])
+            y = int(nxt_s[y])
+            if has_partner[y]:
+                break
+        if y < 0 or y != match[b]:
+            continue
+        mine = g.lag[edges]
+        total = float(mine.sum())
+        g.lag[edges] = mine * (gaps / total) if total > 0 else np.r_[gaps, np.zeros(len(edges) - 1)]
     mine_step, theirs = g.summary.get("step_thread"), source.summary.get("step_thread")
     if mine_step and theirs:
         g.release[mine_step["first_task"]] = mine_step["start_us"] + theirs["head_us"]

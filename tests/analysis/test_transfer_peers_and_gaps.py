@@ -4,18 +4,26 @@ ends when the source step's peers let it, and untraced host time moves with the 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lumos.analysis.transfer import transfer_pair
+from lumos.graph.model import EdgeClass
 
 from ..tracegen import MAIN, PID, TraceBuilder
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
 
 
-def two_steps():
-    t = TraceBuilder(step=(0.0, 1000.0))
+def steps_of(period: float) -> TraceBuilder:
+    """Two profiled steps of `period` us each, back to back."""
+    t = TraceBuilder(step=(0.0, period))
     t.events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": PID, "tid": MAIN,
-                     "ts": 1000.0, "dur": 1000.0, "args": {}})
+                     "ts": period, "dur": period, "args": {}})
+    return t
+
+
+def two_steps():
+    t = steps_of(1000.0)
     # step 1: 50 us of Python between a and b; the all-reduce waits long for its peers (110-410)
     t.cpu("a", 0, 10)
     t.cpu("b", 60, 10)
@@ -48,3 +56,31 @@ def test_gpu_durations_alone_keep_step_k_host_gaps():
     # b at 60, the all-reduce from 110 to max(110 + 250, 330) = 360; k's call keeps its
     # 315 us gap after the all-reduce call (ends 425): k runs 430-480
     assert r.predicted_us == 370.0
+
+
+def pause_in_one_step_only():
+    t = steps_of(3000.0)
+    # step 1: a 1990 us pause after "a", then an op step 2 does not run ("gc"), then "b"
+    t.cpu("a", 0, 10)
+    t.cpu("gc", 2000, 10)
+    t.cpu("b", 2020, 10)
+    t.launch("k", 2040, 5, 2050, 50)
+    # step 2: 20 us of Python between "a" and "b"
+    t.cpu("a", 3000, 10)
+    t.cpu("b", 3030, 10)
+    t.launch("k", 3050, 5, 3060, 50)
+    return t.table()
+
+
+def test_host_gaps_are_bridged_over_an_op_of_one_step_only():
+    table = pause_in_one_step_only()
+    r = transfer_pair(table, 1, table, 2)
+    assert r.matched == {"cpu": "3/4", "gpu": "1/1"}
+    # Step 2 spends 20 us between "a" and "b"; step 1's 2,000 us there (1,990 + 10 around "gc")
+    # become 20, in proportion (19.9 + 0.1): "gc" 29.9-39.9, "b" 40-50, k's call 60-65, plus
+    # step 2's 2,945 us after its last task. Kept, the pause would have counted in full (4,990).
+    assert r.predicted_us == pytest.approx(3010.0)
+    assert r.actual_us == 3000.0
+    g = r.graph
+    gc = int(np.flatnonzero(g.name == "gc")[0])
+    assert g.lag[(g.dst == gc) & (g.cls == EdgeClass.INTRA_THREAD)].tolist() == pytest.approx([19.9])
