@@ -19,6 +19,7 @@ from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 from lumos.transform.plan import Plan
+from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
@@ -100,7 +101,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                      "rendezvous": len(out.pairs)},
            "suppliers": {"collectives": plan.collectives.as_dict(),
                          "compute_fixed_us": {k: round(v, 3) for k, v in plan.compute.fixed_us.items()}},
-           "notes": out.notes}
+           "notes": out.notes,
+           "structure": structure_summary(plan.st.recovery)}
     doc["memory"] = memory_of(out, memory)
     if samples:
         from lumos.analysis.uncertainty import predict_interval

@@ -106,6 +106,9 @@ def format_table(doc: dict) -> str:
         m = doc["memory"]
         lines.append(f"  memory per GPU (peak stage): {m['memory_gib_per_gpu']:.1f} GiB of {m['gpu_memory_gib']:.1f}"
                      f" -> {'fits' if m['fits'] else 'does NOT fit'}")
+    if doc.get("structure", {}).get("source") == "repetition":
+        lines.append("  note: the base trace has no layer ranges; its layers were found by repetition of its ops "
+                     "(`lumos replay BASE --structure`)")
     for n in doc.get("notes", []):
         lines.append(f"  note: {n}")
     if "interval" in doc:

@@ -37,6 +37,7 @@ from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
 from lumos.report.timeline import write_timeline
 from lumos.sim import SimulationError
 from lumos.trace import load_run
+from lumos.transform.whatif import structure_report
 
 from .output import emit
 
@@ -76,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "and compare with that step as measured")
     p.add_argument("--durations", choices=DURATION_KINDS, default="all",
                    help="with --durations-from: which tasks take the other step's durations (default all)")
+    p.add_argument("--structure", action="store_true",
+                   help="also say what a what-if would work on: the layers, micro-batches and stages found "
+                        "and how (layer ranges in the trace, or repetition of the ops; key 'structure')")
     p.set_defaults(func=run)
 
 
@@ -136,6 +140,8 @@ def run(args) -> int:
     if args.joint:
         doc["joint"] = _joint(args, tables, classes)
     interval_lines = _intervals(args, doc, result, tables)
+    if args.structure:
+        doc["structure"] = structure_report(tables, step=args.step)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -146,6 +152,8 @@ def run(args) -> int:
         print(format_table(result, args.path, metrics))
         for line in interval_lines:
             print(line)
+        if args.structure:
+            print(format_structure(doc["structure"]))
         if args.joint:
             j = doc["joint"]
             print(f"joint replay of {len(tables)} ranks with {j['rendezvous']} cross-rank rendezvous: "
@@ -244,6 +252,24 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
                      f"({metrics['component_l1_pct']:.3f}% of the measured iteration); critical path: "
                      f"precision {_fmt(metrics['cp_precision'])}, recall {_fmt(metrics['cp_recall'])} "
                      f"({metrics['cp_measured_tasks']} measured tasks)")
+    return "\n".join(lines)
+
+
+def format_structure(st: dict) -> str:
+    how = {"annotations": "layers from the layer ranges in the trace", "repetition": "layers from repetition of "
+           "the ops (no layer ranges in the trace)", "none": "no transformer layers found",
+           "mixed": "layers found on some ranks only"}[st["source"]]
+    lines = [f"structure: {how}"]
+    if st["source"] == "none":
+        lines.append(f"  what-if: {st['what_if']}")
+    elif "error" in st:
+        lines.append(f"  {st['error']}")
+    elif "layers" in st:
+        blocks = ", ".join(f"{k} {v}" for k, v in sorted(st["blocks"].items()))
+        lines.append(f"  {st['layers']} layers, {st['microbatches']} micro-batches, TP {st['tp']} x PP {st['pp']} "
+                     f"x DP {st['dp']}; what-if: {st['what_if']}")
+        lines.append(f"  blocks: {blocks}")
+    lines += [f"  {n}" for n in st["ranks"]]
     return "\n".join(lines)
 
 

@@ -93,6 +93,7 @@ class RunStructure:
     microbatches: int
     stage_of_rank: dict
     stage_params: dict               # rank -> parameter count of its stage (from the trace)
+    recovery: list = field(default_factory=list)  # per rank: how its layers were found (`recover.py`)
 
 
 def _innermost(table: TraceTable, cand: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,

@@ -20,6 +20,7 @@ from lumos.trace import TraceTable
 from .dp import change_dp
 from .plan import Plan, comm_roles
 from .rebuild import rebuild
+from .recover import recover_layers, summary
 from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import load_profile
@@ -28,13 +29,18 @@ from .microbatch_count import target_microbatches
 from .speed import change_speed
 from .width import change_width
 
-__all__ = ["base_plan", "transform", "memory_of"]
+__all__ = ["base_plan", "transform", "memory_of", "structure_report"]
 
 
 def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None) -> Plan:
     """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it."""
     graph = build_run_graph(tables, step=step)
-    st = find_structure(graph, list(tables))
+    found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
+    if all(h.source == "none" for h in how):
+        raise ValueError(f"{tables[0].path}: {how[0].note}. The what-if transforms rebuild a run from its "
+                         "transformer layers; this trace has none (`lumos replay --structure` says what was found)")
+    st = find_structure(graph, found)
+    st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
@@ -84,3 +90,25 @@ def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
     settings = MemorySettings.from_profile(load_profile(), **(overrides or {}))
     per_stage = [len(list(layers_of_stage(s, plan.pp, plan.layers))) for s in range(plan.pp)]
     return plan_memory(plan.shape, per_stage, plan.pp, plan.dp, plan.microbatches, settings)
+
+
+def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
+    """What the transforms would work on in this run: where its layers came from (ranges in the
+    trace, repetition, or none), layers, micro-batches, parallelism and blocks by kind."""
+    graph = build_run_graph(tables, step=step)
+    found, how = recover_layers(list(tables), step)
+    out = summary([h.as_dict() for h in how])
+    if out["source"] == "none":
+        out["what_if"] = "none: the what-if transforms need transformer layers"
+        return out
+    try:
+        st = find_structure(graph, found)
+    except ValueError as exc:   # e.g. one rank of a pipeline: the stages are not all here
+        out["error"] = str(exc)
+        return out
+    kinds: dict[str, int] = {}
+    for b in st.blocks:
+        kinds[b.kind] = kinds.get(b.kind, 0) + 1
+    out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp, blocks=kinds,
+               what_if="every transform")
+    return out

@@ -1,0 +1,389 @@
+"""Transformer layers in a trace without layer ranges, found by repetition.
+
+`find_structure` reads layers from `layer_{L}/forward/mb{i}`-style ranges that only our
+emulator and capture write. Anybody else's trace still shows them: a stage runs the same
+top-level CPU ops (same names, same input shapes) for each of its layers, so each thread's
+op sequence repeats with one period through a micro-batch's forward and another through its
+backward. This module finds the two periods, where a layer begins in them and how many
+layers a micro-batch runs, and appends the ranges `find_structure` reads to the table as
+annotation rows (the graph's rows keep their index), so every transform works on the
+result. The rules, what was checked and the limits: docs/prediction.md, "Layers without
+annotations". A trace without such repetition (DLRM, ResNet) gets nothing and the reason:
+no layers are ever invented.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from lumos.graph.build import resolve_step
+from lumos.trace import TraceTable, schema
+
+from .structure import ANN, EMBEDDING_OPS, GEMM_OPS, P2P_OP, _innermost
+
+MIN_PERIOD, MAX_PERIOD = 4, 512
+P2P_OPS = (P2P_OP, "c10d::send", "c10d::recv_", "c10d::isend", "c10d::irecv")
+COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
+OPTIMIZER_STEP = "Optimizer.step#"   # torch.optim's own record_function
+NONE = "no transformer layer structure"
+GEMM_BACKWARD = re.compile(r"(Addmm|Mm|Bmm|Linear|Matmul)Backward\d*$")
+BACKWARD = re.compile(r"^autograd::engine|_backward|backward\d+$", re.IGNORECASE)
+
+
+def is_gemm(name: str) -> bool:
+    """A matrix multiply, forward (`aten::linear`) or as autograd names its backward (`AddmmBackward0`)."""
+    return name in GEMM_OPS or bool(GEMM_BACKWARD.search(name))
+
+
+def is_backward(name: str) -> bool:
+    """An op of the backward pass: autograd's `evaluate_function: XBackward0`, `aten::*_backward*`
+    (not a forward op whose name merely says Backward, such as our capture's `_OpenInBackward`)."""
+    return bool(BACKWARD.search(name))
+
+
+@dataclass
+class Recovery:
+    """How a rank's layers were found, for the user to see (`lumos replay --structure`)."""
+    source: str                  # annotations | repetition | none
+    layers_per_stage: int = 0
+    microbatches: int = 0
+    forward_period: int = 0      # top-level CPU ops per layer forward
+    backward_period: int = 0
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def has_layer_ranges(table: TraceTable) -> bool:
+    ann = table.name[table.cat == schema.ANNOTATION]
+    return any(ANN.match(str(n)) for n in ann)
+
+
+@dataclass
+class _Thread:
+    rows: np.ndarray          # outermost cpu_op rows, in time order
+    tokens: np.ndarray        # int per row
+    in_optimizer: np.ndarray  # bool per row: inside torch's `Optimizer.step#` range
+
+
+def _threads(table: TraceTable, vocab: dict, window: tuple | None) -> list[_Thread]:
+    ops = np.flatnonzero(table.cat == schema.CPU_OP)
+    if window is not None:
+        ops = ops[(table.ts[ops] >= window[0]) & (table.ts[ops] < window[1])]
+    top = _innermost(table, ops, table.pid[ops], table.tid[ops], table.ts[ops], outermost=True)
+    outer = ops[(top == ops) | (top < 0)]
+    key = table.pid[outer] * (1 << 32) + (table.tid[outer] & 0xFFFFFFFF)
+    steps = np.flatnonzero((table.cat == schema.ANNOTATION)
+                           & np.char.startswith(table.name.astype(str), OPTIMIZER_STEP))
+    out = []
+    for k in np.unique(key):
+        rows = outer[key == k]
+        rows = rows[np.argsort(table.ts[rows], kind="stable")]
+        keys = [(str(table.name[r]), str(table.input_dims[r])) for r in rows]
+        opt = _innermost(table, steps, table.pid[rows], table.tid[rows], table.ts[rows]) >= 0
+        out.append(_Thread(rows, np.array([vocab.setdefault(k, len(vocab)) for k in keys], dtype=np.int64), opt))
+    return out
+
+
+def _canonical(w: tuple) -> tuple[tuple, int]:
+    """The smallest rotation of `w` and the shift that gives `w` from it."""
+    best, shift = w, 0
+    for r in range(1, len(w)):
+        c = w[r:] + w[:r]
+        if c < best:
+            best, shift = c, r
+    return best, (len(w) - shift) % len(w)
+
+
+def _primitive(w: tuple) -> bool:
+    p = len(w)
+    return not any(p % q == 0 and w == w[q:] + w[:q] for q in range(1, p // 2 + 1))
+
+
+def _tandem_stretches(tokens: np.ndarray) -> list[tuple[tuple, int, int, int]]:
+    """(pattern up to rotation, its rotation at the start, start, full periods) of every
+    stretch that repeats a primitive pattern at least twice."""
+    out = []
+    n = len(tokens)
+    for p in range(MIN_PERIOD, min(MAX_PERIOD, n // 2) + 1):
+        eq = np.r_[0, (tokens[:-p] == tokens[p:]).astype(np.int8), 0]
+        d = np.diff(eq)
+        starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+        for s, e in zip(starts, ends):
+            reps = (e - s + p) // p
+            if reps < 2:
+                continue
+            w = tuple(tokens[s:s + p].tolist())
+            if not _primitive(w):
+                continue
+            canon, rot = _canonical(w)
+            out.append((canon, rot, int(s), int(reps)))
+    return out
+
+
+def _choose(stretches: list, backward_tokens: set, foreign: set, backward: bool,
+            need: set | None = None) -> tuple | None:
+    """The shortest pattern covering at least half of what the best one covers. A pattern with a
+    pipeline exchange, an embedding lookup or the optimizer in it is a whole micro-batch (one layer
+    per stage), never a layer; `need`: tokens one of which a layer holds (a matrix multiply)."""
+    cover: Counter = Counter()
+    for canon, _, _, reps in stretches:
+        if (any(t in backward_tokens for t in canon) == backward and not foreign.intersection(canon)
+                and (need is None or need.intersection(canon))):
+            cover[canon] += reps * len(canon)
+    if not cover:
+        return None
+    best = max(cover.values())
+    return min((c for c, v in cover.items() if 2 * v >= best), key=lambda c: (len(c), -cover[c]))
+
+
+def _rotate(stretches: list, canon: tuple) -> tuple:
+    votes = Counter(rot for c, rot, _, _ in stretches if c == canon)
+    rot = max(votes, key=lambda r: (votes[r], -r))
+    return canon[rot:] + canon[:rot]
+
+
+def _occurrences(tokens: np.ndarray, pattern: tuple) -> list[int]:
+    """Start positions of non-overlapping exact occurrences, left to right."""
+    p, n = len(pattern), len(tokens)
+    if n < p:
+        return []
+    hit = np.ones(n - p + 1, dtype=bool)
+    for j, x in enumerate(pattern):
+        hit &= tokens[j:n - p + 1 + j] == x
+    out, nxt = [], 0
+    for i in np.flatnonzero(hit):
+        if i >= nxt:
+            out.append(int(i))
+            nxt = i + p
+    return out
+
+
+def _chain_lengths(starts: list[int], p: int) -> list[int]:
+    """Lengths of the runs of back-to-back occurrences (each starting where the last ended)."""
+    out: list[int] = []
+    for i, s in enumerate(starts):
+        if i and s == starts[i - 1] + p:
+            out[-1] += 1
+        else:
+            out.append(1)
+    return out
+
+
+def _op_groups(table: TraceTable, threads: list[_Thread]) -> dict[int, str]:
+    """Outermost op row -> the process group of the collectives it launched."""
+    runtime = {int(c): r for r, c in zip(np.flatnonzero(table.cat == schema.RUNTIME),
+                                         table.corr[table.cat == schema.RUNTIME]) if c >= 0}
+    comm = np.flatnonzero(table.is_gpu() & (table.coll_name != None))  # noqa: E711
+    calls = np.array([runtime.get(int(table.corr[g]), -1) for g in comm], dtype=np.int64)
+    ok = calls >= 0
+    comm, calls = comm[ok], calls[ok]
+    outer = np.concatenate([t.rows for t in threads]) if threads else np.zeros(0, np.int64)
+    top = _innermost(table, outer, table.pid[calls], table.tid[calls], table.ts[calls], outermost=True)
+    return {int(o): str(table.pg_ranks[g]) for o, g in zip(top, comm) if o >= 0}
+
+
+def _around(table: TraceTable, rows: np.ndarray, names: list[str], hard: np.ndarray, soft: np.ndarray,
+            first: int, last: int, phase: str, mb: int) -> list[dict]:
+    """Embedding and head ranges of one micro-batch's forward or backward (positions `first` to
+    `last` on its thread): in the stretches before and after it, up to a hard stop."""
+    lo, hi = first, last
+    while lo > 0 and not hard[lo - 1]:
+        lo -= 1
+    while hi < len(rows) and not hard[hi]:
+        hi += 1
+    before = [i for i in range(lo, first) if not soft[i]]
+    after = [i for i in range(last, hi) if not soft[i]]
+    out = []
+
+    def add(idx, name):
+        if idx:
+            out.append(_range(table, rows[idx[0]:idx[-1] + 1], name))
+
+    def embedding_start(idx):
+        """Where the embedding begins: after the longest pause before its lookup (the thread
+        idles while the previous micro-batch's backward runs), taking the input copy before it."""
+        emb = [n for n, i in enumerate(idx) if names[i] in EMBEDDING_OPS]
+        if not emb:
+            return None
+        j = emb[0]
+        if j:
+            gaps = table.ts[rows[idx[1:j + 1]]] - (table.ts[rows[idx[:j]]] + table.dur[rows[idx[:j]]])
+            j = int(np.argmax(gaps)) + 1
+            if j < emb[0]:
+                return j
+        while j > 0 and names[idx[j - 1]] in COPY_OPS:
+            j -= 1
+        return j
+
+    gemm = lambda idx: any(is_gemm(names[i]) for i in idx)  # noqa: E731
+    if phase == "forward":
+        j = embedding_start(before)
+        if j is not None:
+            add(before[j:], f"embedding/forward/mb{mb}")
+        j = embedding_start(after)   # the next micro-batch's embedding, when one thread runs both
+        head = after if j is None else after[:j]
+        b = [n for n, i in enumerate(head) if is_backward(names[i])]  # and its backward
+        head = head[:b[0]] if b else head
+        if gemm(head):
+            add(head, f"head/forward/mb{mb}")
+    else:
+        emb_bwd = lambda i: "embedding" in names[i].lower() and is_backward(names[i])  # noqa: E731
+        emb = [n for n, i in enumerate(after) if emb_bwd(i)]
+        if emb:
+            add(after[:emb[-1] + 1], f"embedding/backward/mb{mb}")
+        done = [n for n, i in enumerate(before) if emb_bwd(i)]  # the previous micro-batch's
+        head = before[done[-1] + 1:] if done else before
+        b = [n for n, i in enumerate(head) if is_backward(names[i])]
+        head = head[b[0]:] if b else head
+        if gemm(head):
+            add(head, f"head/backward/mb{mb}")
+    return out
+
+
+def _range(table: TraceTable, rows: np.ndarray, name: str) -> dict:
+    end = float(np.max(table.ts[rows] + table.dur[rows]))
+    return {"name": name, "pid": int(table.pid[rows[0]]), "tid": int(table.tid[rows[0]]),
+            "ts": float(table.ts[rows[0]]), "end": end}
+
+
+def find_layer_ranges(tables: list[TraceTable], windows: list | None = None
+                      ) -> tuple[list[list[dict]], list[Recovery]]:
+    """Per table (one per pipeline stage, in stage order): the ranges to annotate, and how they
+    were found. `windows`: per table, the (start, end) of the iteration to read (None: all)."""
+    vocab: dict[str, int] = {}
+    windows = windows or [None] * len(tables)
+    threads = [_threads(t, vocab, w) for t, w in zip(tables, windows)]
+    names = {v: k[0] for k, v in vocab.items()}
+    backward_tokens = {v for k, v in vocab.items() if is_backward(k[0])}
+    gemm_tokens = {v for k, v in vocab.items() if k[0] in GEMM_OPS}
+    stretches = [s for ts in threads for th in ts for s in _tandem_stretches(th.tokens)]
+    foreign = {v for (k, _), v in vocab.items()
+               if k in P2P_OPS or k in EMBEDDING_OPS or k.startswith(OPTIMIZER_STEP) or "embedding" in k}
+    fwd = _choose(stretches, backward_tokens, foreign, backward=False, need=gemm_tokens)
+    bwd = _choose(stretches, backward_tokens, foreign, backward=True)
+    if fwd is None:
+        why = (f"{NONE}: no sequence of 4 or more top-level CPU ops with a matrix multiply (same names, same "
+               "input shapes) repeats back to back on any thread (a model without repeated layers, or one "
+               "layer per stage)")
+        return [[] for _ in tables], [Recovery("none", note=why) for _ in tables]
+    pats = {"forward": _rotate(stretches, fwd)}
+    if bwd is not None:
+        pats["backward"] = _rotate(stretches, bwd)
+    ranges, found = [], []
+    for stage, (table, ths) in enumerate(zip(tables, threads)):
+        r, how = _stage_ranges(stage, table, ths, pats, names[pats["forward"][0]])
+        ranges.append(r)
+        found.append(how)
+    return ranges, found
+
+
+def _stage_ranges(stage: int, table: TraceTable, ths: list[_Thread], pats: dict,
+                  first_op: str) -> tuple[list[dict], Recovery]:
+    """One stage's layer, embedding, head and optimizer ranges, given the layer patterns."""
+    groups = _op_groups(table, ths)
+    occ = {ph: [(ti, s) for ti, th in enumerate(ths) for s in _occurrences(th.tokens, p)]
+           for ph, p in pats.items()}
+    layer_groups = Counter(groups.get(int(ths[ti].rows[s + j])) for ph, p in pats.items()
+                           for ti, s in occ[ph] for j in range(len(p)) if int(ths[ti].rows[s + j]) in groups)
+    tp_group = layer_groups.most_common(1)[0][0] if layer_groups else None
+    runs = {(ph, ti): _chain_lengths([s for t2, s in occ[ph] if t2 == ti], len(p))
+            for ph, p in pats.items() for ti in range(len(ths))}
+    chains = [n for r in runs.values() for n in r if n >= 2]
+    if not chains:
+        return [], Recovery("none", note=f"rank {table.rank}: {NONE}: the layer pattern never repeats "
+                                          "back to back on this rank")
+    k = Counter(chains).most_common(1)[0][0]
+    counts = {ph: len(v) for ph, v in occ.items()}
+    if any(c % k for c in counts.values()) or len({c // k for c in counts.values()}) > 1:
+        return [], Recovery("none", note=f"rank {table.rank}: {NONE}: runs of {sorted(set(chains))} "
+                                          f"repeated blocks do not make micro-batches of {k} layers")
+    mbs = counts["forward"] // k
+    out = []
+    for ti, th in enumerate(ths):
+        names_ = [str(table.name[r]) for r in th.rows]
+        layer = np.zeros(len(th.rows), dtype=bool)
+        for ph, p in pats.items():
+            for t2, s in occ[ph]:
+                if t2 == ti:
+                    layer[s:s + len(p)] = True
+        p2p = np.array([n in P2P_OPS for n in names_])
+        in_step = np.array([n.startswith(OPTIMIZER_STEP) for n in names_]) | th.in_optimizer
+        hard = layer | p2p | in_step
+        # a collective outside the layers' group (a gradient reduction) is passed over, not taken
+        soft = np.array([groups.get(int(r)) not in (None, tp_group) for r in th.rows])
+        for ph, p in pats.items():
+            starts = [s for t2, s in occ[ph] if t2 == ti]
+            for mb in range(len(starts) // k):
+                chunk = starts[mb * k:(mb + 1) * k]
+                for i, s in enumerate(chunk):
+                    local = i if ph == "forward" else k - 1 - i
+                    out.append(_range(table, th.rows[s:s + len(p)], f"layer_{stage * k + local}/{ph}/mb{mb}"))
+                out += _around(table, th.rows, names_, hard, soft, chunk[0], chunk[-1] + len(p), ph, mb)
+        step = np.flatnonzero(in_step)
+        if len(step):   # the optimizer: from the last layer or exchange before torch's step to the thread's end
+            before = np.flatnonzero((layer | p2p)[:step[0]])
+            lo = int(before[-1]) + 1 if len(before) else 0
+            out.append(_range(table, th.rows[lo:], "optimizer"))
+    return out, Recovery("repetition", layers_per_stage=k, microbatches=mbs, forward_period=len(pats["forward"]),
+                         backward_period=len(pats.get("backward", ())),
+                         note=f"rank {table.rank}: {k} layers x {mbs} micro-batches per stage from a "
+                              f"{len(pats['forward'])}-op forward pattern starting {first_op}")
+
+
+def with_ranges(table: TraceTable, ranges: list[dict]) -> TraceTable:
+    """`table` with `ranges` appended as user_annotation rows (existing rows keep their index)."""
+    if not ranges:
+        return table
+    n = len(ranges)
+    kw = {}
+    for c in table.columns():
+        col = getattr(table, c)
+        if c == "name":
+            extra = np.array([r["name"] for r in ranges], dtype=object)
+        elif c == "cat":
+            extra = np.full(n, schema.ANNOTATION, dtype=col.dtype)
+        elif c in ("pid", "tid"):
+            extra = np.array([r[c] for r in ranges], dtype=col.dtype)
+        elif c == "ts":
+            extra = np.array([r["ts"] for r in ranges])
+        elif c == "dur":
+            extra = np.array([r["end"] - r["ts"] for r in ranges])
+        elif col.dtype == object:
+            extra = np.full(n, None, dtype=object)
+        else:
+            extra = np.full(n, -1, dtype=col.dtype)
+        kw[c] = np.concatenate([col, extra])
+    return TraceTable(path=table.path, rank=table.rank, world_size=table.world_size, metadata=table.metadata,
+                      unmodelled=table.unmodelled, **kw)
+
+
+def recover_layers(tables: list[TraceTable], step=None) -> tuple[list[TraceTable], list[Recovery]]:
+    """The tables with layer ranges found by repetition where none of them has any (else as
+    they are), in their order, and how each rank's layers were found. `step`: the iteration
+    read (as for `build_graph`); micro-batches are counted in it."""
+    if any(has_layer_ranges(t) for t in tables):
+        return list(tables), [Recovery("annotations", note=f"rank {t.rank}: layer ranges in the trace")
+                              for t in tables]
+    order = sorted(range(len(tables)), key=lambda i: tables[i].rank)
+    staged = [tables[i] for i in order]
+    windows = []
+    for t in staged:
+        s = resolve_step(t, step)
+        windows.append(None if s is None else (s.start, s.end))
+    ranges, found = find_layer_ranges(staged, windows)
+    out, how = list(tables), list(found)
+    for j, i in enumerate(order):
+        out[i], how[i] = with_ranges(staged[j], ranges[j]), found[j]
+    return out, how
+
+
+def summary(recovery: list[dict]) -> dict:
+    """What `lumos predict` and `lumos replay --structure` say about where the layers came from."""
+    sources = sorted({r["source"] for r in recovery})
+    return {"source": sources[0] if len(sources) == 1 else "mixed", "ranks": [r["note"] for r in recovery]}

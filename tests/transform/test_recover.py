@@ -1,0 +1,196 @@
+"""Layers found by repetition in traces without layer ranges (`lumos.transform.recover`).
+
+The emulated `tiny` runs carry our `layer_{L}/forward/mb{i}` ranges; stripped of every
+annotation but `ProfilerStep#N` they must give back the same blocks, task for task, and the
+same predictions. A hand-written one-thread trace pins the rules; traces without repeated
+layers (one layer per stage, DLRM, ResNet) must get none.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from lumos.analysis.predict import predict
+from lumos.cli import main as lumos_main
+from lumos.graph.run_graph import build_run_graph
+from lumos.trace import load_run, load_trace, schema
+from lumos.transform.recover import find_layer_ranges, recover_layers
+from lumos.transform.structure import find_structure
+
+from tests.conftest import REAL
+from tests.tracegen import TraceBuilder
+
+
+def strip(table):
+    """The table without any annotation but the step markers."""
+    other = (table.cat == schema.ANNOTATION) & ~np.char.startswith(table.name.astype(str), "ProfilerStep#")
+    return table.take(~other)
+
+
+def block_keys(tables):
+    graph = build_run_graph(tables)
+    found, how = recover_layers(tables)
+    st = find_structure(graph, found)
+    keys = [None if b < 0 else st.blocks[b].key + (st.blocks[b].kind,) for b in st.task_block]
+    return keys, st, how
+
+
+@pytest.mark.parametrize("run", ["base", "dp4"])
+def test_stripped_tiny_runs_give_back_the_annotated_blocks(tiny_runs, run):
+    tables = load_run(tiny_runs[run])
+    annotated, st_a, how_a = block_keys(tables)
+    recovered, st_r, how_r = block_keys([strip(t) for t in tables])
+    assert [h.source for h in how_a] == ["annotations"] * 2
+    assert [h.source for h in how_r] == ["repetition"] * 2
+    assert [(h.layers_per_stage, h.microbatches) for h in how_r] == [(2, 4), (2, 4)]
+    assert len(annotated) == len(recovered) and annotated == recovered
+    assert (st_r.layers, st_r.microbatches, st_r.tp, st_r.pp) == (4, 4, 2, 2)
+
+
+def test_predictions_from_the_stripped_run_are_the_annotated_ones(tiny_runs):
+    tables = load_run(tiny_runs["base"])
+    stripped = [strip(t) for t in tables]
+    for target in ({"pp": 4}, {"layers": 8}, {"dp": 4}):
+        a, b = predict(tables, target), predict(stripped, target)
+        assert b["predicted"] == a["predicted"]
+        assert (a["structure"]["source"], b["structure"]["source"]) == ("annotations", "repetition")
+
+
+def test_one_layer_per_stage_is_no_layer_structure(tiny_runs):
+    # PP4 of a 4-layer model: each stage runs one layer, so a whole micro-batch (with its pipeline
+    # exchanges) repeats; that is not a layer, and nothing is invented
+    tables = [strip(t) for t in load_run(tiny_runs["pp4"])]
+    ranges, how = find_layer_ranges(sorted(tables, key=lambda t: t.rank))
+    assert ranges == [[], [], [], []]
+    assert {h.source for h in how} == {"none"}
+    assert "no transformer layer structure" in how[0].note
+
+
+@pytest.mark.parametrize("path", [REAL / "param" / "resnet_1gpu" / "resnet_kineto.json.gz",
+                                  REAL / "param" / "dlrm_8rank" / "kineto" / "worker0_step_12.1694128201545.pt.trace.json.gz"])
+def test_real_traces_without_transformer_layers_get_none(path):
+    table = load_trace(path)
+    found, how = recover_layers([table])
+    assert how[0].source == "none" and "no transformer layer structure" in how[0].note
+    assert found[0] is table
+
+
+def one_thread_trace():
+    """Two micro-batches on one thread (as a CPU-only run does): embedding, three layers, head,
+    the head's backward, the three layers' backward, the embedding's backward; every op 5 us
+    every 10 us."""
+    t = TraceBuilder()
+    fwd = ["aten::layer_norm", "aten::mm", "aten::gelu", "aten::mm", "aten::add"]
+    bwd = ["aten::mm", "aten::gelu_backward", "aten::mm", "aten::native_layer_norm_backward"]
+    ops = []
+    for _ in range(2):
+        ops += ["aten::copy_", "aten::embedding"] + fwd * 3 + ["aten::layer_norm", "aten::mm", "aten::log_softmax"]
+        ops += ["aten::_log_softmax_backward_data", "aten::mm"] + bwd * 3 + ["aten::embedding_dense_backward"]
+    for i, name in enumerate(ops):
+        t.cpu(name, 10.0 * i, 5.0)
+    return t.table(), len(ops)
+
+
+def test_hand_written_one_thread_trace():
+    table, n = one_thread_trace()
+    assert n == 2 * (2 + 15 + 3 + 2 + 12 + 1)
+    ranges, how = find_layer_ranges([table])
+    assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", 3, 2)
+    assert (how[0].forward_period, how[0].backward_period) == (5, 4)
+    got = {r["name"]: (r["ts"], r["end"]) for r in ranges[0]}
+    assert len(got) == len(ranges[0]) == 2 * (3 + 3 + 4)
+    # micro-batch 0: embedding at ops 0-1 (copy and lookup), layers at 2-6, 7-11, 12-16, head 17-19,
+    # head backward 20-21, layer backward 22-25 (layer 2), 26-29, 30-33, embedding backward 34
+    assert got["embedding/forward/mb0"] == (0.0, 15.0)
+    assert got["layer_0/forward/mb0"] == (20.0, 65.0)
+    assert got["layer_2/forward/mb0"] == (120.0, 165.0)
+    assert got["head/forward/mb0"] == (170.0, 195.0)
+    assert got["head/backward/mb0"] == (200.0, 215.0)
+    assert got["layer_2/backward/mb0"] == (220.0, 255.0)
+    assert got["layer_0/backward/mb0"] == (300.0, 335.0)
+    assert got["embedding/backward/mb0"] == (340.0, 345.0)
+    assert got["embedding/forward/mb1"] == (350.0, 365.0)
+    assert got["layer_0/backward/mb1"] == (650.0, 685.0)
+
+
+def test_replay_structure_flag(tiny_runs, tmp_path, capsys):
+    # the base run's files without their layer ranges, as another framework's trace would be
+    out = tmp_path / "stripped"
+    out.mkdir()
+    for f in sorted(tiny_runs["base"].glob("rank*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"
+                              or str(e.get("name", "")).startswith("ProfilerStep#")]
+        (out / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert lumos_main(["replay", str(out), "--structure", "--format", "json"]) == 0
+    st = json.loads(capsys.readouterr().out)["structure"]
+    assert st["source"] == "repetition"
+    assert (st["layers"], st["microbatches"], st["tp"], st["pp"], st["dp"]) == (4, 4, 2, 2, 2)
+    assert st["blocks"]["layer"] == 2 * 2 * 4 * 2 and st["what_if"] == "every transform"
+    assert lumos_main(["replay", str(out), "--structure"]) == 0
+    text = capsys.readouterr().out
+    assert "structure: layers from repetition of the ops (no layer ranges in the trace)" in text
+    assert "4 layers, 4 micro-batches, TP 2 x PP 2 x DP 2" in text
+
+
+def test_predict_and_replay_say_when_there_are_no_layers(capsys):
+    resnet = str(REAL / "param" / "resnet_1gpu" / "resnet_kineto.json.gz")
+    assert lumos_main(["predict", resnet, "--dp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "no transformer layer structure" in err and "lumos replay --structure" in err
+    assert lumos_main(["replay", resnet, "--structure"]) == 0
+    out = capsys.readouterr().out
+    assert "structure: no transformer layers found" in out
+    assert "what-if: none: the what-if transforms need transformer layers" in out
+
+
+def _layer_labels(table):
+    """(op name, layer range holding it) of every top-level op of the default step, time order,
+    without the capture's own marker ops."""
+    from lumos.graph.build import resolve_step
+    from lumos.transform.structure import ANN, _innermost
+
+    s = resolve_step(table, None)
+    ops = np.flatnonzero((table.cat == schema.CPU_OP) & (table.ts >= s.start) & (table.ts < s.end))
+    top = _innermost(table, ops, table.pid[ops], table.tid[ops], table.ts[ops], outermost=True)
+    outer = ops[(top == ops) | (top < 0)]
+    outer = outer[np.argsort(table.ts[outer], kind="stable")]
+    ann = np.flatnonzero(table.cat == schema.ANNOTATION)
+    inner = _innermost(table, ann, table.pid[outer], table.tid[outer], table.ts[outer])
+    out = []
+    for o, a in zip(outer, inner):
+        name = str(table.name[o])
+        label = str(table.name[a]) if a >= 0 and str(table.name[a]).startswith("layer_") else "-"
+        if "InBackward" not in name and "Marker" not in name:
+            out.append((name, label))
+    return out
+
+
+def test_cpu_capture_of_torch_transformer_layers_without_annotation(tmp_path):
+    # torch's own nn.TransformerEncoderLayer x 2 (no Lumos code in the model), 2 micro-batches,
+    # captured on this machine twice: annotated by lumos.capture, and not
+    pytest.importorskip("torch")
+    from tests.capture.annotated_model import LAYERS, MICROBATCHES, capture
+
+    annotated, _ = capture(tmp_path / "annotated")
+    plain, _ = capture(tmp_path / "plain", annotate=False)
+    (a,), (b,) = load_run(annotated.parent), load_run(plain.parent)
+    assert not any(str(n).startswith("layer_") for n in b.name)
+    found, how = recover_layers([b])
+    assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", LAYERS, MICROBATCHES)
+    # every top-level op lands in the same layer range (or outside all of them) as annotated: the
+    # two runs' op sequences aligned (the annotated one has the capture's hooks and markers too)
+    import difflib
+
+    la, lb = _layer_labels(a), _layer_labels(found[0])
+    sm = difflib.SequenceMatcher(None, [n for n, _ in la], [n for n, _ in lb], autojunk=False)
+    pairs = [(la[i], lb[j]) for tag, i0, i1, j0, j1 in sm.get_opcodes() if tag == "equal"
+             for i, j in zip(range(i0, i1), range(j0, j1))]
+    in_layers = sum(1 for (_, x), _ in pairs if x != "-")
+    assert in_layers == sum(1 for _, x in la if x != "-") == sum(1 for _, x in lb if x != "-")
+    assert in_layers == LAYERS * MICROBATCHES * (35 + 56)   # a layer: 35 top-level ops forward, 56 backward
+    assert all(x == y for (_, x), (_, y) in pairs)
