@@ -194,3 +194,56 @@ def test_cpu_capture_of_torch_transformer_layers_without_annotation(tmp_path):
     assert in_layers == sum(1 for _, x in la if x != "-") == sum(1 for _, x in lb if x != "-")
     assert in_layers == LAYERS * MICROBATCHES * (35 + 56)   # a layer: 35 top-level ops forward, 56 backward
     assert all(x == y for (_, x), (_, y) in pairs)
+
+
+def _hf_step(model, microbatches=2, vocab=128):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    data = [torch.randint(vocab, (2, 16), generator=gen) for _ in range(microbatches)]
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        for x in data:
+            (model(input_ids=x, labels=x).loss / microbatches).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_hugging_face_models_without_annotation(arch, tmp_path):
+    # Hugging Face transformers models built from a small config (random weights, nothing
+    # downloaded), 3 layers, 2 micro-batches, captured on this machine with and without our ranges
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from lumos.capture.profile import profile_steps
+
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=128, n_positions=32, n_embd=32, n_layer=3, n_head=2))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+            num_key_value_heads=2, max_position_embeddings=32))
+    labels = {}
+    for annotate in (True, False):
+        path = profile_steps(_hf_step(model), steps=2, warmup=1, out_dir=tmp_path / str(annotate), model=model,
+                             annotate=annotate)
+        (table,) = load_run(path.parent)
+        if not annotate:
+            (table,), how = recover_layers([table])
+            assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", 3, 2)
+        labels[annotate] = _layer_labels(table)
+    a, b = labels[True], labels[False]
+    assert [n for n, _ in a] == [n for n, _ in b]          # the same ops, so positions compare
+    forward = [i for i, (_, x) in enumerate(a) if "/forward/" in x] + \
+              [i for i, (_, x) in enumerate(b) if "/forward/" in x]
+    assert all(a[i] == b[i] for i in forward)              # every forward layer op for op
+    assert sum(x != "-" for _, x in a) == sum(x != "-" for _, x in b)
+    # Known limit (docs/prediction.md): the backward layers' boundaries sit a few ops early, where the
+    # final norm's backward before the first layer's looks like a layer's last ops
