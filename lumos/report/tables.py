@@ -493,3 +493,26 @@ def real_interval_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
                      "width90_pct": d["width_pct_90"], "other_steps": n,
                      "inside90_pct": 100 * d["inside_90"] if d["inside_90"] is not None else float("nan")})
     return pd.DataFrame(rows)
+
+
+def search_table(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """`lumos search`'s top layouts, predicted vs emulated (mean and spread over seeds, error), ranked
+    both ways, and a last row with the Spearman correlation of the two orders (scipy; ties share
+    the mean rank)."""
+    from scipy.stats import spearmanr
+
+    keys = ["predicted_rank", "tp", "pp", "dp", "micro_batch", "microbatches"]
+    g = per_seed.groupby(keys, sort=True)
+    df = g.agg(memory_gib_per_gpu=("memory_gib_per_gpu", "first"), predicted_ms=("predicted_us", "first"),
+               emulated_ms=("emulated_us", "mean"), emulated_min_ms=("emulated_us", "min"),
+               emulated_max_ms=("emulated_us", "max"), seeds=("seed", "count")).reset_index()
+    for c in ("predicted_ms", "emulated_ms", "emulated_min_ms", "emulated_max_ms"):
+        df[c] = df[c] / 1e3
+    df["error_pct"] = 100 * (df["predicted_ms"] - df["emulated_ms"]) / df["emulated_ms"]
+    df["emulated_rank"] = df["emulated_ms"].rank(method="average")
+    df = df.astype({"emulated_rank": float})
+    rho = spearmanr(df["predicted_rank"], df["emulated_rank"]).statistic if len(df) > 1 else float("nan")
+    last = {c: None for c in df.columns}
+    last.update({"predicted_rank": "spearman", "emulated_rank": round(float(rho), 3),
+                 "error_pct": float(df["error_pct"].abs().mean())})
+    return pd.concat([df.astype({"predicted_rank": object}), pd.DataFrame([last])], ignore_index=True)

@@ -28,7 +28,7 @@ H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
           "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
-          "intervals_real"]
+          "intervals_real", "search"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real")
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
            "fig_emulator_realism", "fig_coverage"]

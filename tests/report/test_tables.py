@@ -96,3 +96,22 @@ def test_write_table_round_trips_csv(tmp_path):
     back = pd.read_csv(tmp_path / "t.csv")
     assert list(back["a"]) == [1, 2] and back["b_ms"].iloc[0] == 0.5 and math.isnan(back["b_ms"].iloc[1])
     assert (tmp_path / "t.md").read_text().splitlines()[-1] == "| 2 | - |"
+
+
+def test_search_table_ranks_and_correlates():
+    from lumos.report.tables import search_table
+
+    rows = []
+    # four layouts predicted 100 < 120 < 130 < 150 ms; emulated (two seeds, +0 and +2 ms) 111, 119, 141, 136
+    for rank, (pred, em) in enumerate([(100, 110), (120, 118), (130, 140), (150, 135)], 1):
+        for seed, extra in ((0, 0), (1, 2)):
+            rows.append(dict(base="b", gpus=8, predicted_rank=rank, tp=2, pp=rank, dp=1, micro_batch=1,
+                             microbatches=4, memory_gib_per_gpu=10.0, predicted_us=pred * 1e3, seed=seed,
+                             emulated_us=(em + extra) * 1e3))
+    t = search_table(pd.DataFrame(rows))
+    assert t["emulated_ms"].tolist()[:4] == [111.0, 119.0, 141.0, 136.0]
+    assert t["emulated_rank"].tolist()[:4] == [1.0, 2.0, 4.0, 3.0]
+    assert t["error_pct"].tolist()[:2] == pytest.approx([100 * (100 - 111) / 111, 100 * (120 - 119) / 119])
+    last = t.iloc[-1]
+    assert last["predicted_rank"] == "spearman" and last["emulated_rank"] == 0.8   # one swap of four
+    assert last["error_pct"] == pytest.approx(t["error_pct"][:4].abs().mean())

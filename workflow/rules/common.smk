@@ -166,6 +166,8 @@ def table_names():
         names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():
         names.append("statistics")
+    if config.get("search"):
+        names.append("search")
     if config.get("coverage"):
         names.append("coverage")
         if config.get("real_traces"):
