@@ -247,3 +247,27 @@ def test_hugging_face_models_without_annotation(arch, tmp_path):
     assert sum(x != "-" for _, x in a) == sum(x != "-" for _, x in b)
     # Known limit (docs/prediction.md): the backward layers' boundaries sit a few ops early, where the
     # final norm's backward before the first layer's looks like a layer's last ops
+
+
+def test_capture_with_python_stacks(tmp_path):
+    # the same torch model recorded by the plain profiler with_stack=True: its python_function
+    # events (not read) leave the ops, and so the layers, as they were
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from tests.capture.annotated_model import LAYERS, MICROBATCHES, PlainTransformer, train_step_fn
+
+    torch.manual_seed(0)
+    step = train_step_fn(PlainTransformer())
+    path = tmp_path / "stack.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+                 schedule=schedule(wait=1, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(4):
+            step()
+            prof.step()
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e.get("cat") == "python_function" for e in events) > 100
+    _, how = recover_layers([load_trace(path)])
+    assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", LAYERS, MICROBATCHES)
+    assert (how[0].forward_period, how[0].backward_period) == (35, 56)
