@@ -43,6 +43,7 @@ class Args(msgspec.Struct, frozen=True):
     in_nelems: Int = msgspec.field(name="In msg nelems", default=None)
     out_nelems: Int = msgspec.field(name="Out msg nelems", default=None)
     group_size: Int = msgspec.field(name="Group size", default=None)
+    seq: Int = msgspec.field(name="Sequence number", default=None)
     # values kept as they are: decoded by orjson in one batch, as the plain path reads them
     sync_kind: msgspec.Raw = msgspec.field(name="cuda_sync_kind", default=None)
     coll_name: msgspec.Raw = msgspec.field(name="Collective name", default=None)
@@ -162,6 +163,7 @@ def typed_columns(data: bytes, guard: bool = True) -> tuple[dict, dict, dict[str
     out["in_nelems"] = _ints([a.in_nelems for a in args])
     out["out_nelems"] = _ints([a.out_nelems for a in args])
     out["group_size"] = _ints([a.group_size for a in args])
+    out["seq"] = _ints([a.seq for a in args])
     for col in ("sync_kind", "coll_name", "dtype", "pg_ranks"):
         out[col] = _raw_values([getattr(a, col) for a in args])
     cpu = cat == schema.CPU_OP

@@ -9,6 +9,7 @@ docs/prediction.md, "Layers without annotations":
     python benchmarks/recover_check.py results/default/emulated/gpt3_15b-2x2x4/seed0 --scaleout --variants
     python benchmarks/recover_check.py results/default/emulated/gpt3_175b-8x4x8/seed0 \\
         --target pp=8 --target dp=16 --target layers=128 --target pp=8,dp=4 --target hidden=16384,ffn=65536
+    python benchmarks/recover_check.py resources/traces/h200/base_r0 --ours-only   # a recorded trace
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ from lumos.analysis.predict import predict
 from lumos.graph.run_graph import build_run_graph
 from lumos.trace import load_run, schema
 from lumos.transform.recover import recover_layers
-from lumos.transform.structure import find_structure
+from lumos.transform.structure import ANN, BUCKET, find_structure
 
 SCALEOUT = ["dp=8", "dp=16", "dp=32", "pp=4", "pp=8", "pp=16", "pp=4,dp=8", "pp=8,dp=8", "pp=4,dp=16"]
 VARIANTS = ["layers=64", "layers=96", "hidden=9216,ffn=18432", "hidden=12288,ffn=24576"]   # V1-V4 of 15B
 
 
-def strip(table):
-    other = (table.cat == schema.ANNOTATION) & ~np.char.startswith(table.name.astype(str), "ProfilerStep#")
-    return table.take(~other)
+def strip(table, ours_only: bool = False):
+    """Without annotations but the step markers; `ours_only`: without the ranges our capture writes
+    only (torch's own `Optimizer.step#` stays, as in anybody's trace)."""
+    names = table.name.astype(str)
+    drop = (table.cat == schema.ANNOTATION) & ~np.char.startswith(names, "ProfilerStep#")
+    if ours_only:
+        drop &= np.array([bool(ANN.match(n) or BUCKET.match(n)) or n in ("optimizer", "forward", "backward")
+                          for n in names])
+    return table.take(~drop)
 
 
 def block_keys(graph, tables):
@@ -44,9 +51,11 @@ def main() -> None:
     ap.add_argument("--target", action="append", default=[], help="k=v[,k=v]: tp, pp, dp, layers, hidden, ffn")
     ap.add_argument("--scaleout", action="store_true", help="the nine scale-out targets of the 15B base")
     ap.add_argument("--variants", action="store_true", help="V1-V4 of the 15B base")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="strip only the ranges our capture writes (a recorded trace: keep torch's own)")
     args = ap.parse_args()
     tables = load_run(args.run)
-    stripped = [strip(t) for t in tables]
+    stripped = [strip(t, args.ours_only) for t in tables]
     t0 = time.perf_counter()
     recovered, how = recover_layers(stripped)
     took = time.perf_counter() - t0

@@ -140,6 +140,7 @@ def parse_document(doc, path) -> TraceTable:
         cols["in_nelems"].append(_as_int(args.get("In msg nelems")))
         cols["out_nelems"].append(_as_int(args.get("Out msg nelems")))
         cols["group_size"].append(_as_int(args.get("Group size")))
+        cols["seq"].append(_as_int(args.get("Sequence number")))
         cols["dtype"].append(args.get("dtype"))
         cols["pg_ranks"].append(args.get("Process Group Ranks"))
         cols["input_dims"].append(args.get("Input Dims") if code == schema.CPU_OP else None)
@@ -312,7 +313,7 @@ def _scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
     out["tid"] = tid = int_field("tid")
     for col, key in (("corr", "correlation"), ("wait_stream", "wait_on_stream"),
                      ("wait_corr", "wait_on_cuda_event_record_corr_id"), ("in_nelems", "In msg nelems"),
-                     ("out_nelems", "Out msg nelems"), ("group_size", "Group size")):
+                     ("out_nelems", "Out msg nelems"), ("group_size", "Group size"), ("seq", "Sequence number")):
         out[col] = int_field(key)
     # 'External id' where the key is there (even as null), else the legacy 'external id'
     pick = np.where(typ[:, F["External id"]] != T_ABSENT, F["External id"], F["external id"])

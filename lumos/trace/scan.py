@@ -20,12 +20,12 @@ MAX_DEPTH = 256  # orjson refuses beyond 1024; nesting deeper than this is left 
 # recorded fields: the event's own, then those of its args (a field is at most one value)
 EVENT_KEYS = ("cat", "name", "ts", "dur", "pid", "tid")
 ARG_KEYS = ("correlation", "External id", "external id", "stream", "device", "wait_on_stream",
-            "wait_on_cuda_event_record_corr_id", "In msg nelems", "Out msg nelems", "Group size",
+            "wait_on_cuda_event_record_corr_id", "In msg nelems", "Out msg nelems", "Group size", "Sequence number",
             "cuda_sync_kind", "Collective name", "dtype", "Process Group Ranks", "Input Dims")
 F = {k: i for i, k in enumerate(EVENT_KEYS + ARG_KEYS)}
 N_FIELDS, N_EVENT = len(F), len(EVENT_KEYS)
-I_FIRST = F["pid"]  # pid .. Group size hold integers: plain ones are read by the scanner
-N_INT = F["Group size"] - I_FIRST + 1
+I_FIRST = F["pid"]  # pid .. Sequence number hold integers: plain ones are read by the scanner
+N_INT = F["Sequence number"] - I_FIRST + 1
 K_PH, K_ARGS = -2, -3  # event keys the scanner acts on itself
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from . import schema
 
 INT_COLUMNS = ("cat", "pid", "tid", "corr", "ext", "stream", "device",
-               "wait_stream", "wait_corr", "in_nelems", "out_nelems", "group_size")
+               "wait_stream", "wait_corr", "in_nelems", "out_nelems", "group_size", "seq")
 FLOAT_COLUMNS = ("ts", "dur")
 OBJECT_COLUMNS = ("name", "sync_kind", "coll_name", "dtype", "pg_ranks", "input_dims")
 
@@ -46,6 +46,7 @@ class TraceTable:
     in_nelems: np.ndarray
     out_nelems: np.ndarray
     group_size: np.ndarray
+    seq: np.ndarray           # autograd sequence number (a forward op and the backward of its node share it)
     dtype: np.ndarray
     pg_ranks: np.ndarray
     input_dims: np.ndarray

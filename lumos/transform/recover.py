@@ -7,8 +7,9 @@ op sequence repeats with one period through a micro-batch's forward and another 
 backward. This module finds the two periods, where a layer begins in them and how many
 layers a micro-batch runs, and appends the ranges `find_structure` reads to the table as
 annotation rows (the graph's rows keep their index), so every transform works on the
-result. The rules, what was checked and the limits: docs/prediction.md, "Layers without
-annotations". A trace without such repetition (DLRM, ResNet) gets nothing and the reason:
+result. Where the trace has autograd sequence numbers, each backward op also votes for the layer
+whose forward created its node, which fixes the backward's phase. The rules, what was checked and
+the limits: docs/prediction.md, "Layers without annotations". A trace without such repetition (DLRM, ResNet) gets nothing and the reason:
 no layers are ever invented.
 """
 
@@ -188,6 +189,49 @@ def _op_groups(table: TraceTable, threads: list[_Thread]) -> dict[int, str]:
     return {int(o): str(table.pg_ranks[g]) for o, g in zip(top, comm) if o >= 0}
 
 
+def _sequence_votes(table: TraceTable, ths: list[_Thread], fwd: tuple, bwd: tuple) -> dict[int, tuple]:
+    """Per rotation of the backward pattern: how many backward ops land in the layer and micro-batch
+    whose forward created their autograd node (the `Sequence number` a forward op and the backward
+    of its node share). Empty when the trace has no sequence numbers."""
+    if not np.any(table.seq >= 0):
+        return {}
+    ops = np.flatnonzero((table.cat == schema.CPU_OP) & (table.seq >= 0))
+    owner: dict[int, tuple[int, int]] = {}   # sequence number -> (layer in its micro-batch, micro-batch)
+    for th in ths:
+        starts = _occurrences(th.tokens, fwd)
+        runs = [n for n in _chain_lengths(starts, len(fwd)) if n >= 2]
+        if not runs:
+            continue
+        k = Counter(runs).most_common(1)[0][0]
+        key = table.pid[th.rows[0]] * (1 << 32) + (table.tid[th.rows[0]] & 0xFFFFFFFF)
+        mine = ops[table.pid[ops] * (1 << 32) + (table.tid[ops] & 0xFFFFFFFF) == key]
+        for i, s in enumerate(starts[:len(starts) // k * k]):
+            rows = th.rows[s:s + len(fwd)]
+            lo, hi = table.ts[rows[0]], float(np.max(table.ts[rows] + table.dur[rows]))
+            for r in mine[(table.ts[mine] >= lo) & (table.ts[mine] <= hi)]:
+                owner[int(table.seq[r])] = (i % k, i // k)
+    votes: dict[int, tuple] = {}
+    if not owner:
+        return votes
+    for th in ths:
+        label = [owner.get(int(q), None) if q >= 0 else None for q in table.seq[th.rows]]
+        if not any(label):
+            continue
+        for rot in range(len(bwd)):
+            starts = _occurrences(th.tokens, bwd[rot:] + bwd[:rot])
+            runs = [n for n in _chain_lengths(starts, len(bwd)) if n >= 2]
+            if not runs:
+                continue
+            k = Counter(runs).most_common(1)[0][0]
+            for i, s in enumerate(starts[:len(starts) // k * k]):
+                want = (k - 1 - i % k, i // k)
+                # (ops in their own layer, occurrences that start with one of their layer's nodes): the
+                # second settles a tie where ops without a node (AccumulateGrad) sit at the edge
+                hits = sum(1 for x in label[s:s + len(bwd)] if x == want)
+                votes[rot] = tuple(a + b for a, b in zip(votes.get(rot, (0, 0)), (hits, int(label[s] == want))))
+    return votes
+
+
 def _around(table: TraceTable, rows: np.ndarray, names: list[str], hard: np.ndarray, soft: np.ndarray,
             first: int, last: int, phase: str, mb: int) -> list[dict]:
     """Embedding and head ranges of one micro-batch's forward or backward (positions `first` to
@@ -275,6 +319,13 @@ def find_layer_ranges(tables: list[TraceTable], windows: list | None = None
     pats = {"forward": _rotate(stretches, fwd)}
     if bwd is not None:
         pats["backward"] = _rotate(stretches, bwd)
+        votes: dict[int, tuple] = {}
+        for table, ths in zip(tables, threads):
+            for rot, v in _sequence_votes(table, ths, pats["forward"], bwd).items():
+                votes[rot] = tuple(a + b for a, b in zip(votes.get(rot, (0, 0)), v))
+        if votes and max(votes.values())[0] > 0:   # autograd says which layer each backward op is of
+            rot = max(votes, key=lambda r: (votes[r], -r))
+            pats["backward"] = bwd[rot:] + bwd[:rot]
     ranges, found = [], []
     for stage, (table, ths) in enumerate(zip(tables, threads)):
         r, how = _stage_ranges(stage, table, ths, pats, names[pats["forward"][0]])

@@ -99,6 +99,7 @@ def reference_parse(doc, path) -> TraceTable:
         cols["in_nelems"].append(_ref_int(args.get("In msg nelems")))
         cols["out_nelems"].append(_ref_int(args.get("Out msg nelems")))
         cols["group_size"].append(_ref_int(args.get("Group size")))
+        cols["seq"].append(_ref_int(args.get("Sequence number")))
         cols["dtype"].append(args.get("dtype"))
         cols["pg_ranks"].append(args.get("Process Group Ranks"))
         cols["input_dims"].append(args.get("Input Dims") if code == schema.CPU_OP else None)
@@ -202,7 +203,8 @@ values = st.one_of(texts, numbers, st.none(), st.booleans(), st.lists(st.integer
                    st.lists(st.lists(st.integers(0, 4), max_size=3), max_size=3))
 ARG_NAMES = ["correlation", "External id", "external id", "stream", "device", "wait_on_stream",
              "wait_on_cuda_event_record_corr_id", "cuda_sync_kind", "Collective name", "In msg nelems",
-             "Out msg nelems", "Group size", "dtype", "Process Group Ranks", "Input Dims", "Call stack"]
+             "Out msg nelems", "Group size", "Sequence number", "dtype", "Process Group Ranks", "Input Dims",
+             "Call stack"]
 NAMES = ["ProfilerStep#3", "ProfilerStep#x", "ncclKernel_a", "cudaLaunchKernel", 'a"b\\c', "\u00e9\u4e2d", "t\u0000"]
 
 

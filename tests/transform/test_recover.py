@@ -241,12 +241,10 @@ def test_hugging_face_models_without_annotation(arch, tmp_path):
         labels[annotate] = _layer_labels(table)
     a, b = labels[True], labels[False]
     assert [n for n, _ in a] == [n for n, _ in b]          # the same ops, so positions compare
-    forward = [i for i, (_, x) in enumerate(a) if "/forward/" in x] + \
-              [i for i, (_, x) in enumerate(b) if "/forward/" in x]
-    assert all(a[i] == b[i] for i in forward)              # every forward layer op for op
-    assert sum(x != "-" for _, x in a) == sum(x != "-" for _, x in b)
-    # Known limit (docs/prediction.md): the backward layers' boundaries sit a few ops early, where the
-    # final norm's backward before the first layer's looks like a layer's last ops
+    assert sum(x.endswith("/mb1") for _, x in a) > 0     # both micro-batches' layers are in it
+    # every op in the same layer range, forward and backward: the backward's phase from the autograd
+    # sequence numbers (by context alone GPT-2's backward layers began 4 ops early, Llama's 7)
+    assert a == b
 
 
 def test_capture_with_python_stacks(tmp_path):
