@@ -152,7 +152,7 @@ def _layer_labels(table):
     """(op name, layer range holding it) of every top-level op of the default step, time order,
     without the capture's own marker ops."""
     from lumos.graph.build import resolve_step
-    from lumos.transform.structure import ANN, _innermost
+    from lumos.transform.structure import _innermost
 
     s = resolve_step(table, None)
     ops = np.flatnonzero((table.cat == schema.CPU_OP) & (table.ts >= s.start) & (table.ts < s.end))
