@@ -510,7 +510,6 @@ def search_table(per_seed: pd.DataFrame) -> pd.DataFrame:
         df[c] = df[c] / 1e3
     df["error_pct"] = 100 * (df["predicted_ms"] - df["emulated_ms"]) / df["emulated_ms"]
     df["emulated_rank"] = df["emulated_ms"].rank(method="average")
-    df = df.astype({"emulated_rank": float})
     rho = spearmanr(df["predicted_rank"], df["emulated_rank"]).statistic if len(df) > 1 else float("nan")
     last = {c: None for c in df.columns}
     last.update({"predicted_rank": "spearman", "emulated_rank": round(float(rho), 3),

@@ -176,6 +176,12 @@ def _chain_lengths(starts: list[int], p: int) -> list[int]:
     return out
 
 
+def _modal_run(lengths: list[int]) -> int | None:
+    """Layers per micro-batch: the most common length of the runs of two or more back-to-back layers."""
+    runs = [n for n in lengths if n >= 2]
+    return Counter(runs).most_common(1)[0][0] if runs else None
+
+
 def _op_groups(table: TraceTable, threads: list[_Thread]) -> dict[int, str]:
     """Outermost op row -> the process group of the collectives it launched."""
     runtime = {int(c): r for r, c in zip(np.flatnonzero(table.cat == schema.RUNTIME),
@@ -189,46 +195,45 @@ def _op_groups(table: TraceTable, threads: list[_Thread]) -> dict[int, str]:
     return {int(o): str(table.pg_ranks[g]) for o, g in zip(top, comm) if o >= 0}
 
 
-def _sequence_votes(table: TraceTable, ths: list[_Thread], fwd: tuple, bwd: tuple) -> dict[int, tuple]:
-    """Per rotation of the backward pattern: how many backward ops land in the layer and micro-batch
-    whose forward created their autograd node (the `Sequence number` a forward op and the backward
-    of its node share). Empty when the trace has no sequence numbers."""
-    if not np.any(table.seq >= 0):
-        return {}
+def _sequence_votes(table: TraceTable, ths: list[_Thread], fwd: tuple, bwd: tuple) -> np.ndarray:
+    """Per rotation of the backward pattern (rows): how many backward ops land in the layer and
+    micro-batch whose forward created their autograd node (the `Sequence number` a forward op and
+    the backward of its node share), and how many occurrences start with one of their own layer's
+    nodes (that settles a tie where ops without a node, AccumulateGrad, sit at the edge). Zeros
+    when the trace has no sequence numbers."""
+    votes = np.zeros((len(bwd), 2), dtype=np.int64)
     ops = np.flatnonzero((table.cat == schema.CPU_OP) & (table.seq >= 0))
+    if not len(ops):
+        return votes
     owner: dict[int, tuple[int, int]] = {}   # sequence number -> (layer in its micro-batch, micro-batch)
     for th in ths:
         starts = _occurrences(th.tokens, fwd)
-        runs = [n for n in _chain_lengths(starts, len(fwd)) if n >= 2]
-        if not runs:
+        k = _modal_run(_chain_lengths(starts, len(fwd)))
+        if k is None:
             continue
-        k = Counter(runs).most_common(1)[0][0]
         key = table.pid[th.rows[0]] * (1 << 32) + (table.tid[th.rows[0]] & 0xFFFFFFFF)
         mine = ops[table.pid[ops] * (1 << 32) + (table.tid[ops] & 0xFFFFFFFF) == key]
+        mine = mine[np.argsort(table.ts[mine], kind="stable")]
+        at = table.ts[mine]
         for i, s in enumerate(starts[:len(starts) // k * k]):
             rows = th.rows[s:s + len(fwd)]
             lo, hi = table.ts[rows[0]], float(np.max(table.ts[rows] + table.dur[rows]))
-            for r in mine[(table.ts[mine] >= lo) & (table.ts[mine] <= hi)]:
-                owner[int(table.seq[r])] = (i % k, i // k)
-    votes: dict[int, tuple] = {}
+            inside = mine[np.searchsorted(at, lo, side="left"):np.searchsorted(at, hi, side="right")]
+            owner.update({int(q): (i % k, i // k) for q in table.seq[inside]})
     if not owner:
         return votes
     for th in ths:
-        label = [owner.get(int(q), None) if q >= 0 else None for q in table.seq[th.rows]]
+        label = [owner.get(int(q)) for q in table.seq[th.rows]]
         if not any(label):
             continue
         for rot in range(len(bwd)):
             starts = _occurrences(th.tokens, bwd[rot:] + bwd[:rot])
-            runs = [n for n in _chain_lengths(starts, len(bwd)) if n >= 2]
-            if not runs:
+            k = _modal_run(_chain_lengths(starts, len(bwd)))
+            if k is None:
                 continue
-            k = Counter(runs).most_common(1)[0][0]
             for i, s in enumerate(starts[:len(starts) // k * k]):
                 want = (k - 1 - i % k, i // k)
-                # (ops in their own layer, occurrences that start with one of their layer's nodes): the
-                # second settles a tie where ops without a node (AccumulateGrad) sit at the edge
-                hits = sum(1 for x in label[s:s + len(bwd)] if x == want)
-                votes[rot] = tuple(a + b for a, b in zip(votes.get(rot, (0, 0)), (hits, int(label[s] == want))))
+                votes[rot] += (sum(x == want for x in label[s:s + len(bwd)]), label[s] == want)
     return votes
 
 
@@ -305,7 +310,7 @@ def find_layer_ranges(tables: list[TraceTable], windows: list | None = None
     threads = [_threads(t, vocab, w) for t, w in zip(tables, windows)]
     names = {v: k[0] for k, v in vocab.items()}
     backward_tokens = {v for k, v in vocab.items() if is_backward(k[0])}
-    gemm_tokens = {v for k, v in vocab.items() if k[0] in GEMM_OPS}
+    gemm_tokens = {v for k, v in vocab.items() if is_gemm(k[0])}
     stretches = [s for ts in threads for th in ts for s in _tandem_stretches(th.tokens)]
     foreign = {v for (k, _), v in vocab.items()
                if k in P2P_OPS or k in EMBEDDING_OPS or k.startswith(OPTIMIZER_STEP) or "embedding" in k}
@@ -319,12 +324,9 @@ def find_layer_ranges(tables: list[TraceTable], windows: list | None = None
     pats = {"forward": _rotate(stretches, fwd)}
     if bwd is not None:
         pats["backward"] = _rotate(stretches, bwd)
-        votes: dict[int, tuple] = {}
-        for table, ths in zip(tables, threads):
-            for rot, v in _sequence_votes(table, ths, pats["forward"], bwd).items():
-                votes[rot] = tuple(a + b for a, b in zip(votes.get(rot, (0, 0)), v))
-        if votes and max(votes.values())[0] > 0:   # autograd says which layer each backward op is of
-            rot = max(votes, key=lambda r: (votes[r], -r))
+        votes = sum(_sequence_votes(table, ths, pats["forward"], bwd) for table, ths in zip(tables, threads))
+        if votes[:, 0].max() > 0:   # autograd says which layer each backward op is of
+            rot = max(range(len(bwd)), key=lambda r: (votes[r, 0], votes[r, 1], -r))
             pats["backward"] = bwd[rot:] + bwd[:rot]
     ranges, found = [], []
     for stage, (table, ths) in enumerate(zip(tables, threads)):
@@ -343,16 +345,15 @@ def _stage_ranges(stage: int, table: TraceTable, ths: list[_Thread], pats: dict,
     layer_groups = Counter(groups.get(int(ths[ti].rows[s + j])) for ph, p in pats.items()
                            for ti, s in occ[ph] for j in range(len(p)) if int(ths[ti].rows[s + j]) in groups)
     tp_group = layer_groups.most_common(1)[0][0] if layer_groups else None
-    runs = {(ph, ti): _chain_lengths([s for t2, s in occ[ph] if t2 == ti], len(p))
-            for ph, p in pats.items() for ti in range(len(ths))}
-    chains = [n for r in runs.values() for n in r if n >= 2]
-    if not chains:
+    lengths = [n for ph, p in pats.items() for ti in range(len(ths))
+               for n in _chain_lengths([s for t2, s in occ[ph] if t2 == ti], len(p))]
+    k = _modal_run(lengths)
+    if k is None:
         return [], Recovery("none", note=f"rank {table.rank}: {NONE}: the layer pattern never repeats "
                                           "back to back on this rank")
-    k = Counter(chains).most_common(1)[0][0]
     counts = {ph: len(v) for ph, v in occ.items()}
     if any(c % k for c in counts.values()) or len({c // k for c in counts.values()}) > 1:
-        return [], Recovery("none", note=f"rank {table.rank}: {NONE}: runs of {sorted(set(chains))} "
+        return [], Recovery("none", note=f"rank {table.rank}: {NONE}: runs of {sorted({n for n in lengths if n >= 2})} "
                                           f"repeated blocks do not make micro-batches of {k} layers")
     mbs = counts["forward"] // k
     out = []
