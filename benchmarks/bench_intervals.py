@@ -5,7 +5,7 @@
     python benchmarks/bench_intervals.py --stability          # 95% bounds of seeds 0 and 1 at the default N
     python benchmarks/bench_intervals.py --coverage           # other iterations inside the 90% interval
     python benchmarks/bench_intervals.py --decompose DIR      # a run's replay interval without the speed
-                                                              # factor, without collective waits
+                                                              # factors, without the peers' floors
 
 Seconds are the Monte Carlo loop (sampling, replay, breakdown) of N samples,
 after one warm-up sample (compilation); the fit is timed apart. Emulated
@@ -63,8 +63,9 @@ def stability(path: Path, n: int) -> dict:
 
 
 def decompose(run_dir: str, n: int) -> None:
-    """The GPU-span interval of `lumos replay RUN_DIR --samples n`: as shipped, with the rank speed
-    factors at sigma 0, and with no collective waits (collectives centred on their class median)."""
+    """The GPU-span interval of `lumos replay RUN_DIR --samples n`: as shipped, with the speed
+    factors (the rank's and its peers') at sigma 0, and with no peers (collectives take their
+    transfer part only, no floor)."""
     import contextlib
     import io
     import json
@@ -72,24 +73,18 @@ def decompose(run_dir: str, n: int) -> None:
     from lumos.analysis import spread, uncertainty
     from lumos.cli import main as lumos
 
-    fit, sigma = spread.fit_spread, spread._speed_sigma
-
-    def no_waits(groups):
-        fitted = fit(groups)
-        fitted.waits.clear()
-        return fitted
-
-    variants = {"as shipped": (fit, sigma), "speed sigma 0": (fit, lambda medians, groups: 0.0),
-                "no waits": (no_waits, sigma)}
+    sigma, peers = spread._speed_sigma, uncertainty.with_peers
+    variants = {"as shipped": (sigma, peers), "speed sigma 0": (lambda medians, groups: 0.0, peers),
+                "no peers (waits dropped)": (sigma, lambda model, *args: model)}
     print("| variant | point ms | median ms | median vs point % | 90% width % of median |\n|---|---|---|---|---|")
-    for label, (fit_with, sigma_with) in variants.items():
-        uncertainty.fit_spread, spread._speed_sigma = fit_with, sigma_with
+    for label, (sigma_with, peers_with) in variants.items():
+        spread._speed_sigma, uncertainty.with_peers = sigma_with, peers_with
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out):
                 lumos(["replay", run_dir, "--iteration", "gpu", "--samples", str(n), "--seed", "0", "--format", "json"])
         finally:
-            uncertainty.fit_spread, spread._speed_sigma = fit, sigma
+            spread._speed_sigma, uncertainty.with_peers = sigma, peers
         doc = json.loads(out.getvalue())
         point, iv = doc["replayed"]["iteration_us"], doc["interval"]["iteration_us"]
         lo, hi = iv["90"]
@@ -110,7 +105,7 @@ def main() -> None:
         return
     if args.stability:
         n = args.samples or DEFAULT_SAMPLES
-        print(f"| trace | N | median ms | max 95% bound difference, seeds 0 vs 1 (% of median) |\n|---|---|---|---|")
+        print("| trace | N | median ms | max 95% bound difference, seeds 0 vs 1 (% of median) |\n|---|---|---|---|")
         for p in MULTI_STEP + [REAL / "param" / "dlrm_8rank" / "kineto" / "worker0_step_12.1694128201545.pt.trace.json.gz"]:
             r = stability(p, n)
             print(f"| {r['trace'][:40]} | {n} | {r['median'] / 1e3:.3f} | {r['diff_pct']:.3f} |", flush=True)

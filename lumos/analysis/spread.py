@@ -14,7 +14,8 @@ docs/intervals.md):
 - Modes. What the trace does not tell apart can still be told by size: a
   class's occurrences (over all groups) are split where their sorted
   log durations jump by more than `BREAK_LOG` (a factor of 2), except between
-  two modes that are both small (a scattered tail stays one mode), and each
+  two modes that are both small (a scattered tail stays one mode) unless
+  the jump is above `BREAK_SMALL_LOG` (a factor of 10), and each
   mode is a class of its own. A 4 us gap between ops and a 3 ms Python block
   before the same launch are two modes, not one class whose ratios reach
   750. A task is put in the mode nearest its own duration, so a predicted
@@ -37,15 +38,22 @@ docs/intervals.md):
   across groups, of a group's median log(class median in the group / class
   median over groups). One group (one step of one rank): sigma 0.
 - Collectives. A collective's duration holds its transfer and its wait for
-  peers. Transfer = the class's 10th percentile in the group; its ratios are
-  those of the occurrences at or below the 25th percentile (they waited
-  least); wait = occurrence - transfer, drawn as an absolute amount.
+  peers. Transfer = the class's 10th percentile in the group (an occurrence
+  shorter than that is all transfer); its ratios are those of the
+  occurrences at or below the 25th percentile (they waited least). The wait
+  is not drawn: in a replay of one rank the peers' arrival stays where the
+  point replay put it (its start + its wait), so a rank that arrives later
+  waits less (`lumos.sim.sampling`). The peers are ranks like this one: one
+  peer speed factor (the compute sigma) moves their arrival by the compute
+  the rank ran before the collective; where the rank was profiled for
+  several steps, each sample takes the peers' timing of one of them, drawn
+  at random (`peer_times`: when the peers were ready, from the step's start).
 - Host gaps. Positive lags of host-side edges (program order, thread
   hand-over, launch latency, sync: the measured time between a task and the
   one it waited for) are classed by edge class and the later task's name and
   drawn like durations. Lags between streams stay as fitted.
 
-Zero spread (every class one value) gives pools of ones, zero waits and
+Zero spread (every class one value) gives pools of ones, no waits and
 sigma 0, so every sample is the point replay bit for bit.
 """
 
@@ -63,13 +71,13 @@ __all__ = ["MIN_OCCURRENCES", "FitGroup", "Spread", "fit_spread", "task_keys", "
            "launching_ops"]
 
 BREAK_LOG = float(np.log(2.0))  # a class splits into modes where sorted log durations jump by more than this
+BREAK_SMALL_LOG = float(np.log(10.0))  # ... and two small modes split only where the jump is above this
 MIN_OCCURRENCES = 5     # ratios a class needs to keep its own spread (fewer: its category's pooled spread)
 POOL_QUANTILES = 100    # probabilities at which the pooled spread is the median of the classes' quantiles
 TRANSFER_Q = 0.10       # a collective's transfer part: this quantile of its class in the group
 TRANSFER_SPREAD_Q = 0.25  # occurrences at or below this quantile show the transfer's own spread
 
 CATEGORIES = ("compute", "comm", "host", "gap")
-WAIT = "comm_wait"
 FACTOR_CATEGORIES = ("compute", "host")  # what one rank speed factor moves together
 HOST_GAP_CLASSES = (EdgeClass.INTRA_THREAD, EdgeClass.INTER_THREAD, EdgeClass.LAUNCH, EdgeClass.SYNC)
 
@@ -193,13 +201,16 @@ _FLOOR_US = 1e-3  # log of a zero duration
 def _breaks(values: np.ndarray) -> np.ndarray:
     """Boundaries between a class's modes: geometric midpoints where its sorted log values jump
     by more than `BREAK_LOG`, except between two modes that both hold fewer than
-    `MIN_OCCURRENCES` values: a scattered tail (one data-loader wait per step, 0.5 ms to 4 s)
-    stays one mode, and it never joins a well-observed mode it differs from."""
+    `MIN_OCCURRENCES` values unless the jump is above `BREAK_SMALL_LOG` (a factor of 10): a
+    scattered tail (one data-loader wait per step, 0.5 ms to 4 s) stays one mode and never
+    joins a well-observed mode it differs from, while four 15 us gaps and two 16 ms Python
+    blocks before the same call are two modes, not one whose ratios run from 0.002 to 2."""
     lv = np.sort(np.log(np.maximum(np.asarray(values, np.float64), _FLOOR_US)))
-    cuts = np.flatnonzero(np.diff(lv) > BREAK_LOG)
+    jumps = np.diff(lv)
+    cuts = np.flatnonzero(jumps > BREAK_LOG)
     sizes = np.diff(np.concatenate([[0], cuts + 1, [len(lv)]]))
     small = sizes < MIN_OCCURRENCES
-    cuts = cuts[~(small[:-1] & small[1:])]
+    cuts = cuts[~(small[:-1] & small[1:]) | (jumps[cuts] > BREAK_SMALL_LOG)]
     return np.exp((lv[cuts] + lv[cuts + 1]) / 2)
 
 
@@ -219,7 +230,6 @@ def mode_keys(keys: np.ndarray, values: np.ndarray, breaks: dict[str, np.ndarray
 class Spread:
     """A fitted duration model, independent of the graph it will be applied to."""
     pools: dict[str, np.ndarray] = field(default_factory=dict)    # mode key -> sorted ratios
-    waits: dict[str, np.ndarray] = field(default_factory=dict)    # comm class key -> sorted waits (us)
     pooled: dict[str, np.ndarray] = field(default_factory=dict)   # category -> sorted pooled ratios
     breaks: dict[str, np.ndarray] = field(default_factory=dict)   # class key -> boundaries of its modes (us)
     known: set = field(default_factory=set)                       # every class key seen in the fit
@@ -228,6 +238,7 @@ class Spread:
     groups: int = 0
     ranks: int = 0
     classes: dict[str, int] = field(default_factory=dict)         # category -> classes seen
+    peer_times: dict = field(default_factory=dict)  # (rank, comm class) -> step -> peers ready (us from step start)
 
     def summary(self) -> dict:
         own = {c: sum(1 for k in self.pools if _category(k) == c) for c in CATEGORIES}
@@ -241,7 +252,7 @@ class Spread:
               own: bool = True, instances: list | None = None) -> DurationModel:
         """The sampling plan of `graph`. `own`: the graph is one of the fitted steps, so a mode
         seen `MIN_OCCURRENCES` times in it is centred on its median there (collectives: their
-        transfer part, the wait drawn apart); otherwise (a predicted graph) every task is
+        transfer part, the wait left to the peers' floor); otherwise (a predicted graph) every task is
         centred on its own duration. A task draws from the mode of its class (or of its name's
         best-observed class) nearest its duration. `instances`: groups of tasks (one collective
         instance on several ranks) that share one transfer draw."""
@@ -252,15 +263,19 @@ class Spread:
         dur = graph.dur.astype(np.float64)
         moded = mode_keys(self._resolve(keys), dur, self.breaks)
         base = dur.copy()
+        wait = np.zeros(n)
         task_pool = np.full(n, -1, np.int64)
-        wait_pool = np.full(n, -1, np.int64)
         centre = self._centres(moded, dur) if own else {}
         for key, members in _by_key(moded, np.arange(n)).items():
             if key in centre:
-                base[members], waits = centre[key]
-                if waits:
-                    wait_pool[members] = plan.pool(key + "|wait", self.waits[key])
+                at, is_comm = centre[key]
+                if is_comm:  # its transfer part (never above its own duration); the rest waited for peers
+                    base[members] = np.minimum(dur[members], at)
+                    wait[members] = dur[members] - base[members]
+                else:
+                    base[members] = at
             task_pool[members] = plan.pool(*self._pool_of(key, _category(key), centred=key in centre))
+        peer_slot, peer_delta = self._peer_steps(graph, moded, centre) if own else (np.full(n, -1, np.int64), None)
         task_u = np.full(n, -1, np.int64)
         sampled = task_pool >= 0
         task_u[sampled] = np.arange(int(sampled.sum()))
@@ -271,10 +286,6 @@ class Spread:
                 task_u[inst] = task_u[inst[0]]
         uniq, task_u[sampled] = np.unique(task_u[sampled], return_inverse=True)  # shared draws: one number
         n_u = len(uniq)
-        wait_u = np.full(n, -1, np.int64)
-        w = wait_pool >= 0
-        wait_u[w] = n_u + np.arange(int(w.sum()))
-        n_u += int(w.sum())
         lag = graph.lag.astype(np.float64)
         lag_pool = np.full(graph.n_edges, -1, np.int64)
         lag_base = lag.copy()
@@ -288,6 +299,9 @@ class Spread:
         le = lag_pool >= 0
         lag_u[le] = n_u + np.arange(int(le.sum()))
         n_u += int(le.sum())
+        peer_u = -1
+        if peer_delta is not None:
+            peer_u, n_u = n_u, n_u + 1
         factor = np.full(n, -1, np.int64)
         sigmas = []
         gpu = graph.kind == TaskKind.GPU
@@ -298,11 +312,41 @@ class Spread:
             for r in np.unique(graph.rank[mask & sampled]):
                 factor[mask & sampled & (graph.rank == r)] = len(sigmas)
                 sigmas.append(s)
+        peer_factor = -1
+        if np.any((wait > 0) | (peer_slot >= 0)) and self.sigma.get("compute", 0.0) > 0:  # peers: ranks like this one
+            peer_factor = len(sigmas)
+            sigmas.append(self.sigma["compute"])
         ptr, val = plan.arrays()
-        return DurationModel(base=base, task_pool=task_pool, task_u=task_u, wait_pool=wait_pool, wait_u=wait_u,
-                             factor=factor, lag_base=lag_base, lag_pool=lag_pool,
-                             lag_u=lag_u, pool_ptr=ptr, pool_val=val, factor_sigma=np.array(sigmas, np.float64),
-                             n_uniform=n_u)
+        return DurationModel(base=base, task_pool=task_pool, task_u=task_u, factor=factor, lag_base=lag_base,
+                             lag_pool=lag_pool, lag_u=lag_u, pool_ptr=ptr, pool_val=val,
+                             factor_sigma=np.array(sigmas, np.float64), n_uniform=n_u, wait=wait,
+                             peer_factor=peer_factor, peer_slot=peer_slot, peer_delta=peer_delta, peer_u=peer_u)
+
+    def _peer_steps(self, graph: Graph, moded: np.ndarray, centre: dict) -> tuple[np.ndarray, np.ndarray | None]:
+        """When the rank of `graph` (one of its profiled steps) was profiled for several steps:
+        per collective a slot, and per step of that rank and slot how much later (us, from the
+        step's start) the peers were ready for that collective in that step than in this one.
+        A class whose count differs between steps moves only in the steps that agree."""
+        n = graph.n_tasks
+        slot = np.full(n, -1, np.int64)
+        ranks, step = np.unique(graph.rank), graph.summary.get("step")
+        if len(ranks) != 1 or step is None:
+            return slot, None
+        rank = int(ranks[0])
+        steps = sorted({s for (r, _), per in self.peer_times.items() if r == rank for s in per})
+        if step not in steps or len(steps) < 2:
+            return slot, None
+        cols = []
+        for key, members in _by_key(moded, np.arange(n)).items():
+            per = self.peer_times.get((rank, key), {})
+            mine = per.get(step)
+            if key not in centre or not centre[key][1] or mine is None or len(mine) != len(members):
+                continue
+            members = members[np.argsort(graph.ts[members], kind="stable")]
+            slot[members] = sum(c.shape[1] for c in cols) + np.arange(len(members))
+            cols.append(np.array([per[s] - mine if len(per.get(s, ())) == len(mine) else np.zeros(len(mine))
+                                  for s in steps]))
+        return (slot, np.concatenate(cols, axis=1)) if cols else (slot, None)
 
     def _resolve(self, keys: np.ndarray) -> np.ndarray:
         """Each key as a fitted class: itself, else its name's best-observed class, else itself
@@ -315,13 +359,14 @@ class Spread:
 
     def _centres(self, keys: np.ndarray, values: np.ndarray) -> dict[str, tuple[float, bool]]:
         """Per mode seen `MIN_OCCURRENCES` times in this graph and fitted with its own spread:
-        the value a ratio of 1 gives (its median; a collective's transfer part) and whether a
-        wait is drawn apart."""
+        the value a ratio of 1 gives (its median; a collective's transfer part) and whether it is
+        a collective (its occurrences above the transfer waited for peers)."""
         out = {}
         for key, members in _by_key(keys, np.arange(len(values))).items():
             if len(members) >= MIN_OCCURRENCES and key in self.pools:
                 v = values[members].astype(np.float64)
-                out[key] = (_transfer(v), True) if key in self.waits else (float(np.median(v)), False)
+                comm = _category(key) == "comm"
+                out[key] = (_transfer(v) if comm else float(np.median(v)), comm)
         return out
 
     def _pool_of(self, key: str, cat: str, centred: bool) -> tuple[str, np.ndarray]:
@@ -380,14 +425,15 @@ def fit_spread(groups: list[FitGroup]) -> Spread:
             best[_name_of(key)] = (count, key)
     out.by_name = {name: key for name, (_, key) in best.items()}
     ratios: dict[str, list[np.ndarray]] = {}
-    waits: dict[str, list[np.ndarray]] = {}
     medians: dict[str, dict[int, float]] = {}   # mode -> group -> median (speed factors)
     for gi, g in enumerate(groups):
         for keys, values in ((g.keys, g.graph.dur), (g.lag_keys, g.graph.lag)):
             values = values.astype(np.float64)
             for key, d in _by_key(mode_keys(keys, values, out.breaks), values).items():
-                _add_class(key, d, gi, ratios, waits, medians)
+                _add_class(key, d, gi, ratios, medians)
     out.classes = {c: sum(1 for k in every if _category(k) == c) for c in CATEGORIES}
+    for g in groups:
+        _add_peer_times(g, out.peer_times)
     for key, parts in ratios.items():
         r = np.concatenate(parts)
         if len(r) >= MIN_OCCURRENCES:
@@ -396,10 +442,6 @@ def fit_spread(groups: list[FitGroup]) -> Spread:
         m = np.array(list(per_group.values()))
         if key not in out.pools and _category(key) != "comm" and len(m) >= MIN_OCCURRENCES and np.median(m) > 0:
             out.pools[key] = np.sort(m / np.median(m))
-    for key, parts in waits.items():
-        w = np.concatenate(parts)
-        if key in out.pools and len(w) >= MIN_OCCURRENCES:
-            out.waits[key] = np.sort(w)
     probs = (np.arange(POOL_QUANTILES) + 0.5) / POOL_QUANTILES
     for cat in CATEGORIES:
         own = [v for k, v in out.pools.items() if _category(k) == cat]
@@ -410,7 +452,24 @@ def fit_spread(groups: list[FitGroup]) -> Spread:
     return out
 
 
-def _add_class(key, d, gi, ratios, waits, medians) -> None:
+def _add_peer_times(g: FitGroup, peer_times: dict) -> None:
+    """When the peers were ready for each collective of one step, in time order, measured from
+    the step's start: its end minus its transfer part (as `Spread.model` splits it)."""
+    graph = g.graph
+    step = graph.summary.get("step")
+    if step is None:
+        return
+    window = graph.summary.get("window_us")
+    t0 = float(window[0]) if window else float(graph.ts.min())
+    comm = graph.comm & (graph.kind == TaskKind.GPU)
+    keys = np.where(comm, g.keys, None)
+    for key, members in _by_key(keys, np.arange(graph.n_tasks)).items():
+        members = members[np.argsort(graph.ts[members], kind="stable")]
+        d = graph.dur[members].astype(np.float64)
+        peer_times.setdefault((g.rank, key), {})[step] = graph.ts[members] + d - np.minimum(d, _transfer(d)) - t0
+
+
+def _add_class(key, d, gi, ratios, medians) -> None:
     cat = _category(key)
     if cat == "comm":
         t = _transfer(d)
@@ -418,7 +477,6 @@ def _add_class(key, d, gi, ratios, waits, medians) -> None:
         if len(d) >= 2 and t > 0:
             low = d[d <= np.quantile(d, TRANSFER_SPREAD_Q)]
             ratios.setdefault(key, []).append(low / t)
-            waits.setdefault(key, []).append(np.maximum(d - t, 0.0))
         return
     m = float(np.median(d))
     medians.setdefault(key, {})[gi] = m

@@ -35,7 +35,7 @@ from lumos import intervals
 from lumos.graph import build_graph
 from lumos.graph.model import Graph, TaskKind
 from lumos.sim import prepare
-from lumos.sim.sampling import DurationModel, draws, sample_compiled, sample_reference
+from lumos.sim.sampling import DurationModel, draws, sample_compiled, sample_reference, with_peers
 from lumos.trace import EmptyStepError, TraceTable, find_steps
 
 from .breakdown import METRICS, Breakdown, breakdown
@@ -46,10 +46,10 @@ from .statistics import coverage, prediction_interval
 __all__ = ["DEFAULT_SAMPLES", "LEVELS", "METRICS", "FastBreakdown", "monte_carlo", "summarize",
            "fit_tables", "replay_interval", "coverage_by_level", "other_iterations", "format_interval"]
 
-# Samples per interval: at 8,000 the 95% bounds of two seeds differ by < 0.5% of the median on the
-# shipped real traces except the data-loader-bound ResNet, whose tail is too heavy for any N here
-# (at 2,000: up to 1.05%; docs/intervals.md, `python benchmarks/bench_intervals.py --stability`).
-DEFAULT_SAMPLES = 8000
+# Samples per interval: at 2,000 (and at 1,000) the 95% bounds of two seeds differ by at most 0.34%
+# of the median on the shipped real traces with several steps or ranks (docs/intervals.md,
+# `python benchmarks/bench_intervals.py --stability --samples 2000`).
+DEFAULT_SAMPLES = 2000
 LEVELS = (0.5, 0.9, 0.95)
 
 
@@ -146,13 +146,19 @@ def monte_carlo(graph: Graph, model: DurationModel, samples: int, seed: int = 0,
             lambda s, e: breakdown(s, e, graph.kind == TaskKind.GPU, graph.comm, graph.in_step,
                                    window=_window(graph, s, e, iteration)))
     run = simulate_compiled if compiled else simulate_reference
+    if model.has_peers and model.peer_at is None:
+        start, end = run(arrays)[:2]
+        model = with_peers(model, start, end, (graph.kind == TaskKind.GPU) & ~graph.comm)
     rng = np.random.Generator(np.random.PCG64(seed))
     out = np.empty((samples, len(METRICS)))
-    buf = (np.empty(graph.n_tasks), np.empty(graph.n_edges)) if compiled else None
+    buf = (np.empty(graph.n_tasks), np.empty(graph.n_edges), np.empty(graph.n_tasks)) if compiled else None
     for k in range(samples):
         u, f = draws(rng, model)
-        dur, lag = sample_compiled(model, u, f, buf) if compiled else sample_reference(model, u, f)
-        start, end, done, _ = run(replace(arrays, dur=dur, out_lag=lag[order]))
+        dur, lag, floor = sample_compiled(model, u, f, buf) if compiled else sample_reference(model, u, f)
+        if floor is not None and arrays.floor is not None:
+            floor = np.maximum(floor, arrays.floor)
+        start, end, done, _ = run(replace(arrays, dur=dur, out_lag=lag[order],
+                                          floor=arrays.floor if floor is None else floor))
         if not done.all():
             stuck = np.flatnonzero(~done)
             raise SimulationError([f"#{i} {graph.name[i]}" for i in stuck[:8]], len(stuck), graph.n_tasks)

@@ -224,5 +224,7 @@ def test_modes_split_a_class_at_a_jump_in_size():
     # a predicted task finds the mode nearest its own size
     assert list(mode_keys(np.array(["gap|intra_thread|op"] * 3, dtype=object), np.array([10.0, 2000.0, 1e6]),
                           breaks)) == ["gap|intra_thread|op#0", "gap|intra_thread|op#1", "gap|intra_thread|op#2"]
-    # two small modes side by side are one
+    # two small modes side by side are one, unless they are more than a factor 10 apart (four op
+    # gaps and two 16 ms Python blocks before the same call, in the emulated 15B base run)
     assert len(_breaks(np.array([1.0, 1.1, 10.0, 11.0]))) == 0
+    assert _breaks(np.array([16.0, 11.5, 15505.0, 16189.0, 12.4, 20.1])) == pytest.approx([np.sqrt(20.1 * 15505.0)])
