@@ -72,15 +72,17 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             micro_batch: int | None = None, actual_tables: Sequence[TraceTable] | None = None,
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
-            memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0) -> dict:
+            memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
+            gemm_efficiency: str = "waves") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
     `microbatch_rule` (auto, tp_x_pp, keep) sets the target's micro-batch count when `global_batch`
     does not (`microbatch_count.py`). `samples` > 0 adds an `interval` from that many sampled
-    replays (`lumos.analysis.uncertainty.predict_interval`, seeded by `seed`).
+    replays (`lumos.analysis.uncertainty.predict_interval`, seeded by `seed`). `gemm_efficiency`:
+    'waves' or 'flops' (`lumos.transform.suppliers.compute`).
     """
-    plan = base_plan(base_tables, step=step)
+    plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
     out = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=compute_speed,
                     network_speed=network_speed, microbatch_rule=microbatch_rule, **tgt)
@@ -100,7 +102,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
            "graph": {"tasks": int(graph.n_tasks), "edges": int(graph.n_edges),
                      "rendezvous": len(out.pairs)},
            "suppliers": {"collectives": plan.collectives.as_dict(),
-                         "compute_fixed_us": {k: round(v, 3) for k, v in plan.compute.fixed_us.items()}},
+                         "compute_fixed_us": {k: round(v, 3) for k, v in plan.compute.fixed_us.items()},
+                         "gemm": plan.compute.gemm_summary()},
            "notes": out.notes,
            "structure": structure_summary(plan.st.recovery)}
     doc["memory"] = memory_of(out, memory)

@@ -1,7 +1,8 @@
 """`lumos search BASE --gpus N`: every layout of N GPUs predicted from one base trace, ranked.
 
-Candidates are PP x DP x micro-batch size at the base's TP (`lumos predict` cannot change TP
-yet): PP divides the layer count, TP x PP x DP = N, and with `--global-batch B` the batch
+Candidates are TP x PP x DP x micro-batch size: TP divides the heads, hidden, FFN and
+vocabulary sizes (Megatron's split), PP divides the layer count, TP x PP x DP = N, and with
+`--global-batch B` the batch
 splits into whole micro-batches (B divisible by DP x micro-batch; micro-batches per
 iteration = B / (DP x micro-batch)); without it each candidate keeps the base's micro-batch
 count. Layouts that do not fit in memory (`lumos.transform.memory`) are listed as such and not simulated.
@@ -15,6 +16,7 @@ import sys
 from lumos.transform.memory import MemorySettings, plan_memory
 from lumos.transform.schedule import layers_of_stage
 from lumos.transform.suppliers.collectives import load_profile
+from lumos.transform.tp import check_tp
 from lumos.transform.whatif import base_plan, transform
 
 from .predict import simulate_plan
@@ -23,24 +25,32 @@ __all__ = ["candidates", "search"]
 
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
-    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus` at the base's TP."""
+    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`."""
     out = []
-    tp = base.tp
-    if gpus % tp:
-        raise ValueError(f"{gpus} GPUs are not a multiple of the base's TP {tp} (TP changes are not supported)")
-    for pp in range(1, gpus // tp + 1):
-        if (gpus // tp) % pp or base.layers % pp:
+    for tp in range(1, gpus + 1):
+        if gpus % tp or not _splits(base.shape, tp):
             continue
-        dp = gpus // (tp * pp)
-        for mbs in micro_batches:
-            if global_batch is not None:
-                if global_batch % (dp * mbs):
-                    continue
-                m = global_batch // (dp * mbs)
-            else:
-                m = base.microbatches
-            out.append({"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m})
+        for pp in range(1, gpus // tp + 1):
+            if (gpus // tp) % pp or base.layers % pp:
+                continue
+            dp = gpus // (tp * pp)
+            for mbs in micro_batches:
+                if global_batch is not None:
+                    if global_batch % (dp * mbs):
+                        continue
+                    m = global_batch // (dp * mbs)
+                else:
+                    m = base.microbatches
+                out.append({"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m})
     return out
+
+
+def _splits(shape, tp: int) -> bool:
+    try:
+        check_tp(shape, tp)
+    except ValueError:
+        return False
+    return True
 
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
@@ -53,16 +63,16 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     rows = []
     cands = candidates(base, gpus, micro_batches, global_batch)
     if not cands:
-        raise ValueError(f"no layout of {gpus} GPUs fits the base (TP {base.tp}, {base.layers} layers"
+        raise ValueError(f"no layout of {gpus} GPUs fits the base ({base.shape.heads} heads, {base.layers} layers"
                          + (f", global batch {global_batch}" if global_batch else "") + ")")
     bar = _progress(len(cands), progress)
     for c in cands:
-        shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"])
+        shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
         per_stage = [len(list(layers_of_stage(s, c["pp"], base.layers))) for s in range(c["pp"])]
         mem = plan_memory(shape, per_stage, c["pp"], c["dp"], c["microbatches"], settings)
         row = dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None)
         if mem["fits"]:
-            plan = transform(base, pp=c["pp"], dp=c["dp"], micro_batch=c["micro_batch"],
+            plan = transform(base, tp=c["tp"], pp=c["pp"], dp=c["dp"], micro_batch=c["micro_batch"],
                              global_batch=c["microbatches"] * c["dp"] * c["micro_batch"])
             _, _, bd = simulate_plan(plan)
             row["iteration_us"] = round(float(bd.as_dict()["iteration_us"]), 3)

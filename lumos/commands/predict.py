@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict a new configuration from a base trace (what-if)",
                        description=__doc__)
     p.add_argument("base", help="directory of the base run (one trace per pipeline stage)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (must equal the base's)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="tensor-parallel degree (re-shards GEMMs, heads and TP collectives: lumos/transform/tp.py)")
     p.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree")
     p.add_argument("--layers", type=int, default=None, help="number of transformer layers")
@@ -34,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="compute kernels X times faster (0.5 = half as fast)")
     p.add_argument("--network-speed", type=float, default=None,
                    help="collective bandwidth (NVLink and network) Y times higher")
+    p.add_argument("--gemm-efficiency", choices=("waves", "flops"), default="waves",
+                   help="how a re-shaped GEMM is re-timed: waves (default: wave quantization over the GPU's "
+                        "SMs and a per-tile cost fitted on the base, where the kernel names its tile) or flops "
+                        "(the FLOP ratio alone)")
     mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
     mem.add_argument("--bytes-per-param", type=float, default=None,
                      help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
@@ -73,7 +78,7 @@ def run(args) -> int:
                               "distributed_optimizer": args.distributed_optimizer,
                               "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,
                               "gpu_memory_gib": args.gpu_memory_gib},
-                      samples=args.samples, seed=args.seed)
+                      samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     text = json.dumps(doc, indent=1)

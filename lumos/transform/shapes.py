@@ -60,6 +60,21 @@ def _attention_dims(op: str, old, bshd_new: tuple):
     return tuple(new)
 
 
+def map_tensors(dims, edit) -> tuple | None:
+    """`dims` with `edit(x)` applied to each tensor's dims (a list of ints, edited in place; other
+    entries kept); None if nothing changed."""
+    out, changed = [], False
+    for d in dims:
+        if not _is_tensor(d):
+            out.append(d)
+            continue
+        x = list(_ints(d))
+        edit(x)
+        changed |= tuple(x) != tuple(d)
+        out.append(tuple(x))
+    return tuple(out) if changed else None
+
+
 def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads: int, new_heads: int):
     """Dims of `op` after mapping model widths through `width` ({old: new}); None if unchanged."""
     if not dims:
@@ -76,19 +91,13 @@ def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads:
         if bshd is None or bshd[2] != heads:
             return None
         return _attention_dims(op, dims, (bshd[0], bshd[1], new_heads, bshd[3]))
-    out, changed = [], False
-    for d in dims:
-        if not _is_tensor(d):
-            out.append(d)
-            continue
-        x = list(_ints(d))
+
+    def edit(x):
         if len(x) == 4 and x[-1] == head_dim and heads in x[1:3]:
             x[x.index(heads, 1)] = new_heads
         else:
             x[-1] = width.get(x[-1], x[-1])
-        changed |= tuple(x) != tuple(d)
-        out.append(tuple(x))
-    return tuple(out) if changed else None
+    return map_tensors(dims, edit)
 
 
 def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: frozenset):

@@ -27,14 +27,21 @@ from .suppliers.collectives import load_profile
 from .micro_batch import change_micro_batch
 from .microbatch_count import target_microbatches
 from .speed import change_speed
+from .tp import change_tp
 from .width import change_width
 
 __all__ = ["base_plan", "transform", "memory_of", "structure_report"]
 
 
-def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None) -> Plan:
-    """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it."""
+def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None,
+              gemm_efficiency: str = "waves") -> Plan:
+    """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it.
+    `gemm_efficiency`: 'waves' (GEMMs re-timed by the wave model where the kernel names a tile) or
+    'flops' (by the FLOP ratio alone); `suppliers/compute.py`."""
+    if gemm_efficiency not in ("waves", "flops"):
+        raise ValueError(f"gemm_efficiency must be 'waves' or 'flops', got {gemm_efficiency!r}")
     graph = build_run_graph(tables, step=step)
+    profile = profile or load_profile()
     found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
     if all(h.source == "none" for h in how):
         raise ValueError(f"{tables[0].path}: {how[0].note}. The what-if transforms rebuild a run from its "
@@ -44,9 +51,10 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     role = comm_roles(st)
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
-    coll_model = fit_alpha_beta(samples, profile or load_profile())
+    coll_model = fit_alpha_beta(samples, profile)
     gpu = np.flatnonzero((graph.kind == TaskKind.GPU) & ~graph.comm & (st.op_dims != None))  # noqa: E711
-    comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu])
+    comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
+                       sms=int(profile.get("num_sms", 0)) if gemm_efficiency == "waves" else 0)
     ranks = sorted(st.stage_of_rank)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
@@ -58,18 +66,18 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto") -> Plan:
-    """Apply the what-if changes in a fixed order: hardware speed, width, micro-batch size, DP, then one
-    pipeline rebuild. Micro-batches per iteration: `global_batch`, else `microbatch_rule`
+    """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
+    then one pipeline rebuild. Micro-batches per iteration: `global_batch`, else `microbatch_rule`
     (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else the base's)."""
-    if tp is not None and tp != plan.tp:
-        raise ValueError(f"changing TP ({plan.tp} -> {tp}) is not supported (as in the paper)")
+    tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
+    out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
     out = change_dp(out, dp)
-    m, note = target_microbatches(plan.microbatches, plan.tp, plan.pp, tp=plan.tp, pp=pp, dp=dp,
+    m, note = target_microbatches(plan.microbatches, plan.tp, plan.pp, tp=tp, pp=pp, dp=dp,
                                   micro_batch=out.shape.micro_batch, global_batch=global_batch,
                                   rule=microbatch_rule)
     if out is plan:  # nothing so far copied the base: its notes must not collect this target's
@@ -77,7 +85,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out.notes.append(note)
     layers = layers or plan.layers
     changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
-    if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width:
+    if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp:
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
     return out
 

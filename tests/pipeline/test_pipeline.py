@@ -115,7 +115,7 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert set(emu["simulator"]) == {"lumos", "dpro"} and set(emu["source"]) == {"emulated"}
     assert emu[["measured_iteration_ms_mean", "replayed_iteration_ms_mean", "error_pct_mean"]].notna().all().all()
     scale = pd.read_csv(tables / "scaleout.csv")
-    assert list(scale["label"]) == ["2x2x8", "2x4x4"]
+    assert list(scale["label"]) == ["2x2x8", "2x4x4", "4x2x4"] and list(scale["group"]) == ["DP", "PP", "TP"]
     cols = [f"{w}_{p}_ms_mean" for w in ("actual", "predicted")
             for p in ("iteration", "exposed_compute", "overlapped", "exposed_comm", "other")]
     assert all(math.isfinite(v) for v in scale[cols + ["error_pct_mean"]].to_numpy().ravel())
@@ -136,7 +136,8 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert list(speed["label"]) == ["compute_2"] and speed["actual_iteration_ms_mean"].iloc[0] > 0
     assert abs(speed["error_pct_mean"].iloc[0]) < 10.0
     stats = pd.read_csv(tables / "statistics.csv")
-    assert len(stats) == 4 and stats["actual_iteration_ms_mean"].gt(0).all()
+    assert len(stats) == 5 and stats["actual_iteration_ms_mean"].gt(0).all()   # replay x 2, predict DP / PP / TP
+    assert list(stats["experiment"])[-1] == "predict (TP)"
 
 
 def test_coverage_table_counts_the_other_seeds_inside_each_interval(work):

@@ -15,7 +15,8 @@ def _emulate(root, tp, pp, dp, seed=0):
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    return {"base": _emulate(root, 2, 2, 2), "pp4": _emulate(root, 2, 4, 2), "dp4": _emulate(root, 2, 2, 4)}
+    return {"base": _emulate(root, 2, 2, 2), "pp4": _emulate(root, 2, 4, 2), "dp4": _emulate(root, 2, 2, 4),
+            "tp4": _emulate(root, 4, 2, 2)}
 
 
 @pytest.fixture(scope="session")

@@ -58,3 +58,19 @@ def test_multi_rail_bandwidth_and_retime():
     # retime keeps the measured waiting: measured - model(old) + model(new)
     assert m.retime(1000.0, dp4, dp8) == pytest.approx(1000.0 - m.time_us(dp4) + m.time_us(dp8))
     assert m.retime(1000.0, dp4, dp4) == 1000.0
+
+
+def test_two_group_sizes_fit_a_constant_not_the_latency():
+    # the emulated 15B base: TP 2 and DP 4 inside a host (2 and 6 ring steps), every collective
+    # with a constant part; the latency per step is not identifiable, so the profile's is used
+    beta, constant = 250e3, 30.0
+    samples = [(CollectiveSpec("allreduce", nbytes, group), _truth("allreduce", nbytes, group, 1.0, beta) + constant)
+               for group in [(0, 1), (0, 2, 4, 6)] for nbytes in (4096.0, 2.5e7, 8e7)]
+    m = fit_alpha_beta(samples, PROFILE, quantile=0.0)
+    assert m.source["intra_host"] == "fit beta and constant, profile alpha"
+    assert m.alpha_us["intra_host"] == 1.0
+    assert m.level_fixed_us["intra_host"] == pytest.approx(constant)
+    assert m.beta_bytes_per_us["intra_host"] == pytest.approx(beta)
+    # a TP 8 all-reduce then costs 14 steps of the profile's latency, plus the constant once
+    tp8 = CollectiveSpec("allreduce", 2.5e7, tuple(range(8)))
+    assert m.time_us(tp8) == pytest.approx(5.0 + constant + 14 * 1.0 + 1.75 * 2.5e7 / beta)

@@ -49,8 +49,3 @@ def test_cli_json(tiny_runs, tmp_path, capsys):
     assert json.loads(out.read_text()) == doc
     assert {"base", "target", "predicted", "measured", "error_pct", "component_error_pct",
             "emulated_actual"} <= set(doc)
-
-
-def test_cli_rejects_tp_change(tiny_runs, capsys):
-    assert lumos_main(["predict", str(tiny_runs["base"]), "--tp", "4"]) == 2
-    assert "TP" in capsys.readouterr().err

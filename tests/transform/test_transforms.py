@@ -1,5 +1,6 @@
 """Each transform on the small emulated `tiny` GPT (4 layers, 4 micro-batches, TP2 PP2 DP2): exact structure."""
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -114,6 +115,8 @@ def test_dp_retimes_only_dp_collectives(tiny_plan):
 
 
 def test_width_retimes_gemms_by_flops(tiny_plan):
+    # the FLOP ratio alone (`--gemm-efficiency flops`); the wave model: tests/transform/test_tp.py
+    tiny_plan = dataclasses.replace(tiny_plan, compute=dataclasses.replace(tiny_plan.compute, sms=0))
     out = change_width(tiny_plan, hidden=1024, ffn=4096)
     st0, st1 = tiny_plan.st, out.st
     gemm = [t for t in np.flatnonzero(tiny_plan.graph.kind == TaskKind.GPU)

@@ -10,7 +10,8 @@ def coverage_experiments():
     """(label, group, run) of every coverage experiment: the base replayed, then the prediction targets."""
     if not COVERAGE:
         return []
-    return [("base", "replay", BASE.name)] + prediction_targets()
+    skip = set(COVERAGE.get("skip_groups") or [])
+    return [("base", "replay", BASE.name)] + [t for t in prediction_targets() if t[1] not in skip]
 
 
 def coverage_seeds():

@@ -29,7 +29,8 @@ with logged(smk):
         title = "Replay accuracy on emulated runs (emulated): Lumos vs dPRO-style, mean over seeds with 95% CI"
     elif name in ("scaleout", "variants"):
         df = T.prediction_table(data[name])
-        what = "nine scale-out counterfactuals from the 15B 2x2x4 base (Fig. 7 analogue)" if name == "scaleout" \
+        what = "the nine scale-out counterfactuals (Fig. 7 analogue) and TP changes from the 15B 2x2x4 base" \
+            if name == "scaleout" \
             else "architecture variants V1-V4 from the 15B 2x2x4 base (Fig. 8 analogue)"
         title = f"Prediction vs emulated actual (emulated): {what}, mean over seeds with 95% CI"
     elif name == "speed":

@@ -15,6 +15,13 @@ Assumptions (NCCL ring algorithms, bandwidth-bound):
 - A level without at least two distinct sample sizes takes alpha from the cluster
   profile (config/predict/cluster.yaml) and fits only beta (or takes both from the
   profile when it has no sample at all).
+- A level with samples of at least two sizes fits a per-collective constant
+  (`level_fixed_us`) and beta; the per-step latency too when its samples span three
+  or more step counts (group sizes), else from the profile. With fewer, latency and
+  constant cannot be told apart: the emulated 15B base (TP 2 and DP 4 inside a host:
+  2 and 6 steps) fitted without a constant gave 24.9 us per step, which a TP 8 target
+  (14 steps) turned into 349 us of latency per all-reduce, against about 4 us per step
+  in NCCL's published figures.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ class AlphaBeta:
     alpha_us: dict            # level -> per-step latency (us)
     beta_bytes_per_us: dict   # level -> bus bandwidth (bytes/us)
     fixed_us: float
+    level_fixed_us: dict = field(default_factory=dict)   # level -> constant beyond fixed_us (one-step-count fits)
     gpus_per_host: int = 8
     nics_per_host: int = 8
     source: dict = field(default_factory=dict)   # level -> 'fit' | 'fit beta, profile alpha' | 'profile'
@@ -82,7 +90,8 @@ class AlphaBeta:
         if steps == 0:
             return self.fixed_us
         lv = level_of(spec.group, self.gpus_per_host)
-        return self.fixed_us + steps * self.alpha_us[lv] + factor * spec.nbytes / self.bandwidth(spec, lv)
+        return (self.fixed_us + self.level_fixed_us.get(lv, 0.0) + steps * self.alpha_us[lv]
+                + factor * spec.nbytes / self.bandwidth(spec, lv))
 
     def bandwidth(self, spec: CollectiveSpec, level: str) -> float:
         """Bytes/us the collective's bottleneck sustains (see the module's assumptions)."""
@@ -101,6 +110,7 @@ class AlphaBeta:
     def as_dict(self) -> dict:
         return {lv: {"alpha_us": round(self.alpha_us[lv], 3),
                      "bandwidth_gb_s": round(self.beta_bytes_per_us[lv] / 1e3, 3),
+                     "fixed_us": round(self.level_fixed_us.get(lv, 0.0), 3),
                      "source": self.source.get(lv, "profile")} for lv in LEVELS} | {"fixed_us": self.fixed_us}
 
 
@@ -111,7 +121,7 @@ def fit_alpha_beta(samples: list[tuple[CollectiveSpec, float]], profile: dict | 
     gph = int(profile.get("gpus_per_host", 8))
     fixed = float(profile.get("kernel_fixed_us", 0.0))
     nics = int(profile.get("nics_per_host", gph))
-    alpha, beta, source = {}, {}, {}
+    alpha, beta, source, level_fixed = {}, {}, {}, {}
     groups: dict[tuple, list[float]] = {}
     for spec, dur in samples:
         n = len(spec.group) if spec.group else 1
@@ -133,22 +143,33 @@ def fit_alpha_beta(samples: list[tuple[CollectiveSpec, float]], profile: dict | 
         steps = np.array([p[0] for p in pts])
         moved = np.array([p[1] for p in pts])
         t = np.array([p[2] for p in pts]) - fixed
-        a_fit = b_fit = None
         if len(np.unique(moved)) >= 2:
-            A = np.column_stack([steps, moved])
-            sol, *_ = np.linalg.lstsq(A, t, rcond=None)
-            if sol[0] >= 0 and sol[1] > 0:
-                a_fit, b_fit = float(sol[0]), float(1.0 / sol[1])
-        if a_fit is None:
-            # one size only (or a degenerate fit): alpha from the profile, beta from the samples
-            big = moved > 0
-            rate = (t[big] - steps[big] * a_prof) / moved[big]
-            rate = rate[rate > 0]
-            if len(rate):
-                alpha[lv], beta[lv], source[lv] = a_prof, float(1.0 / np.median(rate)), "fit beta, profile alpha"
-            else:
-                alpha[lv], beta[lv], source[lv] = a_prof, b_prof, "profile"
+            fit = _fit_level(steps, moved, t, a_prof)
+            if fit is not None:
+                alpha[lv], beta[lv], level_fixed[lv], source[lv] = fit
+                continue
+        # one size only (or a degenerate fit): alpha from the profile, beta from the samples
+        big = moved > 0
+        rate = (t[big] - steps[big] * a_prof) / moved[big]
+        rate = rate[rate > 0]
+        if len(rate):
+            alpha[lv], beta[lv], source[lv] = a_prof, float(1.0 / np.median(rate)), "fit beta, profile alpha"
         else:
-            alpha[lv], beta[lv], source[lv] = a_fit, b_fit, "fit"
-    return AlphaBeta(alpha_us=alpha, beta_bytes_per_us=beta, fixed_us=fixed, gpus_per_host=gph,
-                     nics_per_host=nics, source=source)
+            alpha[lv], beta[lv], source[lv] = a_prof, b_prof, "profile"
+    return AlphaBeta(alpha_us=alpha, beta_bytes_per_us=beta, fixed_us=fixed, level_fixed_us=level_fixed,
+                     gpus_per_host=gph, nics_per_host=nics, source=source)
+
+
+def _fit_level(steps: np.ndarray, moved: np.ndarray, t: np.ndarray, a_prof: float):
+    """(alpha, beta, constant, source) of one level from its (steps, bytes moved, time beyond the
+    kernel's fixed part) points, or None. With three or more step counts (group sizes), the
+    per-step latency, the bandwidth and a per-collective constant are all fitted; with fewer the
+    latency cannot be told from the constant, so it comes from the profile."""
+    if len(np.unique(steps)) >= 3:
+        sol, *_ = np.linalg.lstsq(np.column_stack([np.ones_like(moved), steps, moved]), t, rcond=None)
+        if sol[1] >= 0 and sol[2] > 0:
+            return float(sol[1]), float(1.0 / sol[2]), float(max(sol[0], 0.0)), "fit"
+    sol, *_ = np.linalg.lstsq(np.column_stack([np.ones_like(moved), moved]), t - steps * a_prof, rcond=None)
+    if sol[1] > 0:
+        return a_prof, float(1.0 / sol[1]), float(max(sol[0], 0.0)), "fit beta and constant, profile alpha"
+    return None

@@ -14,12 +14,25 @@ Assumptions:
 - Element-wise kernels: the fixed part is fitted on the base trace's own kernels (least
   squares of duration against elements over the distinct shapes, clamped to
   [0, shortest kernel]); the rest scales with the element ratio.
-- Efficiency changes with shape (tile quantisation, short reductions) are not
-  modelled beyond that fit; they are the supplier's main error for large changes.
+- GEMM wave quantisation, where the kernel's name says its output tile (cuBLAS
+  `tilesize128x256x64`, `nvjet_..._256x128_...`, CUTLASS `..._128x128_...`) and the cluster
+  profile gives the SM count: the GPU computes ceil(m / tile_m) x ceil(n / tile_n) output
+  tiles, num_sms at a time, and a wave costs about the same whatever share of the SMs it
+  fills (NVIDIA, "Matrix Multiplication Background User's Guide", tile and wave
+  quantization). So a GEMM's time goes as waves x k, and a re-timed GEMM takes the measured
+  time times that ratio. The kernel keeps its tile when the shape changes (the library may
+  pick another). Without a tile in the name, or with `--gemm-efficiency flops`, the FLOP
+  ratio stands. A per-tile cost (time = waves x (k + k0), k0 fitted on the base's GEMMs) was
+  tried and dropped: on the H200 recordings (measured) it moved the width predictions 1-3
+  points further from the measured times (docs/prediction.md, "Tensor parallelism").
+- Other efficiency changes with shape (short reductions, kernel choice, clocks) are not
+  modelled; they are the supplier's main error for large changes.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -130,19 +143,51 @@ def scales_with_op(kernel_name: str, op: str) -> bool:
     return not (str(kernel_name).startswith(("Memset", "Memcpy")) and op_class(op) in ("gemm", "attention"))
 
 
+_TILE = re.compile(r"(\d{2,3})x(\d{2,3})")
+
+
+def gemm_tile(kernel_name: str) -> tuple[int, int] | None:
+    """(tile_m, tile_n) a GEMM kernel's name states, or None."""
+    m = _TILE.search(str(kernel_name))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def gemm_waves(mkn: tuple, tile: tuple[int, int], sms: int) -> int:
+    m, _, n = mkn
+    return math.ceil(math.ceil(m / tile[0]) * math.ceil(n / tile[1]) / sms)
+
+
 @dataclass
 class ComputeModel:
     fixed_us: dict = field(default_factory=lambda: {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0})
     fitted_us: dict = field(default_factory=dict)   # the raw intercepts, for the record
+    sms: int = 0                 # streaming multiprocessors of the GPU (0: no wave model, FLOP ratio)
 
     def retime(self, measured_us: float, old: ComputeSpec, new: ComputeSpec, kernel: str = "") -> float:
-        """`kernel` (the task's name) spares a library's memset / memcpy beside a GEMM (`scales_with_op`)."""
+        """`kernel` (the task's name) spares a library's memset / memcpy beside a GEMM (`scales_with_op`)
+        and names the GEMM's tile (the wave model)."""
         if old == new or not scales_with_op(kernel, old.op):
             return measured_us
+        ratio = self.gemm_ratio(old, new, kernel)
+        if ratio is not None:
+            return measured_us * ratio
         w0, w1 = work(old), work(new)
         if w0 <= 0 or w1 <= 0:
             return measured_us
         return self.scale(measured_us, op_class(old.op), w1 / w0)
+
+    def gemm_summary(self) -> dict:
+        return {"model": "waves" if self.sms > 0 else "flops", "num_sms": self.sms or None}
+
+    def gemm_ratio(self, old: ComputeSpec, new: ComputeSpec, kernel: str) -> float | None:
+        """(waves x k of new) / (waves x k of old), or None where the wave model does not apply."""
+        if self.sms <= 0 or op_class(old.op) != "gemm":
+            return None
+        tile = gemm_tile(kernel)
+        a, b = gemm_mkn(old.op, old.dims), gemm_mkn(new.op, new.dims)
+        if tile is None or a is None or b is None or min(a) <= 0 or min(b) <= 0:
+            return None
+        return gemm_waves(b, tile, self.sms) * b[1] / (gemm_waves(a, tile, self.sms) * a[1])
 
     def scale(self, measured_us: float, cls: str, ratio: float) -> float:
         """The class's fixed part kept, the rest multiplied by `ratio` (a work or speed ratio)."""
@@ -150,8 +195,9 @@ class ComputeModel:
         return c + (measured_us - c) * ratio
 
 
-def fit_compute(samples: list[tuple[ComputeSpec, float]]) -> ComputeModel:
-    """Fixed part per class from (spec, measured duration) samples of the base trace."""
+def fit_compute(samples: list[tuple[ComputeSpec, float]], sms: int = 0) -> ComputeModel:
+    """Fixed part per class from (spec, measured duration) samples of the base trace; `sms` > 0
+    turns the GEMM wave model on."""
     by: dict[str, dict[float, list[float]]] = {}
     for spec, dur in samples:
         w = work(spec)
@@ -169,4 +215,4 @@ def fit_compute(samples: list[tuple[ComputeSpec, float]]) -> ComputeModel:
         fixed[cls] = float(np.clip(icpt, 0.0, ts.min()))
     fitted = dict(fixed)
     fixed["gemm"] = fixed["attention"] = 0.0
-    return ComputeModel(fixed_us=fixed, fitted_us=fitted)
+    return ComputeModel(fixed_us=fixed, fitted_us=fitted, sms=sms)

@@ -1,0 +1,140 @@
+"""Tensor-parallel degree: re-shard each layer's work and re-size its tensor-parallel collectives.
+
+Megatron's layout (Shoeybi et al. 2019, Sec. 3; sequence parallelism: Korthikanti et
+al. 2022, Sec. 4.2.2), which the base trace's shapes show and this transform follows:
+
+- GEMMs: QKV and FC1 are column-parallel (their output width is 3h/t and f/t), the
+  attention projection and FC2 row-parallel (their input width is h/t and f/t), the
+  output layer vocabulary-parallel (v/t). Of a GEMM's two model widths exactly one is a
+  shard; it becomes the shard at the new degree, the other (h) stays. Where a shard
+  equals h (f/t == h), which of the two is called the shard does not change the FLOPs.
+- Attention: heads/t per rank (flash attention's head dim; unfused attention's batched
+  score matrices, b x heads/t of them).
+- Element-wise work on a shard (the QKV copy, GeLU on f/t, the vocabulary softmax) shrinks
+  with it; work on the full hidden state (LayerNorm, bias-dropout-add, residuals) is
+  replicated on every rank without sequence parallelism, and split over the sequence
+  (s/t) with it: the base has sequence parallelism when its tensor-parallel collectives
+  are all-gathers and reduce-scatters.
+- Tensor-parallel collectives keep their message (s x b x h activations), take the new
+  group (NVLink inside a host; the network once TP spans hosts, through the collective
+  supplier) and vanish at TP 1. Pipeline messages keep their size. Parameters per rank
+  (DP gradient buckets, optimizer) follow from the new shape in the pipeline rebuild,
+  which `transform` always runs after a TP change.
+
+Every compute task is re-timed by the compute supplier from its old and new Input Dims.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from lumos.graph.model import TaskKind
+
+from .plan import Plan
+from .shapes import _gemm_dims, _is_tensor, map_tensors, rewrite_width
+from .suppliers import CollectiveSpec, ComputeSpec
+from .suppliers.compute import GEMM_OPS, gemm_mkn
+
+SP_KINDS = ("allgather", "reduce_scatter", "_allgather_base", "_reduce_scatter_base")
+FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1's output (f/t wide)
+
+
+def check_tp(shape, tp: int) -> None:
+    """Megatron needs heads, hidden, FFN and vocabulary to split evenly over the TP ranks."""
+    bad = [f"{what} {v}" for what, v in (("heads", shape.heads), ("hidden", shape.hidden), ("ffn", shape.ffn),
+                                         ("vocab", shape.vocab)) if v % tp]
+    if tp < 1 or bad:
+        raise ValueError(f"TP {tp} does not divide the model's {', '.join(bad) or 'degree'}")
+
+
+def _shards(shape, tp: int) -> dict:
+    """{width on one rank at the old degree: width at the new}, for every sharded width."""
+    h, f, v, t = shape.hidden, shape.ffn, shape.vocab, shape.tp
+    m = {}
+    for old, new in ((3 * h // t, 3 * h // tp), (f // t, f // tp), (h // t, h // tp), (v // t, v // tp)):
+        m.setdefault(old, new)
+    return m
+
+
+def rewrite_tp(op: str, dims, shards: dict, hidden: int, tokens: int, head_dim: int, heads: int,
+               new_heads: int, batch: int, seq: int, tp: tuple[int, int], sp: bool):
+    """Dims of `op` at the new TP degree (`tp` = (old, new)); None if unchanged."""
+    if not dims:
+        return None
+    if op in GEMM_OPS and not (op == "aten::bmm" and _batched(dims, batch * heads)):
+        mkn = gemm_mkn(op, dims)
+        if mkn is None:
+            return None
+        pos = mkn.index(tokens) if tokens in mkn else -1
+        others = [i for i in range(3) if i != pos]
+        cand = [i for i in others if mkn[i] in shards and mkn[i] != hidden] or \
+               [i for i in others if mkn[i] in shards]
+        if not cand:
+            return None
+        new = list(mkn)
+        new[cand[-1]] = shards[mkn[cand[-1]]]
+        return _gemm_dims(op, tuple(new))
+    if "attention" in op:
+        return rewrite_width(op, dims, {}, tokens, head_dim, heads, new_heads)
+    old_t, new_t = tp
+    ffn_act = any(a in op for a in FFN_ACTIVATIONS)
+
+    def edit(x):
+        if len(x) == 3 and x[0] == batch * heads:
+            x[0] = batch * new_heads            # unfused attention: b x heads/t score matrices
+        elif x[-1] in shards and (x[-1] != hidden or ffn_act):
+            x[-1] = shards[x[-1]]
+        elif sp and len(x) >= 3 and x[0] == seq // old_t and x[-1] == hidden:
+            x[0] = seq // new_t                 # sequence-parallel [s/t, b, h]
+    return map_tensors(dims, edit)
+
+
+def _batched(dims, n: int) -> bool:
+    return any(_is_tensor(d) and len(d) == 3 and int(d[0]) == n for d in dims)
+
+
+def change_tp(plan: Plan, tp: int | None) -> Plan:
+    if tp is None or tp == plan.tp:
+        return plan
+    sh = plan.shape
+    check_tp(sh, tp)
+    out = plan.clone()
+    g, st = out.graph, out.st
+    shards = _shards(sh, tp)
+    tokens = sh.seq * sh.micro_batch
+    head_dim = sh.hidden // max(sh.heads, 1)
+    heads_t, new_heads_t = sh.heads // sh.tp, sh.heads // tp
+    tp_tasks = [t for t in range(g.n_tasks) if st.coll[t] is not None and out.role[t] == "tp"]
+    sp = any(str(st.coll[t]) in SP_KINDS for t in tp_tasks)
+    for t in range(g.n_tasks):
+        if st.task_block[t] >= 0 and st.blocks[st.task_block[t]].kind == "bucket":
+            continue    # a layer's gradient bucket scales with its parameters in the rebuild
+        if st.coll[t] is not None:
+            if out.role[t] == "tp":
+                old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+                start = (min(st.group[t]) // tp) * tp if st.group[t] else 0
+                group = tuple(range(start, start + tp))
+                g.dur[t] = 0.0 if tp == 1 else out.collectives.retime(g.dur[t], old,
+                                                                        CollectiveSpec(st.coll[t], st.nbytes[t], group))
+                st.group[t] = group
+            continue
+        d = st.op_dims[t]
+        if d is None:
+            continue
+        op = str(st.op_name[t])
+        nd = rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t, sh.micro_batch, sh.seq,
+                        (sh.tp, tp), sp)
+        if nd is not None:
+            if g.kind[t] == TaskKind.GPU:
+                g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
+            st.op_dims[t] = nd
+    out.shape = copy.copy(sh)
+    out.shape.tp = tp
+    out.st.shape = out.shape
+    out.st.tp = tp
+    out.tp = tp
+    out.notes.append(f"TP {plan.tp} -> {tp}: GEMMs, attention heads and shard-wide element-wise work re-sharded "
+                     f"({'with' if sp else 'without'} sequence parallelism, as the base's TP collectives show); "
+                     + ("TP collectives removed" if tp == 1 else "TP collectives re-grouped over "
+                        + ("one host" if tp <= out.collectives.gpus_per_host else "hosts")))
+    return out
