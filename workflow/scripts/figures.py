@@ -17,7 +17,7 @@ with logged(smk):
     elif name == "fig6_timeline":
         fig = Fg.timeline_figure(data)
     elif name == "fig7_scaleout":
-        fig = Fg.prediction_figure(data["table"], "Nine scale-out counterfactuals from 15B 2x2x4 (Fig. 7 analogue)")
+        fig = Fg.prediction_figure(data["table"], "The nine scale-out counterfactuals (Fig. 7 analogue) and six TP changes from 15B 2x2x4")
     elif name == "fig8_variants":
         fig = Fg.prediction_figure(data["table"], "Architecture variants V1-V4 at 2x2x4 (Fig. 8 analogue)")
     elif name == "fig_ablation":
