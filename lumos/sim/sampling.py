@@ -124,7 +124,8 @@ def sample_reference(model: DurationModel, u: np.ndarray, f: np.ndarray
     floor = np.full(len(dur), -np.inf)
     for i in range(len(dur)):
         if np.isfinite(model.peer_at[i]):
-            shift = model.peer_delta[step, model.peer_slot[i]] if step >= 0 and model.peer_slot[i] >= 0 else 0.0
+            slot = model.peer_slot[i] if model.peer_slot is not None else -1
+            shift = model.peer_delta[step, slot] if step >= 0 and slot >= 0 else 0.0
             floor[i] = model.peer_at[i] + shift + (fp - 1.0) * model.peer_lead[i] + dur[i]
     return dur, lag, floor
 
@@ -173,7 +174,8 @@ def sample_compiled(model: DurationModel, u: np.ndarray, f: np.ndarray,
         return dur, lag, None
     step = int(u[m.peer_u] * len(m.peer_delta)) if m.peer_u >= 0 else -1
     delta = m.peer_delta if m.peer_delta is not None else np.zeros((0, 0))
-    _floors(m.peer_at, m.peer_lead, m.peer_slot, delta, step, float(f[m.peer_factor]) if m.peer_factor >= 0 else 1.0,
+    slot = m.peer_slot if m.peer_slot is not None else np.full(n, -1, np.int64)
+    _floors(m.peer_at, m.peer_lead, slot, delta, step, float(f[m.peer_factor]) if m.peer_factor >= 0 else 1.0,
             dur, floor)
     return dur, lag, floor
 
