@@ -16,7 +16,7 @@ import sys
 from lumos.transform.memory import MemorySettings, plan_memory
 from lumos.transform.schedule import layers_of_stage
 from lumos.transform.suppliers.collectives import load_profile
-from lumos.transform.tp import check_tp
+from lumos.transform.tp import tp_misfits
 from lumos.transform.whatif import base_plan, transform
 
 from .predict import simulate_plan
@@ -28,7 +28,7 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
     """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`."""
     out = []
     for tp in range(1, gpus + 1):
-        if gpus % tp or not _splits(base.shape, tp):
+        if gpus % tp or tp_misfits(base.shape, tp):
             continue
         for pp in range(1, gpus // tp + 1):
             if (gpus // tp) % pp or base.layers % pp:
@@ -43,14 +43,6 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     m = base.microbatches
                 out.append({"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m})
     return out
-
-
-def _splits(shape, tp: int) -> bool:
-    try:
-        check_tp(shape, tp)
-    except ValueError:
-        return False
-    return True
 
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,

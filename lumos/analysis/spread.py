@@ -195,6 +195,11 @@ def _transfer(values: np.ndarray) -> float:
     return float(np.quantile(values, TRANSFER_Q)) if len(values) >= MIN_OCCURRENCES else float(values.min())
 
 
+def _transfer_part(values: np.ndarray) -> np.ndarray:
+    """Each occurrence's transfer: the class's transfer, or the occurrence itself where shorter."""
+    return np.minimum(values, _transfer(values))
+
+
 _FLOOR_US = 1e-3  # log of a zero duration
 
 
@@ -269,8 +274,8 @@ class Spread:
         for key, members in _by_key(moded, np.arange(n)).items():
             if key in centre:
                 at, is_comm = centre[key]
-                if is_comm:  # its transfer part (never above its own duration); the rest waited for peers
-                    base[members] = np.minimum(dur[members], at)
+                if is_comm:  # its transfer part; the rest waited for peers
+                    base[members] = _transfer_part(dur[members])
                     wait[members] = dur[members] - base[members]
                 else:
                     base[members] = at
@@ -312,15 +317,15 @@ class Spread:
             for r in np.unique(graph.rank[mask & sampled]):
                 factor[mask & sampled & (graph.rank == r)] = len(sigmas)
                 sigmas.append(s)
-        peer_factor = -1
-        if np.any((wait > 0) | (peer_slot >= 0)) and self.sigma.get("compute", 0.0) > 0:  # peers: ranks like this one
-            peer_factor = len(sigmas)
-            sigmas.append(self.sigma["compute"])
         ptr, val = plan.arrays()
-        return DurationModel(base=base, task_pool=task_pool, task_u=task_u, factor=factor, lag_base=lag_base,
-                             lag_pool=lag_pool, lag_u=lag_u, pool_ptr=ptr, pool_val=val,
-                             factor_sigma=np.array(sigmas, np.float64), n_uniform=n_u, wait=wait,
-                             peer_factor=peer_factor, peer_slot=peer_slot, peer_delta=peer_delta, peer_u=peer_u)
+        model = DurationModel(base=base, task_pool=task_pool, task_u=task_u, factor=factor, lag_base=lag_base,
+                              lag_pool=lag_pool, lag_u=lag_u, pool_ptr=ptr, pool_val=val,
+                              factor_sigma=np.array(sigmas, np.float64), n_uniform=n_u, wait=wait,
+                              peer_slot=peer_slot, peer_delta=peer_delta, peer_u=peer_u)
+        if model.has_peers and self.sigma.get("compute", 0.0) > 0:  # the peers: ranks like this one
+            model.peer_factor = len(sigmas)
+            model.factor_sigma = np.append(model.factor_sigma, self.sigma["compute"])
+        return model
 
     def _peer_steps(self, graph: Graph, moded: np.ndarray, centre: dict) -> tuple[np.ndarray, np.ndarray | None]:
         """When the rank of `graph` (one of its profiled steps) was profiled for several steps:
@@ -336,14 +341,15 @@ class Spread:
         steps = sorted({s for (r, _), per in self.peer_times.items() if r == rank for s in per})
         if step not in steps or len(steps) < 2:
             return slot, None
-        cols = []
+        cols, used = [], 0
         for key, members in _by_key(moded, np.arange(n)).items():
             per = self.peer_times.get((rank, key), {})
             mine = per.get(step)
             if key not in centre or not centre[key][1] or mine is None or len(mine) != len(members):
                 continue
             members = members[np.argsort(graph.ts[members], kind="stable")]
-            slot[members] = sum(c.shape[1] for c in cols) + np.arange(len(members))
+            slot[members] = used + np.arange(len(members))
+            used += len(members)
             cols.append(np.array([per[s] - mine if len(per.get(s, ())) == len(mine) else np.zeros(len(mine))
                                   for s in steps]))
         return (slot, np.concatenate(cols, axis=1)) if cols else (slot, None)
@@ -466,7 +472,7 @@ def _add_peer_times(g: FitGroup, peer_times: dict) -> None:
     for key, members in _by_key(keys, np.arange(graph.n_tasks)).items():
         members = members[np.argsort(graph.ts[members], kind="stable")]
         d = graph.dur[members].astype(np.float64)
-        peer_times.setdefault((g.rank, key), {})[step] = graph.ts[members] + d - np.minimum(d, _transfer(d)) - t0
+        peer_times.setdefault((g.rank, key), {})[step] = graph.ts[members] + d - _transfer_part(d) - t0
 
 
 def _add_class(key, d, gi, ratios, medians) -> None:

@@ -36,9 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--network-speed", type=float, default=None,
                    help="collective bandwidth (NVLink and network) Y times higher")
     p.add_argument("--gemm-efficiency", choices=("waves", "flops"), default="waves",
-                   help="how a re-shaped GEMM is re-timed: waves (default: wave quantization over the GPU's "
-                        "SMs and a per-tile cost fitted on the base, where the kernel names its tile) or flops "
-                        "(the FLOP ratio alone)")
+                   help="how a re-shaped GEMM is re-timed: waves (default: waves x k, wave quantization over "
+                        "the GPU's SMs where the kernel names its tile) or flops (the FLOP ratio alone)")
     mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
     mem.add_argument("--bytes-per-param", type=float, default=None,
                      help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")

@@ -64,9 +64,9 @@ class DurationModel:
     pool_val: np.ndarray     # float64, each pool sorted ascending
     factor_sigma: np.ndarray  # float64 per factor: std of log speed
     n_uniform: int           # uniforms per sample
-    wait: np.ndarray | None = None     # float64 per task: measured wait for peers beyond base (0: none)
-    peer_factor: int = -1              # factor moving the peers' arrival (-1: none)
-    peer_slot: np.ndarray | None = None   # int64 per task: column of peer_delta (-1: none)
+    wait: np.ndarray         # float64 per task: measured wait for peers beyond base (0: none)
+    peer_slot: np.ndarray    # int64 per task: column of peer_delta (-1: none)
+    peer_factor: int = -1                 # factor moving the peers' arrival (-1: none)
     peer_delta: np.ndarray | None = None  # float64 (steps, slots): peers later in that profiled step (us)
     peer_u: int = -1                      # uniform that picks the step (-1: none)
     peer_at: np.ndarray | None = None    # float64 per task: when the peers were ready (-inf: no floor)
@@ -75,10 +75,7 @@ class DurationModel:
     @property
     def peered(self) -> np.ndarray:
         """Tasks whose end the peers bound: they waited for them, or other steps tell when they came."""
-        n = len(self.base)
-        wait = self.wait if self.wait is not None else np.zeros(n)
-        slot = self.peer_slot if self.peer_slot is not None else np.full(n, -1)
-        return (wait > 0) | (slot >= 0)
+        return (self.wait > 0) | (self.peer_slot >= 0)
 
     @property
     def has_peers(self) -> bool:
@@ -124,7 +121,7 @@ def sample_reference(model: DurationModel, u: np.ndarray, f: np.ndarray
     floor = np.full(len(dur), -np.inf)
     for i in range(len(dur)):
         if np.isfinite(model.peer_at[i]):
-            slot = model.peer_slot[i] if model.peer_slot is not None else -1
+            slot = model.peer_slot[i]
             shift = model.peer_delta[step, slot] if step >= 0 and slot >= 0 else 0.0
             floor[i] = model.peer_at[i] + shift + (fp - 1.0) * model.peer_lead[i] + dur[i]
     return dur, lag, floor
@@ -174,8 +171,7 @@ def sample_compiled(model: DurationModel, u: np.ndarray, f: np.ndarray,
         return dur, lag, None
     step = int(u[m.peer_u] * len(m.peer_delta)) if m.peer_u >= 0 else -1
     delta = m.peer_delta if m.peer_delta is not None else np.zeros((0, 0))
-    slot = m.peer_slot if m.peer_slot is not None else np.full(n, -1, np.int64)
-    _floors(m.peer_at, m.peer_lead, slot, delta, step, float(f[m.peer_factor]) if m.peer_factor >= 0 else 1.0,
+    _floors(m.peer_at, m.peer_lead, m.peer_slot, delta, step, float(f[m.peer_factor]) if m.peer_factor >= 0 else 1.0,
             dur, floor)
     return dur, lag, floor
 

@@ -39,10 +39,15 @@ SP_KINDS = ("allgather", "reduce_scatter", "_allgather_base", "_reduce_scatter_b
 FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1's output (f/t wide)
 
 
+def tp_misfits(shape, tp: int) -> list[str]:
+    """The sizes TP does not divide ('heads 4', ...): Megatron splits heads, hidden, FFN and
+    vocabulary evenly over the TP ranks."""
+    return [f"{what} {v}" for what, v in (("heads", shape.heads), ("hidden", shape.hidden), ("ffn", shape.ffn),
+                                          ("vocab", shape.vocab)) if v % tp]
+
+
 def check_tp(shape, tp: int) -> None:
-    """Megatron needs heads, hidden, FFN and vocabulary to split evenly over the TP ranks."""
-    bad = [f"{what} {v}" for what, v in (("heads", shape.heads), ("hidden", shape.hidden), ("ffn", shape.ffn),
-                                         ("vocab", shape.vocab)) if v % tp]
+    bad = tp_misfits(shape, tp) if tp >= 1 else []
     if tp < 1 or bad:
         raise ValueError(f"TP {tp} does not divide the model's {', '.join(bad) or 'degree'}")
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -146,8 +147,10 @@ def scales_with_op(kernel_name: str, op: str) -> bool:
 _TILE = re.compile(r"(\d{2,3})x(\d{2,3})")
 
 
+@lru_cache(maxsize=4096)
 def gemm_tile(kernel_name: str) -> tuple[int, int] | None:
-    """(tile_m, tile_n) a GEMM kernel's name states, or None."""
+    """(tile_m, tile_n) a GEMM kernel's name states, or None (cached: a run re-times the same few
+    kernel names thousands of times)."""
     m = _TILE.search(str(kernel_name))
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -183,7 +186,7 @@ class ComputeModel:
         """(waves x k of new) / (waves x k of old), or None where the wave model does not apply."""
         if self.sms <= 0 or op_class(old.op) != "gemm":
             return None
-        tile = gemm_tile(kernel)
+        tile = gemm_tile(str(kernel))
         a, b = gemm_mkn(old.op, old.dims), gemm_mkn(new.op, new.dims)
         if tile is None or a is None or b is None or min(a) <= 0 or min(b) <= 0:
             return None
