@@ -6,6 +6,8 @@
     python benchmarks/bench_intervals.py --coverage           # other iterations inside the 90% interval
     python benchmarks/bench_intervals.py --decompose DIR      # a run's replay interval without the speed
                                                               # factors, without the peers' floors
+    python benchmarks/bench_intervals.py --by-category DIR    # its lowest rank's interval with one part
+                                                              # of the model sampled at a time
 
 Seconds are the Monte Carlo loop (sampling, replay, breakdown) of N samples,
 after one warm-up sample (compilation); the fit is timed apart. Emulated
@@ -92,6 +94,34 @@ def decompose(run_dir: str, n: int) -> None:
               f"| {100 * (hi - lo) / iv['median']:.2f} |", flush=True)
 
 
+def by_category(run_dir: str, n: int) -> None:
+    """90% width of the lowest rank's GPU-span interval with only one part of the duration model
+    sampled (the others at ratio 1, speed sigmas 0; the peers' floors stay)."""
+    import copy
+
+    import numpy as np
+
+    from lumos.analysis.spread import CATEGORIES, _category
+    from lumos.trace import load_run
+
+    tables = load_run(run_dir)
+    fitted = fit_tables(tables)
+    table = min(tables, key=lambda t: t.rank)
+    graph = build_graph(table)
+    keys, lags = task_keys(graph, table), lag_keys(graph)
+    print("| sampled | median ms | 90% width % of median |\n|---|---|---|")
+    for part in ("all",) + CATEGORIES + ("speed",):
+        sp = copy.deepcopy(fitted)
+        if part != "all":
+            sp.pools = {k: (v if _category(k) == part else np.ones(1)) for k, v in sp.pools.items()}
+            sp.pooled = {k: (v if k == part else np.ones(1)) for k, v in sp.pooled.items()}
+            if part != "speed":
+                sp.sigma = {k: 0.0 for k in sp.sigma}
+        it = monte_carlo(graph, sp.model(graph, keys, lags), n, 0, iteration="gpu")[:, 0]
+        lo, med, hi = np.percentile(it, [5, 50, 95])
+        print(f"| {part} | {med / 1e3:.2f} | {100 * (hi - lo) / med:.2f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", action="append", default=[], help="trace file(s) to time")
@@ -99,7 +129,11 @@ def main() -> None:
     ap.add_argument("--stability", action="store_true")
     ap.add_argument("--coverage", action="store_true")
     ap.add_argument("--decompose", metavar="RUN_DIR", help="emulated run directory (e.g. the pipeline's 15B 2x2x4 seed 0)")
+    ap.add_argument("--by-category", metavar="RUN_DIR", help="the same, one part of the model sampled at a time")
     args = ap.parse_args()
+    if args.by_category:
+        by_category(args.by_category, args.samples or 200)
+        return
     if args.decompose:
         decompose(args.decompose, args.samples or 300)
         return
