@@ -71,9 +71,11 @@ def run_breakdown(graph: Graph, start: np.ndarray, end: np.ndarray, measured: bo
         start = occupancy(graph, start, end)
     gpu = graph.kind == TaskKind.GPU
     per = {}
-    for r in np.unique(graph.rank[graph.in_step]):
+    # a run without kernels (CPU captures) marks no task in_step: its ranks are those with tasks
+    ranks = graph.rank[graph.in_step] if graph.in_step.any() else graph.rank
+    for r in np.unique(ranks):
         mine = graph.rank == r
-        per[int(r)] = breakdown(start, end, gpu & mine, graph.comm, graph.in_step & mine)
+        per[int(r)] = breakdown(start[mine], end[mine], gpu[mine], graph.comm[mine], graph.in_step[mine])
     crit = max(per, key=lambda r: per[r].iteration_us)
     return RunBreakdown(critical_rank=crit, per_rank=per, iteration=per[crit])
 

@@ -43,6 +43,10 @@ same as the emulator writes):
 - `zero_grad`                     `optimizer.zero_grad(set_to_none=True)`
 - `loss_item`                     `loss.item()` (a device-to-host sync on CUDA)
 
+`--no-annotate` writes none of these but `ProfilerStep#N`, and no autograd
+marker: the trace anybody's training loop gives, for checking that the
+predictor finds the layers without our ranges.
+
 Side stream (CUDA only, `--no-side-stream` turns it off; never on CPU): every
 block's gradients form one bucket, reduced DDP-style while the backward of
 the earlier blocks continues. Per bucket: `cudaEventRecord` on the compute
@@ -147,19 +151,25 @@ def _model_classes():
             self.fc2 = nn.Linear(cfg.ffn, cfg.hidden)
             self.drop = nn.Dropout(cfg.dropout)
             self.mb = 0   # the micro-batch being run; set by GPT.forward
+            self.annotate = True   # set by GPT.annotate
             self.bwd_range = Range(f"layer_{index}/backward/mb0")
 
         def forward(self, x):
+            if not self.annotate:
+                return self._body(x)
             mark = torch.is_grad_enabled() and x.requires_grad
             with record_function(f"layer_{self.index}/forward/mb{self.mb}"):
                 if mark:
                     self.bwd_range = Range(f"layer_{self.index}/backward/mb{self.mb}")
                     x = _CloseInBackward.apply(x, self.bwd_range)
-                x = x + self.drop(self.attn(self.ln1(x)))
-                x = x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+                x = self._body(x)
                 if mark:
                     x = _OpenInBackward.apply(x, self.bwd_range)
             return x
+
+        def _body(self, x):
+            x = x + self.drop(self.attn(self.ln1(x)))
+            return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
     class GPT(nn.Module):
         def __init__(self, cfg: GPTConfig):
@@ -175,6 +185,7 @@ def _model_classes():
             self.head_bwd = Range("head/backward/mb0")
             self.embed_bwd = Range("embedding/backward/mb0")
             self._embed_pending = 0
+            self.annotate = True
             for p in (self.tok.weight, self.pos.weight):
                 p.register_post_accumulate_grad_hook(self._embed_grad_ready)
 
@@ -190,7 +201,19 @@ def _model_classes():
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
+        def set_annotate(self, on: bool) -> None:
+            """Off: no range and no autograd marker of ours, a trace like anybody's model gives."""
+            self.annotate = on
+            for block in self.blocks:
+                block.annotate = on
+
         def forward(self, idx, targets, mb: int = 0):
+            if not self.annotate:
+                x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device)))
+                for block in self.blocks:
+                    x = block(x)
+                logits = self.head(self.ln_f(x))
+                return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
             b, s = idx.shape
             mark = torch.is_grad_enabled()
             with record_function(f"embedding/forward/mb{mb}"):
@@ -223,9 +246,11 @@ def _model_classes():
     return GPT
 
 
-def build_model(cfg: GPTConfig):
-    """A fresh GPT for `cfg` (on CPU, float32)."""
-    return _model_classes()(cfg)
+def build_model(cfg: GPTConfig, annotate: bool = True):
+    """A fresh GPT for `cfg` (on CPU, float32); `annotate=False`: no ranges of ours."""
+    model = _model_classes()(cfg)
+    model.set_annotate(annotate)
+    return model
 
 
 class GradBuckets:
@@ -237,9 +262,10 @@ class GradBuckets:
     reduce). `finish()` reduces what is left and makes the compute stream wait.
     """
 
-    def __init__(self, model, device, side_stream: bool):
+    def __init__(self, model, device, side_stream: bool, annotate: bool = True):
         torch = require_torch()
         self.torch = torch
+        self.range = torch.profiler.record_function if annotate else (lambda _name: contextlib.nullcontext())
         self.device = device
         self.dist = torch.distributed
         self.world = self.dist.get_world_size() if self.dist.is_initialized() else 1
@@ -282,7 +308,7 @@ class GradBuckets:
             return
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-        with torch.profiler.record_function(f"{name}/reduce"):
+        with self.range(f"{name}/reduce"):
             if self.use_stream:
                 ready = torch.cuda.Event()
                 ready.record(torch.cuda.current_stream(grads[0].device))
@@ -313,7 +339,7 @@ class GradBuckets:
                 self._reduce(*bucket)
         self._reduce(*self.rest)
         if self.use_stream:
-            with torch.profiler.record_function("grad_sync"):
+            with self.range("grad_sync"):
                 done = torch.cuda.Event()
                 done.record(self.stream)
                 torch.cuda.current_stream(self.device).wait_event(done)
@@ -355,11 +381,15 @@ DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmup: int = 1,
             wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
-            seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print) -> Path:
+            seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print,
+            annotate: bool = True, with_stack: bool = False) -> Path:
     """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path.
 
     Each iteration runs `microbatches` forward/backward passes (gradient
-    accumulation) before one optimizer step.
+    accumulation) before one optimizer step. `annotate=False` writes none of the
+    ranges below but `ProfilerStep#N` (and no autograd marker): the trace any
+    training loop gives, whose layers `lumos.transform.recover` has to find.
+    `with_stack=True` records Python stacks (and so module calls) as well.
     """
     require_torch()
     if microbatches < 1:
@@ -368,14 +398,15 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
     try:
         return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
-                                  seed=seed, rank=rank, microbatches=microbatches, log=log)
+                                  seed=seed, rank=rank, microbatches=microbatches, log=log,
+                                  annotate=annotate, with_stack=with_stack)
     finally:
         if dist_info is not None and dist_info[3]:
             require_torch().distributed.destroy_process_group()
 
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
-                       side_stream, seed, rank, microbatches, log) -> Path:
+                       side_stream, seed, rank, microbatches, log, annotate=True, with_stack=False) -> Path:
     torch = require_torch()
     from .profile import lumos_profile
 
@@ -390,11 +421,12 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     torch_dtype = getattr(torch, dtype)
 
     torch.manual_seed(seed)
-    model = build_model(cfg).to(device=dev, dtype=torch_dtype)
+    model = build_model(cfg, annotate=annotate).to(device=dev, dtype=torch_dtype)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
                             foreach=dev.type == "cuda" or None)
-    buckets = GradBuckets(model, dev, side_stream)
+    buckets = GradBuckets(model, dev, side_stream, annotate=annotate)
+    rf = buckets.range
     gen = torch.Generator(device="cpu").manual_seed(seed + (dist_info[0] if dist_info else 0))
     batch = (cfg.micro_batch, cfg.seq)
     data = [(torch.randint(cfg.vocab, batch, generator=gen).to(dev),
@@ -404,29 +436,29 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
         for j, (idx, targets) in enumerate(data):
             buckets.armed = j == microbatches - 1
             try:
-                with torch.profiler.record_function("forward"):
+                with rf("forward"):
                     loss = model(idx, targets, mb=j)
                     if microbatches > 1:
                         loss = loss / microbatches
-                with torch.profiler.record_function("backward"):
+                with rf("backward"):
                     loss.backward()
             finally:
                 model.close_ranges()
         buckets.finish()
-        with torch.profiler.record_function("optimizer"):
+        with rf("optimizer"):
             opt.step()
-        with torch.profiler.record_function("zero_grad"):
+        with rf("zero_grad"):
             opt.zero_grad(set_to_none=True)
-        with torch.profiler.record_function("loss_item"):
+        with rf("loss_item"):
             return loss.item()
 
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
-            "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches,
+            "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches, "annotate": annotate,
             "parameters": cfg.parameter_count()}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
-                       metadata=meta) as cap:
+                       metadata=meta, with_stack=with_stack) as cap:
         for it in range(cap.total_iterations):
             loss = train_step()
             cap.step()
@@ -463,6 +495,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, default=None,
                    help="rank for the file name when not under torchrun (default 0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-annotate", dest="annotate", action="store_false",
+                   help="write no range of ours but ProfilerStep#N, like any training loop: the "
+                        "predictor then finds the layers itself, from module calls (--with-stack) or "
+                        "by repetition (lumos replay --structure says which)")
+    p.add_argument("--with-stack", action="store_true",
+                   help="record Python stacks too; the module calls in them name the layers")
     p.add_argument("--out", required=True, help="directory for rank{R}.json.gz")
     p.add_argument("--quiet", action="store_true", help="no per-iteration log")
 
@@ -483,7 +521,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
-                   log=None if args.quiet else print)
+                   log=None if args.quiet else print, annotate=args.annotate, with_stack=args.with_stack)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return path
 

@@ -33,8 +33,11 @@ Settings, and why Lumos needs each (docs/capture.md has the longer version):
   host ops and runtime calls as well as the kernels they launch.
 - `record_shapes=True`: every `cpu_op` carries `Input Dims` / `Input type`, so
   a what-if (hidden, FFN, micro-batch) can re-time GEMMs by shape.
-- `with_stack=False`: Python stacks bloat the trace and add profiler overhead
-  to every op; Lumos does not use them.
+- `with_stack=False` by default: Python stacks bloat the trace and add
+  profiler overhead to every op. Lumos reads one thing from them, the module
+  calls (`nn.Module: GPT2Block_0`), which name the layers of a model captured
+  without annotation (`lumos.transform.module_calls`); `with_stack=True` keeps
+  them.
 - `schedule(wait=1, warmup=W, active=N)`: the first iteration (allocator
   growth, cuDNN/cuBLAS autotuning, lazy init) is skipped, W more run with the
   profiler on but discarded, and N steady-state iterations are recorded.
@@ -198,7 +201,7 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
                   metadata: Mapping[str, Any] | None = None,
                   model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
                   embedding: str | bool | None = None,
-                  head: str | bool | None = None) -> Iterator[LumosCapture]:
+                  head: str | bool | None = None, with_stack: bool = False) -> Iterator[LumosCapture]:
     """Profile `steps` steady-state iterations; write `<out_dir>/rank{R}.json.gz`.
 
     The loop inside must run `cap.total_iterations` (= wait + warmup + steps)
@@ -211,7 +214,8 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     `lumos.capture.annotate`); `blocks`, `embedding`, `head` name the modules
     by dotted path instead of finding them (`embedding=False` / `head=False`:
     none). The hooks are removed when the context exits. A wrong path raises
-    ValueError before anything runs.
+    ValueError before anything runs. `with_stack=True` records Python stacks,
+    module calls among them.
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
@@ -232,7 +236,7 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     exp = experimental_config()
     settings = {
         "steps": steps, "warmup": warmup, "wait": wait,
-        "record_shapes": True, "with_stack": False,
+        "record_shapes": True, "with_stack": with_stack,
         "enable_cuda_sync_events": exp is not None,
         "activities": sorted(str(a).rsplit(".", 1)[-1] for a in acts),
         "torch_version": torch.__version__,
@@ -264,7 +268,7 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
         schedule=torch.profiler.schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
         on_trace_ready=on_trace_ready,
         record_shapes=True,
-        with_stack=False,
+        with_stack=with_stack,
     )
     if exp is not None:
         kwargs["experimental_config"] = exp
@@ -285,7 +289,8 @@ def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
                   activities: list | None = None,
                   metadata: Mapping[str, Any] | None = None,
                   model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
-                  embedding: str | bool | None = None, head: str | bool | None = None) -> Path:
+                  embedding: str | bool | None = None, head: str | bool | None = None,
+                  with_stack: bool = False) -> Path:
     """Run `step_fn()` wait + warmup + steps times under the profiler; return the trace path.
 
     `step_fn` is one full training iteration (forward, backward, optimizer
@@ -293,14 +298,15 @@ def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
     unprofiled, the next `warmup` are profiled and discarded, the last `steps`
     are written to `<out_dir>/rank{R}.json.gz`, each inside a `ProfilerStep#N`
     range. `model`, `annotate`, `blocks`, `embedding`, `head`: as for
-    `lumos_profile` (pass `model` to annotate its layers; on by default).
+    `lumos_profile` (pass `model` to annotate its layers; on by default), as is
+    `with_stack`.
 
     >>> profile_steps(train_step, steps=2, out_dir="traces/run1", model=model)  # doctest: +SKIP
     """
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
                        world_size=world_size, activities=activities, metadata=metadata,
                        model=model, annotate=annotate, blocks=blocks, embedding=embedding,
-                       head=head) as cap:
+                       head=head, with_stack=with_stack) as cap:
         for _ in range(cap.total_iterations):
             step_fn()
             cap.step()

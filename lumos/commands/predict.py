@@ -110,8 +110,10 @@ def format_table(doc: dict) -> str:
         m = doc["memory"]
         lines.append(f"  memory per GPU (peak stage): {m['memory_gib_per_gpu']:.1f} GiB of {m['gpu_memory_gib']:.1f}"
                      f" -> {'fits' if m['fits'] else 'does NOT fit'}")
-    if doc.get("structure", {}).get("source") == "repetition":
-        lines.append("  note: the base trace has no layer ranges; its layers were found by repetition of its ops "
+    source = doc.get("structure", {}).get("source")
+    if source in ("repetition", "modules"):
+        how = "by repetition of its ops" if source == "repetition" else "from the profiler's module events"
+        lines.append(f"  note: the base trace has no layer ranges; its layers were found {how} "
                      "(`lumos replay BASE --structure`)")
     for n in doc.get("notes", []):
         lines.append(f"  note: {n}")

@@ -256,8 +256,10 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
 
 
 def format_structure(st: dict) -> str:
-    how = {"annotations": "layers from the layer ranges in the trace", "repetition": "layers from repetition of "
-           "the ops (no layer ranges in the trace)", "none": "no transformer layers found",
+    how = {"annotations": "layers from the layer ranges in the trace",
+           "modules": "layers from the profiler's module events (no layer ranges in the trace)",
+           "repetition": "layers from repetition of the ops (no layer ranges in the trace)",
+           "none": "no transformer layers found",
            "mixed": "layers found on some ranks only"}[st["source"]]
     lines = [f"structure: {how}"]
     if st["source"] == "none":

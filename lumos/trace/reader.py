@@ -1,8 +1,9 @@
 """Read a Kineto trace (.json or .json.gz, PyTorch 1.9 to 2.x schemas) into a TraceTable.
 
 Only complete ('X') events of the categories in `schema.CATEGORY_CODES` are
-kept; flows, instants, metadata and memory events are dropped after parsing,
-because the correlation id on both ends already links a launch to its GPU op.
+kept (of the `python_function` events, the module calls only); flows, instants,
+metadata and memory events are dropped after parsing, because the correlation
+id on both ends already links a launch to its GPU op.
 Complete events of another category that carry a `device` or `stream` arg are
 device work Lumos does not model: they are counted by category
 (`TraceTable.unmodelled`) so that a replay can name them.
@@ -106,6 +107,8 @@ def parse_document(doc, path) -> TraceTable:
         if code is None:
             if isinstance(cat, str) and _on_device(ev.get("args")):
                 unmodelled[cat] = unmodelled.get(cat, 0) + 1
+            continue
+        if code == schema.PY_MODULE and not (isinstance(name, str) and name.startswith(schema.MODULE_PREFIX)):
             continue
         if not isinstance(name, str):
             raise TraceError(path, "event has no name", event=f"#{i}")
@@ -303,6 +306,15 @@ def _scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
     if np.any(dur < 0):
         raise _Unusual  # the plain path names the event
     names = _strings(buf, *field("name"))
+    calls = np.flatnonzero(code == schema.PY_MODULE)
+    if len(calls):   # of the Python calls only the module calls are kept (as the plain path does)
+        kept = np.ones(n, dtype=bool)
+        kept[[k for k in calls.tolist() if not names[k].startswith(schema.MODULE_PREFIX)]] = False
+        if not kept.all():
+            code, typ, iv, st, en, ts, dur = (x[kept] for x in (code, typ, iv, st, en, ts, dur))
+            names = [x for x, k in zip(names, kept.tolist()) if k]
+            n = len(names)
+            every = np.arange(n)
     cpu = np.flatnonzero(code == schema.CPU_OP)
     steps = [k for k in cpu.tolist() if names[k].startswith("ProfilerStep#")]
     code[steps] = schema.ANNOTATION  # legacy traces file steps under 'Operator'

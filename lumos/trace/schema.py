@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 
-CPU_OP, ANNOTATION, RUNTIME, KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOTATION = range(8)
+CPU_OP, ANNOTATION, RUNTIME, KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOTATION, PY_MODULE = range(9)
 CATEGORY_NAMES = ("cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy",
-                  "gpu_memset", "cuda_sync", "gpu_user_annotation")
+                  "gpu_memset", "cuda_sync", "gpu_user_annotation", "python_function")
+# `with_stack=True` writes a `python_function` event per Python call; only the module calls
+# (`nn.Module: GPT2Block_0`, each module's forward) are kept: they name the layers.
+MODULE_PREFIX = "nn.Module: "
 
 CATEGORY_CODES = {
     "cpu_op": CPU_OP, "operator": CPU_OP,
@@ -22,6 +25,7 @@ CATEGORY_CODES = {
     "gpu_memset": MEMSET, "memset": MEMSET,
     "cuda_sync": SYNC,
     "gpu_user_annotation": GPU_ANNOTATION,
+    "python_function": PY_MODULE,
 }
 
 GPU_CATEGORIES = (KERNEL, MEMCPY, MEMSET)

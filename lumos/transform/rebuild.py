@@ -71,6 +71,7 @@ class _Templates:
         self.base_layers = 1 + max(k[0] for k in self.layer) if self.layer else 0
         self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
         self.ranks = sorted({b.rank for b in st.blocks})
+        self.host_only = not np.any(g.kind == TaskKind.GPU)   # a CPU capture: the host does the work
         # per block: tasks, internal edges (local ids), external in-edges (by source processor)
         keep = g.cls != EdgeClass.CROSS_RANK
         src, dst = g.src[keep], g.dst[keep]
@@ -445,8 +446,12 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     procs = np.array([b.proc(rank, g.proc_kind[g.proc[t]], st.proc_role[g.proc[t]]) for t in T], np.int64)
     # external in-edges: last task on the same (kind, role) processor of this stage
     (isrc, idst, icls, ilag), (ekind, erole, edst, ecls, elag) = tm.edges[bi]
+    # a CPU capture's optimizer runs one loop of host ops per parameter tensor: its ops and the
+    # host time between them grow with the parameters (a GPU run's grow in its kernels, below)
+    host_scale = scale_params if scale_params is not None and tm.host_only and blk.kind == "optimizer" else None
     if len(isrc):
-        b.edge(ids[isrc], ids[idst], icls, ilag)
+        b.edge(ids[isrc], ids[idst], icls, ilag if host_scale is None else ilag * host_scale)
+    joined = set()
     for k in range(len(edst)):
         src = state["last_on"].get((int(ekind[k]), int(erole[k])))
         if src is not None:
@@ -454,10 +459,18 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             if lead is not None and edst[k] == 0 and ecls[k] == EdgeClass.INTRA_THREAD and lead[0] is not None:
                 lg = lead[0]
             b.edge(src, ids[edst[k]], ecls[k], lg)
+            joined.add(int(edst[k]))
     cpu = np.flatnonzero(g.kind[T] == TaskKind.CPU)
     if len(cpu):
         role = blk.thread_role
         prev = state["thread"]
+        src = state["last_on"].get((TaskKind.CPU, role))
+        if src is not None and int(cpu[0]) not in joined and (prev is None or prev == role):
+            # program order: a block whose base copy opened its thread's step (the first
+            # micro-batch's embedding) has no in-edge there; a replica still follows the
+            # work before it on the thread
+            lg = lead[0] if lead is not None and lead[0] is not None else 0.0
+            b.edge(src, ids[cpu[0]], EdgeClass.INTRA_THREAD, lg)
         if prev is not None and prev != role:
             src = state["last_on"].get((TaskKind.CPU, prev))
             if src is not None:
@@ -472,6 +485,8 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     ts = state["clock"] + (g.ts[T] - blk.start)
     state["clock"] = float(ts.max() + g.dur[T][np.argmax(ts)]) if n else state["clock"]
     dur = g.dur[T].copy()
+    if host_scale is not None:
+        dur *= host_scale
     coll = st.coll[T].copy()
     group = st.group[T].copy()
     nbytes = st.nbytes[T].copy()

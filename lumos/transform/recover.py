@@ -49,7 +49,7 @@ def is_backward(name: str) -> bool:
 @dataclass
 class Recovery:
     """How a rank's layers were found, for the user to see (`lumos replay --structure`)."""
-    source: str                  # annotations | repetition | none
+    source: str                  # annotations | modules | repetition | none
     layers_per_stage: int = 0
     microbatches: int = 0
     forward_period: int = 0      # top-level CPU ops per layer forward
@@ -358,17 +358,12 @@ def _stage_ranges(stage: int, table: TraceTable, ths: list[_Thread], pats: dict,
     mbs = counts["forward"] // k
     out = []
     for ti, th in enumerate(ths):
-        names_ = [str(table.name[r]) for r in th.rows]
         layer = np.zeros(len(th.rows), dtype=bool)
         for ph, p in pats.items():
             for t2, s in occ[ph]:
                 if t2 == ti:
                     layer[s:s + len(p)] = True
-        p2p = np.array([n in P2P_OPS for n in names_])
-        in_step = np.array([n.startswith(OPTIMIZER_STEP) for n in names_]) | th.in_optimizer
-        hard = layer | p2p | in_step
-        # a collective outside the layers' group (a gradient reduction) is passed over, not taken
-        soft = np.array([groups.get(int(r)) not in (None, tp_group) for r in th.rows])
+        chunks = []
         for ph, p in pats.items():
             starts = [s for t2, s in occ[ph] if t2 == ti]
             for mb in range(len(starts) // k):
@@ -376,16 +371,33 @@ def _stage_ranges(stage: int, table: TraceTable, ths: list[_Thread], pats: dict,
                 for i, s in enumerate(chunk):
                     local = i if ph == "forward" else k - 1 - i
                     out.append(_range(table, th.rows[s:s + len(p)], f"layer_{stage * k + local}/{ph}/mb{mb}"))
-                out += _around(table, th.rows, names_, hard, soft, chunk[0], chunk[-1] + len(p), ph, mb)
-        step = np.flatnonzero(in_step)
-        if len(step):   # the optimizer: from the last layer or exchange before torch's step to the thread's end
-            before = np.flatnonzero((layer | p2p)[:step[0]])
-            lo = int(before[-1]) + 1 if len(before) else 0
-            out.append(_range(table, th.rows[lo:], "optimizer"))
+                chunks.append((ph, mb, chunk[0], chunk[-1] + len(p)))
+        out += framing(table, th, layer, chunks, groups, tp_group)
     return out, Recovery("repetition", layers_per_stage=k, microbatches=mbs, forward_period=len(pats["forward"]),
                          backward_period=len(pats.get("backward", ())),
                          note=f"rank {table.rank}: {k} layers x {mbs} micro-batches per stage from a "
                               f"{len(pats['forward'])}-op forward pattern starting {first_op}")
+
+
+def framing(table: TraceTable, th: _Thread, layer: np.ndarray, chunks: list, groups: dict, tp_group) -> list[dict]:
+    """Embedding, head and optimizer ranges on one thread, around its layers: `layer` marks the
+    thread's top-level ops inside a layer range, `chunks` holds (phase, micro-batch, first
+    position, end position) of each micro-batch's run of layers."""
+    names_ = [str(table.name[r]) for r in th.rows]
+    p2p = np.array([n in P2P_OPS for n in names_], dtype=bool)
+    in_step = np.array([n.startswith(OPTIMIZER_STEP) for n in names_], dtype=bool) | th.in_optimizer
+    hard = layer | p2p | in_step
+    # a collective outside the layers' group (a gradient reduction) is passed over, not taken
+    soft = np.array([groups.get(int(r)) not in (None, tp_group) for r in th.rows], dtype=bool)
+    out = []
+    for ph, mb, first, end in chunks:
+        out += _around(table, th.rows, names_, hard, soft, first, end, ph, mb)
+    step = np.flatnonzero(in_step)
+    if len(step):   # the optimizer: from the last layer or exchange before torch's step to the thread's end
+        before = np.flatnonzero((layer | p2p)[:step[0]])
+        lo = int(before[-1]) + 1 if len(before) else 0
+        out.append(_range(table, th.rows[lo:], "optimizer"))
+    return out
 
 
 def with_ranges(table: TraceTable, ranges: list[dict]) -> TraceTable:
@@ -416,9 +428,10 @@ def with_ranges(table: TraceTable, ranges: list[dict]) -> TraceTable:
 
 
 def recover_layers(tables: list[TraceTable], step=None) -> tuple[list[TraceTable], list[Recovery]]:
-    """The tables with layer ranges found by repetition where none of them has any (else as
-    they are), in their order, and how each rank's layers were found. `step`: the iteration
-    read (as for `build_graph`); micro-batches are counted in it."""
+    """The tables with layer ranges added where none of them has any (else as they are), in
+    their order, and how each rank's layers were found: from the profiler's module events
+    (`module_calls`) where they give them, else by repetition. `step`: the iteration read (as
+    for `build_graph`); micro-batches are counted in it."""
     if any(has_layer_ranges(t) for t in tables):
         return list(tables), [Recovery("annotations", note=f"rank {t.rank}: layer ranges in the trace")
                               for t in tables]
@@ -428,7 +441,10 @@ def recover_layers(tables: list[TraceTable], step=None) -> tuple[list[TraceTable
     for t in staged:
         s = resolve_step(t, step)
         windows.append(None if s is None else (s.start, s.end))
-    ranges, found = find_layer_ranges(staged, windows)
+    from .module_calls import find_module_ranges   # it builds on this module's helpers
+
+    got = find_module_ranges(staged, windows)
+    ranges, found = got if got is not None else find_layer_ranges(staged, windows)
     out, how = list(tables), list(found)
     for j, i in enumerate(order):
         out[i], how[i] = with_ranges(staged[j], ranges[j]), found[j]

@@ -33,6 +33,7 @@ from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
 ANN = re.compile(r"^(?:layer_(\d+)|(embedding)|(head))/(forward|backward)/mb(\d+)$")
 BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
 OPTIMIZER = ("optimizer", "optimizer_step")
+LAYER_NORM_OPS = ("aten::layer_norm", "aten::native_layer_norm")
 EMBEDDING_OPS = ("aten::embedding", "aten::index_select", "aten::gather")
 P2P_OP = "c10d::batch_isend_irecv"
 DTYPE_BYTES = {"BFloat16": 2, "Half": 2, "Float": 4, "float": 4, "c10::BFloat16": 2, "Double": 8}
@@ -208,15 +209,41 @@ def _dims_of(table: TraceTable, row: int):
     return tuple(tuple(x) if isinstance(x, list) else x for x in d) if d is not None else None
 
 
-def infer_shape(blocks: list, op_name, op_dims, is_gpu=None) -> ModelShape:
+def _is_shape_op(name: str) -> bool:
+    return name in GEMM_OPS or name in LAYER_NORM_OPS or name in EMBEDDING_OPS or "attention" in name
+
+
+def _shape_ops(graph: Graph, by_rank: dict):
+    """(op name, input dims, op row) per task of a run without kernels: the outermost GEMM,
+    layer-norm, attention or embedding op around each CPU task.
+
+    A CPU trace's tasks are its innermost ops (`aten::copy_` and `aten::view` under
+    `aten::addmm` under `aten::linear`), so the op that says the shape is an ancestor.
+    """
+    n = graph.n_tasks
+    name, dims, row = np.empty(n, dtype=object), np.empty(n, dtype=object), np.full(n, -1, dtype=np.int64)
+    for r, table in by_rank.items():
+        tasks = np.flatnonzero((graph.rank == r) & (graph.event >= 0) & (graph.kind == TaskKind.CPU))
+        ops = np.flatnonzero(table.cat == schema.CPU_OP)
+        ops = ops[[_is_shape_op(str(x)) for x in table.name[ops]]]
+        ev = graph.event[tasks]
+        outer = _innermost(table, ops, table.pid[ev], table.tid[ev], table.ts[ev], outermost=True)
+        for t, o in zip(tasks, outer):
+            if o >= 0:
+                name[t], dims[t], row[t] = table.name[o], _dims_of(table, o), r * (1 << 40) + o
+    return name, dims, row
+
+
+def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> ModelShape:
     """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes.
 
     The layer's GEMMs in launch order are QKV (h -> 3h/t), projection, FC1 (h -> f/t)
     and FC2; the layer norm gives h (its weight) and the activation's two leading
     dims; attention says which of them is the sequence (Megatron's activations are
-    [s, b, h], an eager PyTorch model's [b, s, h]). Only kernels (`is_gpu`) are read: a
-    CPU task's op is the op itself (`aten::linear` around `aten::addmm` would count
-    twice), and cuBLAS may launch a memset before a GEMM.
+    [s, b, h], an eager PyTorch model's [b, s, h]). Only the tasks `is_gpu` marks are
+    read (kernels, or in a run without kernels the CPU tasks): cuBLAS may launch a
+    memset before a GEMM. `op_row` is the trace row of each task's op; the tasks of
+    one op (several kernels, or the leaf CPU ops under one `aten::addmm`) count once.
     """
     fwd = next((b for b in blocks if b.kind == "layer" and b.phase == "forward"), None)
     if fwd is None:
@@ -229,10 +256,11 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None) -> ModelShape:
             continue
         if n in GEMM_OPS:
             mkn = gemm_mkn(str(n), d)
-            if mkn is not None and d is not last:   # one op may launch several kernels
+            this = op_row[t] if op_row is not None else id(d)
+            if mkn is not None and this != last:   # one op may launch several kernels
                 gemms.append(mkn)
-                last = d
-        elif n in ("aten::layer_norm", "aten::native_layer_norm") and ln is None:
+                last = this
+        elif n in LAYER_NORM_OPS and ln is None:
             ln = d
         elif "attention" in str(n) and attn is None:
             attn = attention_bshd(str(n), d)
@@ -270,6 +298,7 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
     op_name = np.empty(n, dtype=object)
     op_dims = np.empty(n, dtype=object)
     task_block = np.full(n, -1, dtype=np.int64)
+    op_row = np.full(n, -1, dtype=np.int64)
     proc_role = np.zeros(graph.n_procs, dtype=np.int64)
     by_rank = {t.rank: t for t in tables}
     blocks: list[Block] = []
@@ -305,6 +334,7 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
             if o >= 0:
                 op_name[t] = table.name[o]
                 op_dims[t] = _dims_of(table, o)
+                op_row[t] = o
         rb = _rank_blocks(graph, table, tasks, 0, proc_role, coll, None)
         for b in rb:
             task_block[b.tasks] = len(blocks)
@@ -313,7 +343,11 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
         if len(zero) and table.input_dims[zero[0]]:
             stage_params[r] = float(table.input_dims[zero[0]][0][0])
     kernel = (graph.kind == TaskKind.GPU) & ~np.char.startswith(graph.name.astype(str), "Mem")
-    shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel)
+    if kernel.any():
+        shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row)
+    else:
+        name, dims, row = _shape_ops(graph, by_rank)
+        shape = infer_shape(blocks, name, dims, op_row=row)
     layers = {b.layer for b in blocks if b.kind == "layer"}
     mbs = {b.mb for b in blocks if b.mb >= 0}
     ranks = sorted(by_rank)

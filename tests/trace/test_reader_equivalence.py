@@ -67,6 +67,8 @@ def reference_parse(doc, path) -> TraceTable:
                     args.get("device") is not None or args.get("stream") is not None):
                 unmodelled[cat] = unmodelled.get(cat, 0) + 1
             continue
+        if code == schema.PY_MODULE and not (isinstance(name, str) and name.startswith("nn.Module: ")):
+            continue   # of the Python calls, only the module calls
         if not isinstance(name, str):
             raise TraceError(path, "event has no name", event=f"#{i}")
         ts, dur = ev.get("ts"), ev.get("dur")
@@ -205,7 +207,8 @@ ARG_NAMES = ["correlation", "External id", "external id", "stream", "device", "w
              "wait_on_cuda_event_record_corr_id", "cuda_sync_kind", "Collective name", "In msg nelems",
              "Out msg nelems", "Group size", "Sequence number", "dtype", "Process Group Ranks", "Input Dims",
              "Call stack"]
-NAMES = ["ProfilerStep#3", "ProfilerStep#x", "ncclKernel_a", "cudaLaunchKernel", 'a"b\\c', "\u00e9\u4e2d", "t\u0000"]
+NAMES = ["ProfilerStep#3", "ProfilerStep#x", "ncclKernel_a", "cudaLaunchKernel", 'a"b\\c', "\u00e9\u4e2d", "t\u0000",
+         "nn.Module: Block_0", "nn.Module: \u00e9_1"]
 
 
 def sometimes(draw, one_in: int) -> bool:

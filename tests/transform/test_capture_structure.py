@@ -17,7 +17,8 @@ pytest.importorskip("torch")
 from lumos.graph.run_graph import build_run_graph  # noqa: E402
 from lumos.trace import load_run  # noqa: E402
 from lumos.transform import structure  # noqa: E402
-from tests.capture.annotated_model import LAYERS, MICROBATCHES, capture  # noqa: E402
+from tests.capture.annotated_model import (BATCH, FFN, HEADS, HIDDEN, LAYERS, MICROBATCHES, SEQ,  # noqa: E402
+                                          VOCAB, capture)
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +50,69 @@ def test_blocks_of_one_iteration(run):
         assert layer[("backward", 1, mb)].start < layer[("backward", 0, mb)].start
 
 
-def test_find_structure_needs_gpu_kernels_for_the_shape(run):
-    """Known limit (said, not hidden): infer_shape reads GEMM / layer-norm shapes from GPU kernels
-    only; a CPU trace has none, and its CPU tasks are the innermost ops, below aten::addmm. The
-    blocks above are found; the model shape is not. When this changes, assert the shape here."""
+def test_model_shape_from_the_cpu_ops(run):
+    """A CPU trace has no kernels and its tasks are the innermost ops (`aten::copy_` under
+    `aten::addmm` under `aten::linear`): the shape is read from the outermost GEMM, layer-norm,
+    attention and embedding ops around them. Before, this run gave "found 0 GEMMs"."""
     graph, tables = run
-    with pytest.raises(ValueError, match="cannot read the model shape: .* 0 GEMMs"):
-        structure.find_structure(graph, tables)
+    st = structure.find_structure(graph, tables)
+    assert st.shape == structure.ModelShape(hidden=HIDDEN, ffn=FFN, seq=SEQ, micro_batch=BATCH, vocab=VOCAB,
+                                            heads=HEADS, tp=1)
+    assert (st.layers, st.microbatches, st.tp, st.pp, st.dp) == (LAYERS, MICROBATCHES, 1, 1, 1)
+
+
+def _thread_overlap_us(graph, start, end) -> float:
+    """The largest overlap of two tasks on one CPU thread in a schedule (0: program order held)."""
+    worst = 0.0
+    for p in np.unique(graph.proc):
+        t = np.flatnonzero(graph.proc == p)
+        t = t[np.argsort(start[t], kind="stable")]
+        if len(t) > 1:
+            worst = max(worst, float(np.max(np.maximum.accumulate(end[t])[:-1] - start[t][1:])))
+    return worst
+
+
+def test_predicted_micro_batches_run_in_program_order(run):
+    # 4 micro-batches from the 2-micro-batch CPU capture: micro-batches 2 and 3 copy 0 and 1, and
+    # micro-batch 0's embedding opens the thread's iteration (no in-edge in the base). Its copy
+    # must still follow the work before it on the thread; without that it started at time 0
+    # alongside micro-batch 0 (the 4-micro-batch prediction was barely longer than the base)
+    from lumos.analysis.predict import simulate_plan
+    from lumos.transform.whatif import base_plan, transform
+
+    graph, tables = run
+    plan = base_plan(tables)
+    out = transform(plan, global_batch=2 * MICROBATCHES * BATCH, micro_batch=BATCH)
+    g, sched, bd = simulate_plan(out)
+    assert out.microbatches == 2 * MICROBATCHES
+    assert _thread_overlap_us(g, sched.start, sched.end) <= 1e-6
+    span = {}
+    for b in out.st.blocks:
+        if b.mb >= 0 and len(b.tasks):
+            lo, hi = span.get(b.mb, (np.inf, -np.inf))
+            span[b.mb] = (min(lo, sched.start[b.tasks].min()), max(hi, sched.end[b.tasks].max()))
+    assert sorted(span) == list(range(2 * MICROBATCHES))
+    assert all(span[k + 1][0] >= span[k][1] for k in range(2 * MICROBATCHES - 1))
+    assert bd.iteration.iteration_us > simulate_plan(transform(plan))[2].iteration.iteration_us
+
+
+def test_cpu_optimizer_scales_with_the_parameters(run):
+    # a CPU capture's optimizer is a loop of host ops per parameter tensor: 4 layers instead of 2
+    # stretch its ops and the host gaps between them by the ratio of parameter counts
+    from lumos.transform.whatif import base_plan, transform
+
+    _, tables = run
+    plan = base_plan(tables)
+    out = transform(plan, layers=2 * LAYERS)
+    sh = plan.shape
+    ratio = (2 * LAYERS * sh.layer_params() + 2 * sh.embed_params()) / (LAYERS * sh.layer_params()
+                                                                       + 2 * sh.embed_params())
+
+    def optimizer(p):
+        tasks = np.concatenate([b.tasks for b in p.st.blocks if b.kind == "optimizer"])
+        inner = np.isin(p.graph.src, tasks) & np.isin(p.graph.dst, tasks)
+        return float(p.graph.dur[tasks].sum()), float(np.clip(p.graph.lag[inner], 0, None).sum())
+
+    (d0, lag0), (d1, lag1) = optimizer(plan), optimizer(out)
+    assert ratio > 1.3 and d1 == pytest.approx(d0 * ratio, rel=1e-9)
+    assert lag0 > 0 and lag1 == pytest.approx(lag0 * ratio, rel=1e-9)

@@ -170,30 +170,78 @@ def _layer_labels(table):
     return out
 
 
+def _aligned_labels(annotated, recovered):
+    """(annotated label, recovered label) of every top-level op the two captures share, the op
+    sequences aligned (an annotated capture has our hooks' and markers' ops too)."""
+    import difflib
+
+    la, lb = _layer_labels(annotated), _layer_labels(recovered)
+    sm = difflib.SequenceMatcher(None, [n for n, _ in la], [n for n, _ in lb], autojunk=False)
+    pairs = [(la[i][1], lb[j][1]) for tag, i0, i1, j0, j1 in sm.get_opcodes() if tag == "equal"
+             for i, j in zip(range(i0, i1), range(j0, j1))]
+    # every op in a layer range on either side is one the two share
+    assert sum(x != "-" for x, _ in pairs) == sum(x != "-" for _, x in la)
+    assert sum(y != "-" for _, y in pairs) == sum(y != "-" for _, y in lb)
+    return pairs
+
+
+def _stack_capture(step, path):
+    """The plain torch profiler, `with_stack=True` (module calls in the trace), 2 steps kept."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+                 schedule=schedule(wait=1, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(4):
+            step()
+            prof.step()
+    return path
+
+
 def test_cpu_capture_of_torch_transformer_layers_without_annotation(tmp_path):
     # torch's own nn.TransformerEncoderLayer x 2 (no Lumos code in the model), 2 micro-batches,
-    # captured on this machine twice: annotated by lumos.capture, and not
-    pytest.importorskip("torch")
-    from tests.capture.annotated_model import LAYERS, MICROBATCHES, capture
+    # captured on this machine three times: annotated by lumos.capture, not annotated, and by the
+    # plain profiler with Python stacks (module calls)
+    torch = pytest.importorskip("torch")
+    from tests.capture.annotated_model import LAYERS, MICROBATCHES, PlainTransformer, capture, train_step_fn
 
     annotated, _ = capture(tmp_path / "annotated")
     plain, _ = capture(tmp_path / "plain", annotate=False)
-    (a,), (b,) = load_run(annotated.parent), load_run(plain.parent)
-    assert not any(str(n).startswith("layer_") for n in b.name)
-    found, how = recover_layers([b])
-    assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", LAYERS, MICROBATCHES)
-    # every top-level op lands in the same layer range (or outside all of them) as annotated: the
-    # two runs' op sequences aligned (the annotated one has the capture's hooks and markers too)
-    import difflib
+    torch.manual_seed(0)
+    stack = _stack_capture(train_step_fn(PlainTransformer()), tmp_path / "stack.json")
+    assert sum(e.get("cat") == "python_function" for e in json.loads(stack.read_text())["traceEvents"]) > 100
+    (a,) = load_run(annotated.parent)
+    for path, source in ((plain.parent, "repetition"), (stack, "modules")):
+        (b,) = load_run(path) if path.is_dir() else [load_trace(path)]
+        assert not any(str(n).startswith("layer_") for n in b.name)
+        found, how = recover_layers([b])
+        assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == (source, LAYERS, MICROBATCHES)
+        pairs = _aligned_labels(a, found[0])
+        # a layer: 35 top-level ops forward, 56 backward; every one in the same range as annotated
+        assert sum(x != "-" for x, _ in pairs) == LAYERS * MICROBATCHES * (35 + 56)
+        assert all(x == y for x, y in pairs)
 
-    la, lb = _layer_labels(a), _layer_labels(found[0])
-    sm = difflib.SequenceMatcher(None, [n for n, _ in la], [n for n, _ in lb], autojunk=False)
-    pairs = [(la[i], lb[j]) for tag, i0, i1, j0, j1 in sm.get_opcodes() if tag == "equal"
-             for i, j in zip(range(i0, i1), range(j0, j1))]
-    in_layers = sum(1 for (_, x), _ in pairs if x != "-")
-    assert in_layers == sum(1 for _, x in la if x != "-") == sum(1 for _, x in lb if x != "-")
-    assert in_layers == LAYERS * MICROBATCHES * (35 + 56)   # a layer: 35 top-level ops forward, 56 backward
-    assert all(x == y for (_, x), (_, y) in pairs)
+
+def test_bundled_gpt_without_annotation(tmp_path):
+    # lumos capture gpt --no-annotate (only ProfilerStep ranges, no autograd markers), with and
+    # without --with-stack: the recovered layers are the annotated capture's, op for op
+    pytest.importorskip("torch")
+    from lumos.capture.gpt import GPTConfig, run_gpt
+
+    cfg = GPTConfig(layers=3, hidden=32, ffn=64, heads=2, seq=16, micro_batch=2, vocab=128)
+    run = {}
+    for name, kw in (("annotated", {}), ("plain", {"annotate": False}),
+                     ("stack", {"annotate": False, "with_stack": True})):
+        path = run_gpt(cfg, out_dir=tmp_path / name, steps=2, device="cpu", microbatches=2, log=None, **kw)
+        (run[name],) = load_run(path.parent)
+    for name, source in (("plain", "repetition"), ("stack", "modules")):
+        assert not any(str(n).startswith(("layer_", "forward", "backward")) for n in run[name].name)
+        found, how = recover_layers([run[name]])
+        assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == (source, 3, 2)
+        pairs = _aligned_labels(run["annotated"], found[0])
+        assert {x for x, _ in pairs} == {"-"} | {f"layer_{L}/{ph}/mb{m}" for L in range(3)
+                                                  for ph in ("forward", "backward") for m in range(2)}
+        assert all(x == y for x, y in pairs)
 
 
 def _hf_step(model, microbatches=2, vocab=128):
@@ -215,7 +263,8 @@ def _hf_step(model, microbatches=2, vocab=128):
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_hugging_face_models_without_annotation(arch, tmp_path):
     # Hugging Face transformers models built from a small config (random weights, nothing
-    # downloaded), 3 layers, 2 micro-batches, captured on this machine with and without our ranges
+    # downloaded), 3 layers, 2 micro-batches, captured on this machine with our ranges, without,
+    # and without but with Python stacks (module calls)
     pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     import torch
@@ -231,41 +280,18 @@ def test_hugging_face_models_without_annotation(arch, tmp_path):
             vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
             num_key_value_heads=2, max_position_embeddings=32))
     labels = {}
-    for annotate in (True, False):
-        path = profile_steps(_hf_step(model), steps=2, warmup=1, out_dir=tmp_path / str(annotate), model=model,
-                             annotate=annotate)
-        (table,) = load_run(path.parent)
-        if not annotate:
-            (table,), how = recover_layers([table])
-            assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", 3, 2)
-        labels[annotate] = _layer_labels(table)
-    a, b = labels[True], labels[False]
-    assert [n for n, _ in a] == [n for n, _ in b]          # the same ops, so positions compare
+    for name, kw, found in (("annotated", {"annotate": True}, ("annotations", 0, 0)),
+                            ("plain", {"annotate": False}, ("repetition", 3, 2)),
+                            ("stack", {"annotate": False, "with_stack": True}, ("modules", 3, 2))):
+        path = profile_steps(_hf_step(model), steps=2, warmup=1, out_dir=tmp_path / name, model=model, **kw)
+        (table,), how = recover_layers(load_run(path.parent))
+        assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == found
+        labels[name] = _layer_labels(table)
+    a = labels["annotated"]
     assert sum(x.endswith("/mb1") for _, x in a) > 0     # both micro-batches' layers are in it
-    # every op in the same layer range, forward and backward: the backward's phase from the autograd
-    # sequence numbers (by context alone GPT-2's backward layers began 4 ops early, Llama's 7)
-    assert a == b
-
-
-def test_capture_with_python_stacks(tmp_path):
-    # the same torch model recorded by the plain profiler with_stack=True: its python_function
-    # events (not read) leave the ops, and so the layers, as they were
-    torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    from tests.capture.annotated_model import LAYERS, MICROBATCHES, PlainTransformer, train_step_fn
-
-    torch.manual_seed(0)
-    step = train_step_fn(PlainTransformer())
-    path = tmp_path / "stack.json"
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
-                 schedule=schedule(wait=1, warmup=1, active=2),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-        for _ in range(4):
-            step()
-            prof.step()
-    events = json.loads(path.read_text())["traceEvents"]
-    assert sum(e.get("cat") == "python_function" for e in events) > 100
-    _, how = recover_layers([load_trace(path)])
-    assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == ("repetition", LAYERS, MICROBATCHES)
-    assert (how[0].forward_period, how[0].backward_period) == (35, 56)
+    for name in ("plain", "stack"):
+        b = labels[name]
+        assert [n for n, _ in a] == [n for n, _ in b]      # the same ops, so positions compare
+        # every op in the same layer range, forward and backward: the backward's phase from the autograd
+        # sequence numbers (by context alone GPT-2's backward layers began 4 ops early, Llama's 7)
+        assert a == b, name
