@@ -11,7 +11,7 @@ EMULATED): the median of `--repeat` in-process runs of each stage, beside a bare
   replay     the compiled replay core on prepared arrays
   breakdown  `replayed_breakdown`
   write      `write_timeline` of the replayed schedule (gzip JSON)
-Part 2, whole processes (`/usr/bin/time`-style wall, one run each after one warm-up):
+Part 2, whole processes (wall time, the median of `--repeat` runs after one warm-up):
 `lumos replay RANK`, `lumos predict BASE --tp 2 --pp 8 --dp 8` (15B 2x2x4 -> 2x8x8) and
 `python -c "import lumos.cli"` (start-up alone). Needs the pipeline's emulated runs
 (`snakemake --cores 8`) or the paths given.
@@ -108,10 +108,11 @@ def main() -> None:
             f"lumos replay {args.trace.name}": [py, "-m", "lumos.cli", "replay", str(args.trace), "--format", "json"],
             "lumos predict 15B 2x2x4 -> 2x8x8": [py, "-m", "lumos.cli", "predict", str(args.base), "--tp", "2",
                                                  "--pp", "8", "--dp", "8", "--format", "json"]}
-    print("| whole process | wall s |\n|---|---|")
+    print(f"| whole process (median of {args.repeat}) | wall s | / orjson.loads |\n|---|---|---|")
     for label, cmd in cmds.items():
         wall(cmd)  # warm-up: numba cache, page cache
-        print(f"| {label} | {wall(cmd):.2f} |", flush=True)
+        t = statistics.median(wall(cmd) for _ in range(args.repeat))
+        print(f"| {label} | {t:.2f} | {t / loads:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,9 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
 from lumos.baselines.dpro import build_dpro, replay_dpro
@@ -46,6 +45,9 @@ from lumos.trace import TraceTable
 from .breakdown import COMPONENTS, component_l1_us
 from .critical_path import compare_paths, critical_path, measured_critical_path
 from .replay import RankReplay, RunReplay, measured_breakdown, replay_graph, replayed_breakdown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,7 @@ def ablation_table(tables: Sequence[TraceTable], step=None, *, engine: str = "au
 
     A variant whose replay cannot finish gets NaN metrics and the reason in `error`.
     """
+    import pandas as pd   # here, not at import: `lumos replay` needs none of it
     tables = list(tables)
     label = label or (tables[0].path if len(tables) == 1 else f"{tables[0].path} (+{len(tables) - 1} ranks)")
     refs = {t.rank: reference_for(t, step) for t in tables}

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from lumos.graph.model import Graph, TaskKind, WaitKind
 
@@ -45,19 +46,113 @@ def _last_op(graph: Graph, end: np.ndarray) -> int:
 
 def critical_path(graph: Graph, start: np.ndarray, end: np.ndarray,
                   tolerance_us: float = REPLAYED_TOLERANCE_US) -> np.ndarray:
-    """Task ids on the critical path of the timeline (start, end), earliest first."""
+    """Task ids on the critical path of the timeline (start, end), earliest first.
+
+    The walk is compiled (`_walk`); `critical_path_reference` is the same rule in plain
+    Python, the definition the tests hold the compiled one to.
+    """
     v = _last_op(graph, end)
     if v < 0:
         return np.zeros(0, dtype=np.int64)
+    in_ptr, in_src, in_lag, prev_on_proc = _candidates(graph, start, end)
+    s_ptr, s_ops, s_end = _stream_csr(graph, end)
+    # the streams a device wait of rank r waits on: GPU processors of r
+    gpu_procs = np.flatnonzero(graph.proc_kind == TaskKind.GPU)
+    ranks = graph.proc_rank[gpu_procs].astype(np.int64)
+    order = np.argsort(ranks, kind="stable")
+    n_rank = int(max(graph.proc_rank.max(initial=0), graph.wait_target.max(initial=0))) + 1
+    r_ptr = np.searchsorted(ranks[order], np.arange(n_rank + 1)).astype(np.int64)
+    r_procs = gpu_procs[order].astype(np.int64)
+    path = _walk(int(v), np.asarray(start, np.float64), np.asarray(end, np.float64), in_ptr, in_src, in_lag,
+                 prev_on_proc, graph.wait_kind.astype(np.int64), graph.wait_target.astype(np.int64),
+                 s_ptr, s_ops, s_end, r_ptr, r_procs, float(tolerance_us))
+    return path[::-1].copy()
+
+
+def _candidates(graph: Graph, start: np.ndarray, end: np.ndarray):
+    """In-edges of each task (CSR by destination) and each task's predecessor on its processor."""
     n = graph.n_tasks
     order = np.argsort(graph.dst, kind="stable")
-    in_src = graph.src[order]
-    in_lag = graph.lag[order]
-    in_ptr = np.searchsorted(graph.dst[order], np.arange(n + 1))
+    in_src = graph.src[order].astype(np.int64)
+    in_lag = graph.lag[order].astype(np.float64)
+    in_ptr = np.searchsorted(graph.dst[order], np.arange(n + 1)).astype(np.int64)
     by_proc = np.lexsort((np.arange(n), end, start, graph.proc))
     prev_on_proc = np.full(n, -1, dtype=np.int64)
     same = graph.proc[by_proc[1:]] == graph.proc[by_proc[:-1]]
     prev_on_proc[by_proc[1:][same]] = by_proc[:-1][same]
+    return in_ptr, in_src, in_lag, prev_on_proc
+
+
+def _stream_csr(graph: Graph, end: np.ndarray):
+    """GPU ops of every processor sorted by end, as (pointer per processor, ops, their ends); empty
+    when no task waits at run time."""
+    n_proc = graph.n_procs
+    if not np.any(graph.wait_kind != WaitKind.NONE):
+        return np.zeros(n_proc + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+    gpu = np.flatnonzero(graph.kind == TaskKind.GPU)
+    ops = gpu[np.lexsort((end[gpu], graph.proc[gpu]))].astype(np.int64)
+    ptr = np.searchsorted(graph.proc[ops], np.arange(n_proc + 1)).astype(np.int64)
+    return ptr, ops, np.asarray(end, np.float64)[ops]
+
+
+@njit(cache=True)
+def _walk(v, start, end, in_ptr, in_src, in_lag, prev_on_proc, wait_kind, wait_target,
+          s_ptr, s_ops, s_end, r_ptr, r_procs, tol):
+    """The path from v back (latest first); the rule of the module docstring."""
+    n = len(start)
+    seen = np.zeros(n, dtype=np.bool_)
+    path = np.empty(n, dtype=np.int64)
+    m = 0
+    while True:
+        path[m] = v
+        m += 1
+        seen[v] = True
+        s = start[v]
+        best, best_ready, best_end = -1, -np.inf, -np.inf
+        # candidates in the reference's order; a later one wins only with a larger (ready, end, id)
+        for k in range(in_ptr[v], in_ptr[v + 1]):
+            u = in_src[k]
+            ready = end[u] + in_lag[k]
+            if abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
+                    end[u] > best_end or (end[u] == best_end and u > best)))):
+                best, best_ready, best_end = u, ready, end[u]
+        u = prev_on_proc[v]
+        if u >= 0:
+            ready = end[u]
+            if abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
+                    end[u] > best_end or (end[u] == best_end and u > best)))):
+                best, best_ready, best_end = u, ready, end[u]
+        wk, w = wait_kind[v], wait_target[v]
+        if wk != 0 and len(s_ops) and w >= 0:
+            if wk == 1:
+                lo_p, hi_p = 0, 1 if w < len(s_ptr) - 1 else 0
+            else:
+                lo_p, hi_p = r_ptr[w], r_ptr[w + 1]
+            for j in range(lo_p, hi_p):
+                p = w if wk == 1 else r_procs[j]
+                a, b = s_ptr[p], s_ptr[p + 1]
+                if a == b:
+                    continue
+                k = np.searchsorted(s_end[a:b], s + tol, side="right") - 1
+                if k >= 0:
+                    u = s_ops[a + k]
+                    ready = end[u]
+                    if abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
+                            end[u] > best_end or (end[u] == best_end and u > best)))):
+                        best, best_ready, best_end = u, ready, end[u]
+        if best < 0 or seen[best]:
+            break
+        v = best
+    return path[:m]
+
+
+def critical_path_reference(graph: Graph, start: np.ndarray, end: np.ndarray,
+                            tolerance_us: float = REPLAYED_TOLERANCE_US) -> np.ndarray:
+    """`critical_path` in plain Python, one task at a time (the definition; slow on big graphs)."""
+    v = _last_op(graph, end)
+    if v < 0:
+        return np.zeros(0, dtype=np.int64)
+    in_ptr, in_src, in_lag, prev_on_proc = _candidates(graph, start, end)
     streams = _stream_ops_by_end(graph, end)
 
     path = [v]

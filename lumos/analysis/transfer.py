@@ -46,9 +46,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from lumos.baselines.dpro import DproGraph, build_dpro, replay_dpro
 from lumos.graph import DEFAULT_GAP_THRESHOLD_US, Graph, build_graph
@@ -58,6 +58,9 @@ from lumos.trace.steps import Step
 
 from .breakdown import relative_error_pct
 from .replay import measured_breakdown, replay_graph, replayed_breakdown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DURATION_KINDS", "MIN_MATCHED_SHARE", "TaskKeys", "Transfer", "match_tasks", "transfer_durations",
            "transfer_pair", "transfer_steps", "StepModels", "diff_attribution", "gpu_op_changes", "NotSameJobError"]
@@ -113,6 +116,7 @@ def _proc_map(target: TaskKeys, source: TaskKeys) -> dict[tuple[int, int], int]:
 
 
 def _frame(keys: TaskKeys, proc: np.ndarray, names: pd.Index) -> pd.DataFrame:
+    import pandas as pd   # here, not at import: `lumos replay` needs none of it
     df = pd.DataFrame({"kind": keys.kind.astype(np.int64), "proc": proc, "carry": keys.carry.astype(bool),
                        "name": names.get_indexer(keys.name), "ts": keys.ts, "event": keys.event,
                        "task": np.arange(len(keys.kind))})
@@ -159,6 +163,7 @@ def _align(a_names: list, b_names: list) -> list[tuple[int, int]]:
 def match_tasks(target: TaskKeys, source: TaskKeys) -> np.ndarray:
     """For each target task, the source task it matches (-1: none): per processor (and
     carried-in or not), the two name sequences aligned in time order (`_align`)."""
+    import pandas as pd   # here, not at import: `lumos replay` needs none of it
     pmap = _proc_map(target, source)
     t_proc = np.array([pmap.get((int(k), int(p)), -1) for k, p in zip(target.kind, target.proc_key)], dtype=np.int64)
     names = pd.Index(pd.unique(np.concatenate([target.name, source.name])))
@@ -450,6 +455,7 @@ def transfer_steps(table: TraceTable, steps: list[int] | None = None, engine: st
     """Every consecutive pair of `steps` (default: the trace's steps, the first left out as
     warm-up when there are 3 or more), both directions: one row per prediction. Steps with
     nothing to replay (a stub the profiler cut) are left out."""
+    import pandas as pd   # here, not at import: `lumos replay` needs none of it
     from lumos.trace.steps import find_steps
     if steps is None:
         steps = [s.number for s in find_steps(table)]
@@ -523,6 +529,7 @@ def diff_attribution(a: TraceTable, step_a, b: TraceTable, step_b, engine: str =
 
 def gpu_op_changes(ga: Graph, gb: Graph, top: int = 5) -> list[dict]:
     """Device ops (kernels, memcpy, memset) by name whose summed duration in the step changed most."""
+    import pandas as pd   # here, not at import: `lumos replay` needs none of it
     def totals(g: Graph) -> pd.DataFrame:
         ops = (g.kind == TaskKind.GPU) & g.in_step
         return (pd.DataFrame({"name": g.name[ops], "dur": g.dur[ops]})

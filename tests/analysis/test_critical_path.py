@@ -92,3 +92,20 @@ def test_compare_paths_maps_by_event_row():
     path = np.array([A, K1, K2, D, E, K3])
     assert compare_paths(g, path, g, path).as_dict()["cp_recall"] == 1.0
     assert compare_paths(g, path, sub, path).as_dict()["cp_recall"] == 0.0
+
+
+def test_compiled_walk_equals_the_reference_on_real_traces(real_tables):
+    # the compiled walk against the plain-Python definition, on the measured timeline (1 us
+    # tolerance, run-time waits from real syncs) and on the replayed one (exact binding)
+    from lumos.analysis.critical_path import critical_path_reference
+    from lumos.graph import build_graph
+
+    checked = 0
+    for table in real_tables.values():
+        g = build_graph(table)
+        s = simulate(g)
+        for start, end, tol in ((g.ts, g.end, 1.0), (s.start, s.end, 0.0)):
+            got = critical_path(g, start, end, tol)
+            assert got.tolist() == critical_path_reference(g, start, end, tol).tolist()
+            checked += len(got)
+    assert checked > 1000
