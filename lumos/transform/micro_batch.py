@@ -51,7 +51,7 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
         if d is None:
             continue
         op = str(st.op_name[t])
-        nd = rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params)
+        nd = rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params, heads_per_rank=sh.heads // sh.tp)
         if nd is None:
             continue
         if g.kind[t] == TaskKind.GPU:

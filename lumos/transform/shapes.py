@@ -100,10 +100,22 @@ def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads:
     return map_tensors(dims, edit)
 
 
-def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: frozenset):
-    """Dims of `op` with the micro-batch scaled by `ratio`; None if unchanged."""
+def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: frozenset,
+                  heads_per_rank: int = 0):
+    """Dims of `op` with the micro-batch scaled by `ratio`; None if unchanged.
+
+    Unfused attention (Megatron's CoreAttention) folds batch and heads into one leading dim:
+    its score bmms and the softmax / dropout on the scores are [b x heads_per_rank, s, ...].
+    """
     if not dims:
         return None
+    folded = batch * heads_per_rank
+    if folded and op in ("aten::bmm", "aten::baddbmm") and any(
+            _is_tensor(d) and len(_ints(d)) == 3 and _ints(d)[0] == folded for d in dims):
+        def scale_folded(x):
+            if len(x) == 3 and x[0] == folded:
+                x[0] = int(round(folded * ratio))
+        return map_tensors(dims, scale_folded)
     if op in GEMM_OPS:
         mkn = gemm_mkn(op, dims)
         if mkn is None or tokens not in mkn:
@@ -129,6 +141,8 @@ def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: 
             x[1] = int(round(batch * ratio))                  # [s, b, ...] (Megatron)
         elif len(x) == 2 and x[0] == tokens:
             x[0] = int(round(tokens * ratio))
+        elif folded and len(x) == 3 and x[0] == folded and x[1] == seq:
+            x[0] = int(round(folded * ratio))                 # [b x heads, s, s] (unfused attention)
         changed |= tuple(x) != tuple(d)
         out.append(tuple(x))
     return tuple(out) if changed else None

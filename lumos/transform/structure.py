@@ -135,8 +135,11 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
                  proc_role: np.ndarray, coll: np.ndarray, tp_group_size: int | None) -> list[Block]:
     cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
     cev = graph.event[cpu]
-    ann_rows = np.flatnonzero((table.cat == schema.ANNOTATION)
-                              & ~np.char.startswith(table.name.astype(str), "ProfilerStep#"))
+    names = table.name.astype(str)
+    # a checkpointed layer's recomputed forward (`layer_{L}/recompute/mb{i}`, inside that layer's
+    # backward range) is part of its backward: it is not a block of its own
+    ann_rows = np.flatnonzero((table.cat == schema.ANNOTATION) & ~np.char.startswith(names, "ProfilerStep#")
+                              & (np.char.find(names, "/recompute/") < 0))
     op_rows = np.flatnonzero(table.cat == schema.CPU_OP)
     ann = _innermost(table, ann_rows, table.pid[cev], table.tid[cev], graph.ts[cpu])
     top = _innermost(table, op_rows, table.pid[cev], table.tid[cev], graph.ts[cpu], outermost=True)
@@ -248,12 +251,15 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> Mod
     fwd = next((b for b in blocks if b.kind == "layer" and b.phase == "forward"), None)
     if fwd is None:
         raise ValueError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
-    gemms, ln, attn = [], None, None
+    gemms, ln, attn, scores = [], None, None, None
     last = None
     for t in fwd.tasks:
         n, d = op_name[t], op_dims[t]
         if d is None or (is_gpu is not None and not is_gpu[t]):
             continue
+        if n in ("aten::bmm", "aten::baddbmm") and scores is None and len(d) >= 2 and all(
+                isinstance(x, tuple) and len(x) == 3 for x in d[:2]):
+            scores = d   # unfused attention's first bmm: [b x heads, s, d] x [b x heads, d, s]
         if n in GEMM_OPS:
             mkn = gemm_mkn(str(n), d)
             this = op_row[t] if op_row is not None else id(d)
@@ -275,7 +281,12 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> Mod
     qkv_n = int(gemms[0][2])
     tp = max(int(round(3 * h / qkv_n)), 1)
     ffn = int(gemms[2][2]) * tp
-    heads = int(attn[2]) * tp if attn is not None else h // 128
+    if attn is not None:
+        heads = int(attn[2]) * tp
+    elif scores is not None and scores[0][1] == s and scores[1][2] == s and scores[0][0] % b == 0:
+        heads = int(scores[0][0]) // b * tp          # unfused attention: batch and heads folded
+    else:
+        heads = h // 128
     vocab = 0
     for bl in blocks:     # the first lookup table [V/t, h] an embedding forward reads
         if bl.kind == "embedding" and bl.phase == "forward":

@@ -54,11 +54,21 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     coll_model = fit_alpha_beta(samples, profile)
     gpu = np.flatnonzero((graph.kind == TaskKind.GPU) & ~graph.comm & (st.op_dims != None))  # noqa: E711
     comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
-                       sms=int(profile.get("num_sms", 0)) if gemm_efficiency == "waves" else 0)
+                       sms=trace_sms(tables, profile) if gemm_efficiency == "waves" else 0)
     ranks = sorted(st.stage_of_rank)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape)
+
+
+def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
+    """The GPU's streaming multiprocessors: the trace's own `deviceProperties` (Kineto writes them,
+    so do our emulator and capture), else the profile's `num_sms` (0: unknown)."""
+    for t in tables:
+        for dev in t.metadata.get("deviceProperties") or []:
+            if isinstance(dev, dict) and isinstance(dev.get("numSms"), int) and dev["numSms"] > 0:
+                return int(dev["numSms"])
+    return int(profile.get("num_sms", 0))
 
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
