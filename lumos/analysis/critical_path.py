@@ -96,6 +96,13 @@ def _stream_csr(graph: Graph, end: np.ndarray):
 
 
 @njit(cache=True)
+def _binds_later(ready, end_u, u, s, tol, best_ready, best_end, best):
+    """u binds the task starting at s, and (ready, end, id) beats the best so far."""
+    return abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
+        end_u > best_end or (end_u == best_end and u > best))))
+
+
+@njit(cache=True)
 def _walk(v, start, end, in_ptr, in_src, in_lag, prev_on_proc, wait_kind, wait_target,
           s_ptr, s_ops, s_end, r_ptr, r_procs, tol):
     """The path from v back (latest first); the rule of the module docstring."""
@@ -109,18 +116,15 @@ def _walk(v, start, end, in_ptr, in_src, in_lag, prev_on_proc, wait_kind, wait_t
         seen[v] = True
         s = start[v]
         best, best_ready, best_end = -1, -np.inf, -np.inf
-        # candidates in the reference's order; a later one wins only with a larger (ready, end, id)
         for k in range(in_ptr[v], in_ptr[v + 1]):
             u = in_src[k]
             ready = end[u] + in_lag[k]
-            if abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
-                    end[u] > best_end or (end[u] == best_end and u > best)))):
+            if _binds_later(ready, end[u], u, s, tol, best_ready, best_end, best):
                 best, best_ready, best_end = u, ready, end[u]
         u = prev_on_proc[v]
         if u >= 0:
             ready = end[u]
-            if abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
-                    end[u] > best_end or (end[u] == best_end and u > best)))):
+            if _binds_later(ready, end[u], u, s, tol, best_ready, best_end, best):
                 best, best_ready, best_end = u, ready, end[u]
         wk, w = wait_kind[v], wait_target[v]
         if wk != 0 and len(s_ops) and w >= 0:
@@ -137,8 +141,7 @@ def _walk(v, start, end, in_ptr, in_src, in_lag, prev_on_proc, wait_kind, wait_t
                 if k >= 0:
                     u = s_ops[a + k]
                     ready = end[u]
-                    if abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
-                            end[u] > best_end or (end[u] == best_end and u > best)))):
+                    if _binds_later(ready, end[u], u, s, tol, best_ready, best_end, best):
                         best, best_ready, best_end = u, ready, end[u]
         if best < 0 or seen[best]:
             break

@@ -25,6 +25,7 @@ import numpy as np
 from lumos.trace import TraceTable, schema
 
 from .recover import Recovery, _op_groups, _range, _threads, framing, is_backward, is_gemm
+from .structure import _innermost
 
 MIN_GEMMS = 4
 _INSTANCE = re.compile(r"_\d+$")
@@ -47,17 +48,25 @@ def _calls(table: TraceTable, window) -> tuple[np.ndarray, np.ndarray]:
     return rows, parent
 
 
-def _gemms_in(table: TraceTable, row: int, gemm_rows: np.ndarray) -> int:
+def _outer_gemms(table: TraceTable) -> dict[tuple, np.ndarray]:
+    """Start times of the outermost GEMM ops (`aten::linear` around `aten::addmm` counts once) per
+    (pid, tid), sorted."""
+    ops = np.flatnonzero(table.cat == schema.CPU_OP)
+    gemm = ops[[is_gemm(str(n)) for n in table.name[ops]]]
+    top = _innermost(table, gemm, table.pid[gemm], table.tid[gemm], table.ts[gemm], outermost=True)
+    gemm = gemm[top == gemm]
+    out: dict[tuple, list] = defaultdict(list)
+    for r in gemm.tolist():
+        out[(int(table.pid[r]), int(table.tid[r]))].append(float(table.ts[r]))
+    return {k: np.sort(np.array(v)) for k, v in out.items()}
+
+
+def _gemms_in(table: TraceTable, row: int, outer: dict) -> int:
+    at = outer.get((int(table.pid[row]), int(table.tid[row])))
+    if at is None:
+        return 0
     lo, hi = table.ts[row], table.ts[row] + table.dur[row]
-    same = (table.pid[gemm_rows] == table.pid[row]) & (table.tid[gemm_rows] == table.tid[row])
-    inside = gemm_rows[same & (table.ts[gemm_rows] >= lo) & (table.ts[gemm_rows] < hi)]
-    # nested GEMM ops (aten::linear around aten::addmm) count once
-    ends = table.ts[inside] + table.dur[inside]
-    n, reach = 0, -np.inf
-    for t, e in sorted(zip(table.ts[inside].tolist(), ends.tolist())):
-        if t >= reach:
-            n, reach = n + 1, e
-    return n
+    return int(np.searchsorted(at, hi, side="left") - np.searchsorted(at, lo, side="left"))
 
 
 def layer_calls(table: TraceTable, window=None) -> tuple[str, list[list[int]]] | None:
@@ -70,15 +79,14 @@ def layer_calls(table: TraceTable, window=None) -> tuple[str, list[list[int]]] |
         name = str(table.name[r])[len(schema.MODULE_PREFIX):]
         key = (str(table.name[p]) if p >= 0 else None, _INSTANCE.sub("", name))
         groups[key].setdefault(name, []).append(r)
-    ops = np.flatnonzero(table.cat == schema.CPU_OP)
-    gemm_rows = ops[[is_gemm(str(n)) for n in table.name[ops]]]
+    outer = _outer_gemms(table)
     best, best_time = None, 0.0
     for (_, cls), inst in groups.items():
         calls = list(inst.values())
         if len(calls) < 2 or len({len(c) for c in calls}) > 1:
             continue
         total = float(sum(table.dur[r] for c in calls for r in c))
-        if total <= best_time or any(_gemms_in(table, r, gemm_rows) < MIN_GEMMS for c in calls for r in c):
+        if total <= best_time or any(_gemms_in(table, r, outer) < MIN_GEMMS for c in calls for r in c):
             continue
         best, best_time = (cls, sorted(calls, key=lambda c: table.ts[c[0]])), total
     return best
