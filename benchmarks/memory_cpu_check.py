@@ -1,24 +1,27 @@
-"""The memory model's activation term against CPU captures of the bundled GPT (measured on this machine).
+"""The memory model against the peak of CPU captures of the bundled GPT (measured on this machine).
 
-    python benchmarks/memory_cpu_check.py        # needs torch (the `capture` extra); about 10 s
+    python benchmarks/memory_cpu_check.py        # needs torch (the `capture` extra); about 10 s on 2 idle cores
 
-For two sizes (4 layers, hidden 256 and 512, sequence 256) and two micro-batch sizes (2, 8), one
-training iteration of `lumos.capture.gpt`'s model in float32 on the CPU runs under
-`torch.profiler` with `profile_memory=True`. On the CPU the profiler's `Total Allocated`
-counts from the start of profiling (it starts at 0 and ends at 0), so its peak is what the
-iteration itself allocates: activations, logits, gradients and optimizer temporaries, not the
-parameters and optimizer state allocated before. It is compared with the memory model's
-activation and logits terms (`lumos.transform.memory`, no recomputation, fused attention) with
-activations at 4 bytes: the model's formula counts 2-byte (16-bit) activations, so the float32
-prediction is twice its activation term. The parameter term (bytes per parameter x parameters)
-is arithmetic and not checked here. A check, not a calibration: nothing is fitted.
+For two sizes (4 layers, hidden 256 and 512, sequence 256) and two micro-batch sizes (2, 8), the
+bundled GPT is captured in float32 on the CPU exactly as `lumos capture gpt --profile-memory
+--device cpu --dtype float32 --warmup 1 --steps 1` does (one skipped iteration, one warm-up, one
+recorded), and `lumos.trace.memory_events.peak_allocated` reads the peak `Total Allocated` of the
+CPU in the recorded step.
+
+What that peak holds: on the CPU the profiler counts only what is allocated while it records
+(the first `[memory]` event of the step has `Total Allocated` equal to its own `Bytes`, checked
+below), so the parameters and the AdamW moments, allocated in the skipped iteration, are not in
+it. It falls at the start of the backward (the loss's log-softmax backward), when the forward's
+saved activations and the fp32 logits are live and no gradient is yet (`zero_grad(set_to_none=True)`).
+So it is compared with the model's activation and logits terms (`lumos.transform.memory`: no
+recomputation, fused attention, `activation_bytes=4`), not with its parameter term. Nothing is fitted.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,47 +33,37 @@ VOCAB = 1024
 MIB = float(1 << 20)
 
 
-def measured_peak_mib(layers: int, hidden: int, heads: int, seq: int, mbs: int) -> tuple[float, int]:
-    import torch
-
-    from lumos.capture.gpt import GPTConfig, build_model
+def capture(layers: int, hidden: int, heads: int, seq: int, mbs: int, out: Path) -> Path:
+    """One `lumos capture gpt --profile-memory` run on the CPU in float32; the trace's path."""
+    from lumos.capture.gpt import GPTConfig, run_gpt
 
     cfg = GPTConfig(layers=layers, hidden=hidden, ffn=4 * hidden, heads=heads, seq=seq, micro_batch=mbs,
                     vocab=VOCAB)
-    torch.manual_seed(0)
-    model = build_model(cfg)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    idx, tgt = torch.randint(VOCAB, (mbs, seq)), torch.randint(VOCAB, (mbs, seq))
+    return run_gpt(cfg, out_dir=out, steps=1, warmup=1, device="cpu", dtype="float32", log=None,
+                   profile_memory=True)
 
-    def step() -> None:
-        loss = model(idx, tgt, mb=0)
-        loss.backward()
-        model.close_ranges()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
-    step()
-    step()   # optimizer state exists before the profiled iteration
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    totals = [e["args"]["Total Allocated"] for e in events
-              if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})]
-    return max(totals) / MIB, sum(p.numel() for p in model.parameters())
+def counts_from_zero(path: Path) -> bool:
+    """The step's first CPU [memory] event has Total Allocated == Bytes: the count starts at 0."""
+    import gzip
+
+    import orjson
+
+    events = orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    step = next(e for e in events if e.get("ph") == "X" and str(e.get("name")).startswith("ProfilerStep#"))
+    first = min((e for e in events if e.get("name") == "[memory]" and e["ts"] >= step["ts"]), key=lambda e: e["ts"])
+    return first["args"]["Total Allocated"] == first["args"]["Bytes"]
 
 
 def predicted_mib(layers: int, hidden: int, heads: int, seq: int, mbs: int) -> float:
-    from lumos.transform.memory import MemorySettings, plan_memory
+    """The model's activation + logits terms for this run, float32 activations."""
+    from lumos.transform.memory import MemorySettings, stage_memory
     from lumos.transform.structure import ModelShape
 
     shape = ModelShape(hidden=hidden, ffn=4 * hidden, seq=seq, micro_batch=mbs, vocab=VOCAB, heads=heads, tp=1)
-    st = MemorySettings.from_profile(None, recompute="none", flash_attention=True, workspace_gib=0.0)
-    stage = plan_memory(shape, [layers], 1, 1, 1, st)["per_stage"][0]
-    return (2.0 * stage["activations_gib"] + stage["logits_gib"]) * 1024.0
+    st = MemorySettings(recompute="none", flash_attention=True, activation_bytes=4.0, workspace_gib=0.0)
+    parts = stage_memory(shape, layers, 0, 1, 1, 1, st, ndigits=None)
+    return (parts["activations_gib"] + parts["logits_gib"]) * 1024.0
 
 
 def main() -> None:
@@ -79,14 +72,25 @@ def main() -> None:
     if importlib.util.find_spec("torch") is None:
         print("needs torch: python -m pip install -e '.[capture]'")
         return
+    from lumos.capture.gpt import GPTConfig
+    from lumos.trace.memory_events import peak_allocated
+
+    start = time.perf_counter()
     print("| layers | hidden | seq | micro-batch | parameters | measured peak MiB | predicted MiB | error % |")
     print("|---|---|---|---|---|---|---|---|")
     for layers, hidden, heads, seq in CONFIGS:
         for mbs in MICRO_BATCHES:
-            got, params = measured_peak_mib(layers, hidden, heads, seq, mbs)
+            with tempfile.TemporaryDirectory() as d:
+                path = capture(layers, hidden, heads, seq, mbs, Path(d))
+                got = peak_allocated(path)["cpu"] / MIB
+                if not counts_from_zero(path):
+                    print(f"warning: {path}: the CPU count does not start at 0 in the step")
             pred = predicted_mib(layers, hidden, heads, seq, mbs)
+            params = GPTConfig(layers=layers, hidden=hidden, ffn=4 * hidden, heads=heads, seq=seq,
+                               vocab=VOCAB).parameter_count()
             print(f"| {layers} | {hidden} | {seq} | {mbs} | {params:,} | {got:.1f} | {pred:.1f} | "
                   f"{100 * (pred - got) / got:+.1f} |", flush=True)
+    print(f"{time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

@@ -6,22 +6,43 @@ vocabulary sizes (Megatron's split), PP divides the layer count, TP x PP x DP = 
 splits into whole micro-batches (B divisible by DP x micro-batch; micro-batches per
 iteration = B / (DP x micro-batch)); without it each candidate keeps the base's micro-batch
 count. Layouts that do not fit in memory (`lumos.transform.memory`) are listed as such and not simulated.
+
+Two economies keep a large search cheap, neither changing what a layout is predicted to take
+beyond the extrapolation below:
+- the TP and micro-batch-size changes (a re-timing of every task of the base) are made once per
+  (TP, micro-batch size) and shared by that pair's PP x DP layouts, the DP change once per layout
+  for its two replays (which also share the rebuild's templates, `Plan.memo`);
+- many micro-batches: a 1F1B iteration grows by one period of its slowest stage per micro-batch
+  once the pipeline is full, so T(m) is affine in m there. A layout with m > 2c micro-batches
+  (c = max(8, PP)) is replayed at c and 2c and extrapolated:
+  T(m) = T(2c) + (m - 2c) (T(2c) - T(c)) / c. Replaying all m costs time in proportion to m
+  (a 175B layout of 32 stages and 1,536 micro-batches is 20 million tasks). `exact=True` replays
+  every layout whole; each row says which micro-batch counts were replayed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from lumos.transform.memory import MemorySettings, plan_memory
+from lumos.transform.dp import change_dp
+from lumos.transform.memory import plan_memory
+from lumos.transform.micro_batch import change_micro_batch
 from lumos.transform.schedule import layers_of_stage
-from lumos.transform.suppliers.collectives import load_profile
-from lumos.transform.tp import tp_misfits
-from lumos.transform.whatif import base_plan, transform
+from lumos.transform.tp import change_tp, tp_misfits
+from lumos.transform.whatif import base_plan, memory_settings, transform
 
 from .predict import simulate_plan
 
-__all__ = ["candidates", "search"]
+__all__ = ["candidates", "search", "SHORT_PIPELINE"]
+
+#: c = max(SHORT_PIPELINE, PP): the shorter of the two replays an extrapolated layout gets. Below
+#: about 8 micro-batches the per-micro-batch increment still varies with the base's micro-batches
+#: (seen on the emulated 15B base: 4 -> 8 adds 128 ms each, 8 -> 16 and on 134 ms each).
+SHORT_PIPELINE = 8
 
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
@@ -46,33 +67,83 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
 
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
-           memory: dict | None = None, progress: bool = True) -> list[dict]:
+           memory: dict | None = None, progress: bool = True, exact: bool = False,
+           workers: int | None = None) -> list[dict]:
     """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
-    fitting ones ranked fastest first."""
+    fitting ones ranked fastest first. `workers` processes (default: every core) share the work by
+    (TP, micro-batch size); the result does not depend on their number."""
     base = base_plan(tables)
     micro_batches = micro_batches or [base.shape.micro_batch]
-    settings = MemorySettings.from_profile(load_profile(), **(memory or {}))
-    rows = []
+    settings = memory_settings(base, memory)
     cands = candidates(base, gpus, micro_batches, global_batch)
     if not cands:
         raise ValueError(f"no layout of {gpus} GPUs fits the base ({base.shape.heads} heads, {base.layers} layers"
                          + (f", global batch {global_batch}" if global_batch else "") + ")")
-    bar = _progress(len(cands), progress)
+    rows = []
     for c in cands:
         shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
         per_stage = [len(list(layers_of_stage(s, c["pp"], base.layers))) for s in range(c["pp"])]
         mem = plan_memory(shape, per_stage, c["pp"], c["dp"], c["microbatches"], settings)
-        row = dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None)
-        if mem["fits"]:
-            plan = transform(base, tp=c["tp"], pp=c["pp"], dp=c["dp"], micro_batch=c["micro_batch"],
-                             global_batch=c["microbatches"] * c["dp"] * c["micro_batch"])
-            _, _, bd = simulate_plan(plan)
-            row["iteration_us"] = round(float(bd.as_dict()["iteration_us"]), 3)
-        rows.append(row)
-        bar.update(1)
+        rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
+                         replayed_microbatches=None))
+    fitting = [r for r in rows if r["fits"]]
+    # one (TP, micro-batch size) re-timing at a time per worker: each is a copy of the whole base graph
+    pairs: dict[tuple, list] = {}
+    for r in fitting:
+        pairs.setdefault((r["tp"], r["micro_batch"]), []).append(r)
+    jobs = sorted(pairs.items(), key=lambda kv: -len(kv[1]))     # longest first: balanced workers
+    bar = _progress(len(fitting), progress)
+    for rs, results in _run(base, jobs, exact, workers):
+        for r, (it, replayed) in zip(rs, results):
+            r["iteration_us"], r["replayed_microbatches"] = it, replayed
+        bar.update(len(rs))
     bar.close()
-    fit = sorted((r for r in rows if r["fits"]), key=lambda r: r["iteration_us"])
+    fit = sorted(fitting, key=lambda r: r["iteration_us"])
     return fit + [r for r in rows if not r["fits"]]
+
+
+_BASE = None    # the base plan, for forked workers (inherited, not pickled)
+
+
+def _run(base, jobs: list, exact: bool, workers: int | None):
+    """(rows, [(iteration_us, replayed counts)]) per (TP, micro-batch size) job, as each finishes; in
+    `workers` forked processes (default: every core; 1: in this one)."""
+    global _BASE
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for (tp, mbs), rs in jobs:
+            yield rs, _pair(base, tp, mbs, rs, exact)
+        return
+    _BASE = base
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_pair, None, tp, mbs, [dict(r) for r in rs], exact): rs for (tp, mbs), rs in jobs}
+            for f in as_completed(futures):
+                yield futures[f], f.result()
+    finally:
+        _BASE = None
+
+
+def _pair(base, tp: int, mbs: int, rows: list, exact: bool) -> list:
+    part = change_micro_batch(change_tp(base if base is not None else _BASE, tp), mbs)
+    return [_iteration(part, r, exact) for r in rows]
+
+
+def _iteration(part, c: dict, exact: bool) -> tuple[float, list[int]]:
+    """Iteration time (us) of layout `c` from `part` (the base with c's TP and micro-batch size), and
+    the micro-batch counts replayed (one: the layout's own; two: extrapolated, see the module)."""
+    part = change_dp(part, c["dp"])     # once for both replays (`transform` would do it in each)
+
+    def replay(m: int) -> float:
+        plan = transform(part, pp=c["pp"], global_batch=m * c["dp"] * c["micro_batch"])
+        return float(simulate_plan(plan)[2].as_dict()["iteration_us"])
+
+    m, short = c["microbatches"], SHORT_PIPELINE
+    if exact or m <= 2 * short:
+        return round(replay(m), 3), [m]
+    t1, t2 = replay(short), replay(2 * short)
+    return round(t2 + (m - 2 * short) * (t2 - t1) / short, 3), [short, 2 * short]
 
 
 def _progress(total: int, enabled: bool):

@@ -382,14 +382,15 @@ DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmup: int = 1,
             wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
             seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print,
-            annotate: bool = True, with_stack: bool = False) -> Path:
+            annotate: bool = True, with_stack: bool = False, profile_memory: bool = False) -> Path:
     """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path.
 
     Each iteration runs `microbatches` forward/backward passes (gradient
     accumulation) before one optimizer step. `annotate=False` writes none of the
     ranges below but `ProfilerStep#N` (and no autograd marker): the trace any
     training loop gives, whose layers `lumos.transform.recover` has to find.
-    `with_stack=True` records Python stacks (and so module calls) as well.
+    `with_stack=True` records Python stacks (and so module calls) as well;
+    `profile_memory=True` the allocator's `[memory]` events.
     """
     require_torch()
     if microbatches < 1:
@@ -399,14 +400,16 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
         return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
                                   seed=seed, rank=rank, microbatches=microbatches, log=log,
-                                  annotate=annotate, with_stack=with_stack)
+                                  annotate=annotate, with_stack=with_stack,
+                                  profile_memory=profile_memory)
     finally:
         if dist_info is not None and dist_info[3]:
             require_torch().distributed.destroy_process_group()
 
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
-                       side_stream, seed, rank, microbatches, log, annotate=True, with_stack=False) -> Path:
+                       side_stream, seed, rank, microbatches, log, annotate=True, with_stack=False,
+                       profile_memory=False) -> Path:
     torch = require_torch()
     from .profile import lumos_profile
 
@@ -458,7 +461,7 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
-                       metadata=meta, with_stack=with_stack) as cap:
+                       metadata=meta, with_stack=with_stack, profile_memory=profile_memory) as cap:
         for it in range(cap.total_iterations):
             loss = train_step()
             cap.step()
@@ -501,6 +504,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "by repetition (lumos replay --structure says which)")
     p.add_argument("--with-stack", action="store_true",
                    help="record Python stacks too; the module calls in them name the layers")
+    p.add_argument("--profile-memory", action="store_true",
+                   help="record the allocator's [memory] events too; their peak calibrates the memory "
+                        "model's workspace constant")
     p.add_argument("--out", required=True, help="directory for rank{R}.json.gz")
     p.add_argument("--quiet", action="store_true", help="no per-iteration log")
 
@@ -521,7 +527,8 @@ def run_from_args(args: argparse.Namespace) -> Path:
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
-                   log=None if args.quiet else print, annotate=args.annotate, with_stack=args.with_stack)
+                   log=None if args.quiet else print, annotate=args.annotate, with_stack=args.with_stack,
+                   profile_memory=args.profile_memory)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return path
 

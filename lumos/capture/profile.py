@@ -38,6 +38,10 @@ Settings, and why Lumos needs each (docs/capture.md has the longer version):
   calls (`nn.Module: GPT2Block_0`), which name the layers of a model captured
   without annotation (`lumos.transform.module_calls`); `with_stack=True` keeps
   them.
+- `profile_memory=False` by default: the allocator's `[memory]` instant events
+  (one per allocation and free) make traces larger; Lumos reads one thing from
+  them, the peak `Total Allocated` per device in the profiled steps, which
+  calibrates the memory model's workspace constant (`lumos.transform.memory`).
 - `schedule(wait=1, warmup=W, active=N)`: the first iteration (allocator
   growth, cuDNN/cuBLAS autotuning, lazy init) is skipped, W more run with the
   profiler on but discarded, and N steady-state iterations are recorded.
@@ -201,7 +205,8 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
                   metadata: Mapping[str, Any] | None = None,
                   model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
                   embedding: str | bool | None = None,
-                  head: str | bool | None = None, with_stack: bool = False) -> Iterator[LumosCapture]:
+                  head: str | bool | None = None, with_stack: bool = False,
+                  profile_memory: bool = False) -> Iterator[LumosCapture]:
     """Profile `steps` steady-state iterations; write `<out_dir>/rank{R}.json.gz`.
 
     The loop inside must run `cap.total_iterations` (= wait + warmup + steps)
@@ -215,7 +220,8 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     by dotted path instead of finding them (`embedding=False` / `head=False`:
     none). The hooks are removed when the context exits. A wrong path raises
     ValueError before anything runs. `with_stack=True` records Python stacks,
-    module calls among them.
+    module calls among them. `profile_memory=True` records the allocator's
+    `[memory]` events (`lumos.trace.memory_events` reads their peak).
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
@@ -236,7 +242,7 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     exp = experimental_config()
     settings = {
         "steps": steps, "warmup": warmup, "wait": wait,
-        "record_shapes": True, "with_stack": with_stack,
+        "record_shapes": True, "with_stack": with_stack, "profile_memory": profile_memory,
         "enable_cuda_sync_events": exp is not None,
         "activities": sorted(str(a).rsplit(".", 1)[-1] for a in acts),
         "torch_version": torch.__version__,
@@ -269,6 +275,7 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
         on_trace_ready=on_trace_ready,
         record_shapes=True,
         with_stack=with_stack,
+        profile_memory=profile_memory,
     )
     if exp is not None:
         kwargs["experimental_config"] = exp
@@ -290,7 +297,7 @@ def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
                   metadata: Mapping[str, Any] | None = None,
                   model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
                   embedding: str | bool | None = None, head: str | bool | None = None,
-                  with_stack: bool = False) -> Path:
+                  with_stack: bool = False, profile_memory: bool = False) -> Path:
     """Run `step_fn()` wait + warmup + steps times under the profiler; return the trace path.
 
     `step_fn` is one full training iteration (forward, backward, optimizer
@@ -298,15 +305,15 @@ def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
     unprofiled, the next `warmup` are profiled and discarded, the last `steps`
     are written to `<out_dir>/rank{R}.json.gz`, each inside a `ProfilerStep#N`
     range. `model`, `annotate`, `blocks`, `embedding`, `head`: as for
-    `lumos_profile` (pass `model` to annotate its layers; on by default), as is
-    `with_stack`.
+    `lumos_profile` (pass `model` to annotate its layers; on by default), as are
+    `with_stack` and `profile_memory`.
 
     >>> profile_steps(train_step, steps=2, out_dir="traces/run1", model=model)  # doctest: +SKIP
     """
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
                        world_size=world_size, activities=activities, metadata=metadata,
                        model=model, annotate=annotate, blocks=blocks, embedding=embedding,
-                       head=head, with_stack=with_stack) as cap:
+                       head=head, with_stack=with_stack, profile_memory=profile_memory) as cap:
         for _ in range(cap.total_iterations):
             step_fn()
             cap.step()

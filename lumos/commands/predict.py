@@ -38,14 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gemm-efficiency", choices=("waves", "flops"), default="waves",
                    help="how a re-shaped GEMM is re-timed: waves (default: waves x k, wave quantization over "
                         "the GPU's SMs where the kernel names its tile) or flops (the FLOP ratio alone)")
-    mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
-    mem.add_argument("--bytes-per-param", type=float, default=None,
-                     help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
-    mem.add_argument("--distributed-optimizer", action="store_true", default=None,
-                     help="optimizer state sharded over data-parallel ranks")
-    mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
-    mem.add_argument("--sequence-parallel", action="store_true", default=None)
-    mem.add_argument("--gpu-memory-gib", type=float, default=None, help="memory of one GPU")
+    add_memory_flags(p)
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", default=None, help="write the prediction JSON here")
@@ -56,6 +49,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the base and report the median and 50/90/95%% intervals (docs/intervals.md)")
     p.add_argument("--seed", type=int, default=0, help="seed of --samples (default 0)")
     p.set_defaults(func=run)
+
+
+def add_memory_flags(p: argparse.ArgumentParser) -> None:
+    """The memory model's settings as flags (`lumos predict` and `lumos search` share them)."""
+    mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
+    mem.add_argument("--bytes-per-param", type=float, default=None,
+                     help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
+    mem.add_argument("--distributed-optimizer", action="store_true", default=None,
+                     help="optimizer state sharded over data-parallel ranks")
+    mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    mem.add_argument("--sequence-parallel", action="store_true", default=None)
+    mem.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
+                     help="attention keeps its s x s scores (unfused); default: a fused kernel keeps none")
+    mem.add_argument("--activation-bytes", type=float, default=None,
+                     help="bytes per activation element: 2 (bf16/fp16, default), 4 (float32)")
+    mem.add_argument("--workspace-gib", type=float, default=None,
+                     help="the constant part (default: calibrated from the base's GPU [memory] events, "
+                          "else the profile's)")
+    mem.add_argument("--gpu-memory-gib", type=float, default=None, help="memory of one GPU")
+
+
+def memory_overrides(args) -> dict:
+    return {k: getattr(args, k) for k in ("bytes_per_param", "distributed_optimizer", "recompute",
+                                          "sequence_parallel", "flash_attention", "activation_bytes",
+                                          "workspace_gib", "gpu_memory_gib")}
 
 
 def run(args) -> int:
@@ -73,10 +91,7 @@ def run(args) -> int:
                       base_name=str(args.base), engine=args.engine, step=args.step,
                       compute_speed=args.compute_speed, network_speed=args.network_speed,
                       microbatch_rule=args.microbatch_rule,
-                      memory={"bytes_per_param": args.bytes_per_param,
-                              "distributed_optimizer": args.distributed_optimizer,
-                              "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,
-                              "gpu_memory_gib": args.gpu_memory_gib},
+                      memory=memory_overrides(args),
                       samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency)
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -13,6 +13,8 @@ import sys
 from lumos.analysis.search import search
 from lumos.errors import UserError
 
+from .predict import add_memory_flags, memory_overrides
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="rank every layout of N GPUs predicted from one base trace",
@@ -24,8 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="micro-batch sizes to try, comma-separated (default: the base's)")
     p.add_argument("--top", type=int, default=None, help="show the K fastest fitting layouts")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--bytes-per-param", type=float, default=None)
-    p.add_argument("--gpu-memory-gib", type=float, default=None)
+    p.add_argument("--exact", action="store_true",
+                   help="replay every layout's micro-batches whole (default: more than 2 x max(8, PP) are "
+                        "extrapolated from two shorter replays, lumos/analysis/search.py)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes sharing the layouts (default: every core; the ranking does not depend on it)")
+    add_memory_flags(p)
     p.set_defaults(func=run)
 
 
@@ -38,8 +44,8 @@ def run(args) -> int:
     except ValueError:
         raise UserError(f"--micro-batch takes comma-separated integers, got {args.micro_batch!r}") from None
     try:
-        rows = search(tables, args.gpus, mbs, args.global_batch,
-                      memory={"bytes_per_param": args.bytes_per_param, "gpu_memory_gib": args.gpu_memory_gib})
+        rows = search(tables, args.gpus, mbs, args.global_batch, memory=memory_overrides(args), exact=args.exact,
+                      workers=args.workers)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     shown = rows if args.top is None else [r for r in rows if r["fits"]][:args.top]
@@ -47,9 +53,12 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(shown, indent=1) + "\n")
         return 0
     print(f"{args.base}: {len(rows)} layouts of {args.gpus} GPUs, {sum(r['fits'] for r in rows)} fit in memory")
-    print(f"  {'tp':>3} {'pp':>3} {'dp':>4} {'mbs':>4} {'m':>4} {'iteration ms':>13} {'GiB/GPU':>8}  fits")
+    print(f"  {'tp':>3} {'pp':>3} {'dp':>4} {'mbs':>4} {'m':>5} {'iteration ms':>13} {'GiB/GPU':>8}  fits  replayed m")
     for r in shown:
         it = f"{r['iteration_us'] / 1e3:13.3f}" if r["iteration_us"] is not None else f"{'-':>13}"
-        print(f"  {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} {r['micro_batch']:>4} {r['microbatches']:>4} {it} "
-              f"{r['memory_gib_per_gpu']:8.1f}  {'yes' if r['fits'] else 'no'}")
+        replayed = ",".join(map(str, r["replayed_microbatches"] or [])) or "-"
+        print(f"  {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} {r['micro_batch']:>4} {r['microbatches']:>5} {it} "
+              f"{r['memory_gib_per_gpu']:8.1f}  {'yes' if r['fits'] else 'no ':<4}  {replayed}")
+    if any(len(r["replayed_microbatches"] or []) == 2 for r in shown):
+        print("  replayed m with two counts: extrapolated to m from those two replays (--exact: replay all)")
     return 0

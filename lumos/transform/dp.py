@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .plan import Plan, dp_group, stage_ranks
 from .suppliers import CollectiveSpec
 
@@ -22,7 +24,7 @@ def change_dp(plan: Plan, dp: int) -> Plan:
     old_ranks = list(plan.ranks)
     new_ranks = stage_ranks(plan.pp, plan.tp, dp)
     remap = dict(zip(old_ranks, new_ranks))
-    for t in range(g.n_tasks):
+    for t in np.flatnonzero(out.role != None).tolist():  # noqa: E711 (element-wise)
         role = out.role[t]
         if role not in ("dp", "pp", "tp"):
             continue
@@ -36,12 +38,18 @@ def change_dp(plan: Plan, dp: int) -> Plan:
             group = tuple(sorted(remap.get(x, x) for x in st.group[t]))
         st.group[t] = group
         g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], group))
-    for p in range(g.n_procs):
-        g.proc_rank[p] = remap.get(int(g.proc_rank[p]), int(g.proc_rank[p]))
-    for t in range(g.n_tasks):
-        g.rank[t] = remap.get(int(g.rank[t]), int(g.rank[t]))
+    g.proc_rank[:] = _remapped(g.proc_rank, remap)
+    g.rank[:] = _remapped(g.rank, remap)
     # new blocks, not edits: the clone shares its Block objects with the base, which other targets reuse
     st.blocks = [dataclasses.replace(b, rank=remap.get(b.rank, b.rank)) for b in st.blocks]
     out.dp, out.ranks = dp, new_ranks
     out.st.dp = dp
+    return out
+
+
+def _remapped(ranks: np.ndarray, remap: dict) -> np.ndarray:
+    """`ranks` with each one in `remap` replaced (others kept)."""
+    out = np.asarray(ranks).copy()
+    for old, new in remap.items():
+        out[ranks == old] = new
     return out

@@ -12,7 +12,8 @@ Sources of each term:
   and both moments in bf16: 8 bytes (`bytes_per_param: 8`).
 - Activations of one transformer layer for one micro-batch (Korthikanti et al. 2022,
   "Reducing Activation Recomputation in Large Transformer Models", Table 2), s sequence,
-  b micro-batch, h hidden, a heads, t TP degree, in bytes (16-bit activations):
+  b micro-batch, h hidden, a heads, t TP degree, in bytes (16-bit activations; 32-bit ones,
+  `activation_bytes: 4`, scale every term by 4/2, the 1-byte dropout masks with them):
   no recomputation         s b h (10 + 24/t + 5 a s / (h t))
   sequence parallel        s b h (34 + 5 a s / h) / t
   selective recomputation  s b h (10 + 24/t)       (with SP: 34 s b h / t)
@@ -23,7 +24,8 @@ Sources of each term:
   holds min(p - s, m) micro-batches' activations at its peak.
 - The last stage keeps one micro-batch's fp32 logits for the loss: 4 s b V / t bytes.
 - A workspace constant (CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, allocator
-  fragmentation) from the cluster profile; not calibrated from traces here.
+  fragmentation) from the cluster profile, or calibrated from a base trace's GPU `[memory]`
+  events (`memory_calibration.py`); `workspace_source` says which.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class MemorySettings:
     flash_attention: bool = True
     workspace_gib: float = 1.0
     gpu_memory_gib: float = 79.2
+    activation_bytes: float = 2.0         # bytes per activation element: 2 (bf16/fp16), 4 (fp32)
+    workspace_source: str = "profile"     # where workspace_gib came from: profile / flags, or a trace
 
     @classmethod
     def from_profile(cls, profile: dict | None, **overrides) -> "MemorySettings":
@@ -50,13 +54,15 @@ class MemorySettings:
         s = cls(**base)
         if s.recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {s.recompute!r}")
+        if s.activation_bytes <= 0:
+            raise ValueError(f"activation_bytes must be > 0, got {s.activation_bytes!r}")
         return s
 
 
 def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int,
                                m: MemorySettings) -> float:
     s, b, h, a, t = float(seq), float(micro_batch), float(hidden), float(heads), float(tp)
-    sbh = s * b * h
+    sbh = s * b * h * m.activation_bytes / 2.0    # Table 2 counts 2-byte activations
     if m.recompute == "full":
         return 2.0 * sbh
     scores = 0.0 if (m.recompute == "selective" or m.flash_attention) else 5.0 * a * s / h
@@ -74,8 +80,9 @@ def param_bytes(params: float, dp: int, m: MemorySettings) -> float:
 
 
 def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, microbatches: int,
-                 m: MemorySettings) -> dict:
-    """Bytes of one GPU of `stage`: parameters (with optimizer state), activations, logits, workspace."""
+                 m: MemorySettings, ndigits: int | None = 3) -> dict:
+    """GiB of one GPU of `stage`: parameters (with optimizer state), activations, logits, workspace;
+    rounded to `ndigits` (None: not rounded, for comparing MiB-sized models with a measurement)."""
     first, last = stage == 0, stage == pp - 1
     params = layers_in_stage * shape.layer_params() + shape.embed_params() * (first + last)
     inflight = min(pp - stage, max(microbatches, 1))
@@ -86,7 +93,7 @@ def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, micr
              "logits_gib": logits / GIB, "workspace_gib": m.workspace_gib}
     parts["total_gib"] = sum(parts.values())
     parts["inflight_microbatches"] = inflight
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in parts.items()}
+    return {k: round(v, ndigits) if isinstance(v, float) and ndigits is not None else v for k, v in parts.items()}
 
 
 def plan_memory(shape, layers_per_stage: list[int], pp: int, dp: int, microbatches: int,
@@ -97,4 +104,5 @@ def plan_memory(shape, layers_per_stage: list[int], pp: int, dp: int, microbatch
             "fits": bool(peak <= m.gpu_memory_gib), "per_stage": stages,
             "assumptions": {"bytes_per_param": m.bytes_per_param, "distributed_optimizer": m.distributed_optimizer,
                             "recompute": m.recompute, "sequence_parallel": m.sequence_parallel,
-                            "flash_attention": m.flash_attention, "workspace_gib": m.workspace_gib}}
+                            "flash_attention": m.flash_attention, "activation_bytes": m.activation_bytes,
+                            "workspace_gib": m.workspace_gib, "workspace_source": m.workspace_source}}

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from lumos.graph.model import TaskKind
+import numpy as np
 
-from .plan import Plan
-from .shapes import parameter_shapes, rewrite_batch
-from .suppliers import CollectiveSpec, ComputeSpec
+from .plan import Plan, block_mask
+from .shapes import parameter_shapes, reshape_tasks, rewrite_batch
+from .suppliers import CollectiveSpec
 
 PER_MICRO_BATCH = ("layer", "embedding", "head")
 
@@ -37,26 +37,15 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
     ratio = micro_batch / sh.micro_batch
     tokens = sh.seq * sh.micro_batch
     params = parameter_shapes(st.op_name, st.op_dims)
-    for t in range(g.n_tasks):
-        b = st.task_block[t]
-        if b < 0 or st.blocks[b].kind not in PER_MICRO_BATCH:
-            continue
-        if st.coll[t] is not None:
-            if out.role[t] in ("tp", "pp"):
-                old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-                st.nbytes[t] *= ratio
-                g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
-            continue
-        d = st.op_dims[t]
-        if d is None:
-            continue
-        op = str(st.op_name[t])
-        nd = rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params, heads_per_rank=sh.heads // sh.tp)
-        if nd is None:
-            continue
-        if g.kind[t] == TaskKind.GPU:
-            g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
-        st.op_dims[t] = nd
+    in_mb = block_mask(st, PER_MICRO_BATCH)
+    is_coll = st.coll != None      # noqa: E711 (element-wise)
+    for t in np.flatnonzero(in_mb & is_coll & ((out.role == "tp") | (out.role == "pp"))).tolist():
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.nbytes[t] *= ratio
+        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(),
+                  lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
+                                              heads_per_rank=sh.heads // sh.tp))
     out.shape = dataclasses.replace(sh, micro_batch=micro_batch)
     out.st.shape = out.shape
     out.notes.append(f"micro-batch size {sh.micro_batch} -> {micro_batch}: GEMM, attention and activation "

@@ -35,6 +35,10 @@ class Plan:
     base_shape: ModelShape | None = None   # the profiled model's shape (parameter counts of the base)
     pairs: list = field(default_factory=list)   # rendezvous groups not yet in the graph
     notes: list = field(default_factory=list)   # assumptions taken from flags/config, said aloud
+    measured_memory: object = None   # MeasuredPeak of the base (memory_calibration.py), when its trace has one
+    # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
+    # a fresh one, since a clone is made to be changed
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def clone(self) -> "Plan":
         p = copy.copy(self)
@@ -46,6 +50,7 @@ class Plan:
         p.shape = copy.copy(self.shape)
         p.pairs = [list(g) for g in self.pairs]
         p.notes = list(self.notes)
+        p.memo = {}
         return p
 
 
@@ -76,3 +81,9 @@ def comm_roles(st: RunStructure) -> np.ndarray:
         else:
             role[t] = "other"
     return role
+
+
+def block_mask(st: RunStructure, kinds) -> np.ndarray:
+    """Per task: whether its block is of one of `kinds` (False outside any block)."""
+    of_kind = np.array([b.kind in kinds for b in st.blocks] + [False], bool)
+    return of_kind[st.task_block]       # task_block -1 (no block) reads the trailing False

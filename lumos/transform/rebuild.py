@@ -20,6 +20,7 @@ leads that are outliers (modified z-score > 3.5) take the median one.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +31,11 @@ from .schedule import layers_of_stage, one_f_one_b
 from .structure import Block, RunStructure
 from .suppliers import CollectiveSpec, ComputeSpec
 
+# plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array
+# protocols, which costs more than the comparison itself (millions of times in one rebuild)
+_GPU, _CPU = int(TaskKind.GPU), int(TaskKind.CPU)
+_INTRA, _INTER, _CROSS = int(EdgeClass.INTRA_THREAD), int(EdgeClass.INTER_THREAD), int(EdgeClass.CROSS_RANK)
+_STREAM_WAIT, _DEVICE_WAIT = int(WaitKind.STREAM), int(WaitKind.DEVICE)
 
 MULTI_TENSOR_OPS = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
 
@@ -71,9 +77,9 @@ class _Templates:
         self.base_layers = 1 + max(k[0] for k in self.layer) if self.layer else 0
         self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
         self.ranks = sorted({b.rank for b in st.blocks})
-        self.host_only = not np.any(g.kind == TaskKind.GPU)   # a CPU capture: the host does the work
+        self.host_only = not np.any(g.kind == _GPU)   # a CPU capture: the host does the work
         # per block: tasks, internal edges (local ids), external in-edges (by source processor)
-        keep = g.cls != EdgeClass.CROSS_RANK
+        keep = g.cls != _CROSS
         src, dst = g.src[keep], g.dst[keep]
         cls, lag = g.cls[keep], g.lag[keep]
         blk = st.task_block
@@ -82,27 +88,27 @@ class _Templates:
         self.edges = []
         self.switch_lag = []     # lag of the hand-off into the block in the base (None: none)
         self.lead_lag = []       # (intra-thread, inter-thread) lag into the block's first task
+        local = np.full(g.n_tasks, -1, np.int64)     # a task's index in its block
+        for b in st.blocks:
+            local[b.tasks] = np.arange(len(b.tasks))
         for i, b in enumerate(st.blocks):
             e = order[bounds[i]:bounds[i + 1]]
-            local = {int(t): k for k, t in enumerate(b.tasks)}
             inside = blk[src[e]] == i
             ei, ee = e[inside], e[~inside]
-            intra = (np.array([local[int(t)] for t in src[ei]], np.int64),
-                     np.array([local[int(t)] for t in dst[ei]], np.int64), cls[ei], lag[ei])
-            lead = np.array([local[int(t)] == 0 for t in dst[ee]], bool)
-            lead_intra = lag[ee[lead & (cls[ee] == EdgeClass.INTRA_THREAD)]]
-            lead_inter = lag[ee[lead & (cls[ee] == EdgeClass.INTER_THREAD)]]
+            intra = (local[src[ei]], local[dst[ei]], cls[ei], lag[ei])
+            lead = local[dst[ee]] == 0
+            lead_intra = lag[ee[lead & (cls[ee] == _INTRA)]]
+            lead_inter = lag[ee[lead & (cls[ee] == _INTER)]]
             self.lead_lag.append((float(lead_intra.max()) if len(lead_intra) else None,
                                   float(lead_inter.max()) if len(lead_inter) else None))
-            ext_ok = cls[ee] != EdgeClass.INTER_THREAD
+            ext_ok = cls[ee] != _INTER
             hand_lags = lag[ee[~ext_ok]]
             self.switch_lag.append(float(hand_lags.max()) if len(hand_lags) else None)
             ee = ee[ext_ok]
-            ext = (g.proc_kind[g.proc[src[ee]]], st.proc_role[g.proc[src[ee]]],
-                   np.array([local[int(t)] for t in dst[ee]], np.int64), cls[ee], lag[ee])
+            ext = (g.proc_kind[g.proc[src[ee]]], st.proc_role[g.proc[src[ee]]], local[dst[ee]], cls[ee], lag[ee])
             self.edges.append((intra, ext))
         # hand-off lags between threads, from the base's inter-thread edges
-        it = np.flatnonzero(g.cls == EdgeClass.INTER_THREAD)
+        it = np.flatnonzero(g.cls == _INTER)
         hand = defaultdict(list)
         for k in it:
             a, c = st.proc_role[g.proc[g.src[k]]], st.proc_role[g.proc[g.dst[k]]]
@@ -140,6 +146,9 @@ class _Templates:
         # is an outlier among them: a one-off stall inside one block is kept once, where it happened,
         # never copied
         self.uses: dict[int, int] = defaultdict(int)
+        self._pools: dict = {}
+        self._layouts: dict = {}
+        self._pool_stats: dict = {}
         self.typical = {}
         cand = defaultdict(list)
         for r in self.ranks:
@@ -167,6 +176,7 @@ class _Templates:
         # one-off wait tens of times. The base's first bucket is kept once per stage, as the first
         # bucket issued (its wait is a property of the iteration, not of a bucket).
         self.bucket_bytes = 0.0
+        self.dp_after_backward = False
         self.dp_template = None
         self.dp_first: dict[int, int] = {}
         self.dp_typical: dict[int, int] = {}
@@ -186,6 +196,39 @@ class _Templates:
                 full = [x for x in mine if x[2] >= self.bucket_bytes] or mine
                 self.dp_typical[r] = _median_block(full)
             self.dp_template = _median_block([x for x in dp_rows if x[2] >= self.bucket_bytes])
+        # DeepSpeed without gradient bucketing in the backward (vTrain's setup) all-reduces every bucket
+        # once the backward is done: then no DP block of the base starts before its rank's last backward
+        last_bwd = {}
+        for b in st.blocks:
+            if b.kind in ("layer", "embedding", "head") and b.phase == "backward":
+                last_bwd[b.rank] = max(last_bwd.get(b.rank, -np.inf), b.start)
+        self.dp_after_backward = bool(dp_rows) and all(row[1] > last_bwd.get(row[0], np.inf) for row in dp_rows)
+
+    def layout(self, bi: int) -> "_BlockLayout":
+        """What `_emit` needs of block `bi` that does not depend on where it is emitted (cached:
+        a rebuild emits each base block many times)."""
+        lay = self._layouts.get(bi)
+        if lay is None:
+            lay = self._layouts[bi] = _BlockLayout.of(self.plan, self.plan.st.blocks[bi])
+        return lay
+
+    def _stats(self, pool: np.ndarray) -> tuple[float, float]:
+        """Median and MAD of one of the templates' pools (each kept for the templates' life)."""
+        st = self._pool_stats.get(id(pool))
+        if st is None:
+            med = float(np.median(pool))
+            st = self._pool_stats[id(pool)] = (med, float(np.median(np.abs(pool - med))))
+        return st
+
+    def _outlier(self, x: float, pool: np.ndarray) -> bool:
+        """`is_outlier(x, pool)`, the pool's median and MAD computed once."""
+        if len(pool) < 3:
+            return False
+        return _beyond(x, *self._stats(pool))
+
+    def reset(self) -> None:
+        """Forget the uses of the previous rebuild (the templates are kept per plan, `rebuild`)."""
+        self.uses = defaultdict(int)
 
     def dp_bucket(self, base_rank: int, first: bool) -> int:
         """Template block of a re-issued gradient bucket on a stage played by `base_rank`."""
@@ -215,7 +258,7 @@ class _Templates:
                 cost = self.block_cost.get(bi)
                 if cost is None:    # a first/last layer of its base stage: not in the pool
                     cost = self._cost(bi)
-                if is_outlier(cost, self.cost_pool[k]):
+                if self._outlier(cost, self.cost_pool[k]):
                     return self.typical[k]
         return bi
 
@@ -228,9 +271,12 @@ class _Templates:
         bi = blocks[k % len(blocks)]
         self.uses[bi] += 1
         if self.uses[bi] > 1 and len(blocks) >= 3:
-            cost = {i: self._cost(i) for i in blocks}
-            pool = np.array(sorted(cost.values()))
-            if is_outlier(cost[bi], pool):
+            key = tuple(blocks)
+            if key not in self._pools:      # durations do not change during a rebuild
+                cost = {i: self._cost(i) for i in blocks}
+                self._pools[key] = (cost, np.array(sorted(cost.values())))
+            cost, pool = self._pools[key]
+            if self._outlier(cost[bi], pool):
                 return _median_block([(0, 0.0, 0.0, cost[i], i) for i in blocks])
         return bi
 
@@ -245,7 +291,7 @@ class _Templates:
         if ll is None or not replica:
             return ll
         pool = self.step_lead_pool[(rank, phase, ll[0] is None, ll[1] is None)]
-        return tuple(x if x is None or not is_outlier(x, pool[j]) else float(np.median(pool[j]))
+        return tuple(x if x is None or not self._outlier(x, pool[j]) else self._stats(pool[j])[0]
                      for j, x in enumerate(ll))
 
     def base_rank_for(self, stage: int, pp: int) -> int:
@@ -265,7 +311,10 @@ def is_outlier(x: float, pool, z: float = 3.5) -> bool:
     if len(pool) < 3:
         return False
     med = float(np.median(pool))
-    mad = float(np.median(np.abs(pool - med)))
+    return _beyond(x, med, float(np.median(np.abs(pool - med))), z)
+
+
+def _beyond(x: float, med: float, mad: float, z: float = 3.5) -> bool:
     if mad <= 0.0:
         return x > med * (1 + 1e-9) + 1e-9
     return 0.6745 * (x - med) / mad > z
@@ -277,6 +326,36 @@ def _median_block(rows: list) -> int:
     return rows[(len(rows) - 1) // 2][4]
 
 
+@dataclass
+class _BlockLayout:
+    """A base block's tasks by processor: the distinct (kind, role) pairs and each task's index into
+    them, the last task (by start) on each, its collectives and its first CPU task."""
+    kinds: list
+    roles: list
+    which: np.ndarray
+    last: list          # ((kind, role), local index of the last task there)
+    comm: list          # local indices of the collective tasks
+    first_cpu: int      # local index of the first CPU task, -1: none
+
+    @classmethod
+    def of(cls, plan: Plan, blk) -> "_BlockLayout":
+        g, st = plan.graph, plan.st
+        T = blk.tasks
+        pk = g.proc_kind[g.proc[T]].astype(np.int64)
+        pr = st.proc_role[g.proc[T]].astype(np.int64)
+        pairs = list(zip(pk.tolist(), pr.tolist()))
+        uniq = list(dict.fromkeys(pairs))
+        index = {u: i for i, u in enumerate(uniq)}
+        last = {}
+        for k in np.argsort(g.ts[T], kind="stable").tolist():
+            last[pairs[k]] = k
+        cpu = np.flatnonzero(g.kind[T] == _CPU)
+        return cls(kinds=[u[0] for u in uniq], roles=[u[1] for u in uniq],
+                   which=np.array([index[p] for p in pairs], np.int64), last=list(last.items()),
+                   comm=[k for k, c in enumerate(st.coll[T]) if c is not None],
+                   first_cpu=int(cpu[0]) if len(cpu) else -1)
+
+
 class _Builder:
     """Accumulates the new run graph's tasks, processors and edges."""
 
@@ -285,6 +364,7 @@ class _Builder:
         self.t_parts: dict[str, list] = defaultdict(list)
         self.m_parts: dict[str, list] = defaultdict(list)
         self.e_src, self.e_dst, self.e_cls, self.e_lag = [], [], [], []
+        self._one: list[tuple] = []            # single edges not yet in e_*
         self.procs: list[tuple] = []          # (kind, rank, key, name, role)
         self.proc_index: dict[tuple, int] = {}
         self.blocks: list[Block] = []
@@ -296,16 +376,31 @@ class _Builder:
         if p is None:
             p = len(self.procs)
             self.proc_index[key] = p
-            pkey = (rank << 32) | role if kind == TaskKind.GPU else ((10000 + rank) << 32) | (10000 + rank + role)
-            name = f"stream {role} (rank {rank})" if kind == TaskKind.GPU else f"thread {role} (rank {rank})"
+            pkey = (rank << 32) | role if kind == _GPU else ((10000 + rank) << 32) | (10000 + rank + role)
+            name = f"stream {role} (rank {rank})" if kind == _GPU else f"thread {role} (rank {rank})"
             self.procs.append((int(kind), rank, pkey, name, int(role)))
         return p
 
     def edge(self, s, d, c, lag):
-        self.e_src.append(np.atleast_1d(np.asarray(s, np.int64)))
-        self.e_dst.append(np.atleast_1d(np.asarray(d, np.int64)))
-        self.e_cls.append(np.atleast_1d(np.asarray(c, np.int8)))
-        self.e_lag.append(np.atleast_1d(np.asarray(lag, np.float64)))
+        """Edges s -> d (arrays, or one edge as scalars), in the order given."""
+        if np.ndim(s) == 0:
+            self._one.append((int(s), int(d), int(c), float(lag)))
+            return
+        self._flush()
+        self.e_src.append(np.asarray(s, np.int64))
+        self.e_dst.append(np.asarray(d, np.int64))
+        self.e_cls.append(np.asarray(c, np.int8))
+        self.e_lag.append(np.asarray(lag, np.float64))
+
+    def _flush(self) -> None:
+        """The single edges added since the last array, as arrays (the order is kept)."""
+        if self._one:
+            s, d, c, lag = zip(*self._one)
+            self.e_src.append(np.array(s, np.int64))
+            self.e_dst.append(np.array(d, np.int64))
+            self.e_cls.append(np.array(c, np.int8))
+            self.e_lag.append(np.array(lag, np.float64))
+            self._one = []
 
 
 def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
@@ -314,7 +409,10 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     pp = pp or plan.pp
     layers = layers or plan.layers
     m = microbatches or plan.microbatches
-    tm = _Templates(plan)
+    tm = plan.memo.get("templates")
+    if tm is None:      # the same plan rebuilt again (a search's two replays): its templates are reused
+        tm = plan.memo["templates"] = _Templates(plan)
+    tm.reset()
     if not tm.layer:
         raise ValueError("the base run has no layer ranges: cannot rebuild its pipeline")
     st = plan.st
@@ -424,8 +522,11 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
 
 
 def _grads(state, params: float, tm: _Templates, emit, flush: bool = False) -> None:
-    """Issue every gradient bucket that is now full (all remaining ones with `flush`)."""
+    """Issue every gradient bucket that is now full (all remaining ones with `flush`); where the base
+    all-reduces only after its backward (`_Templates.dp_after_backward`), only at the flush."""
     state["ready"] += params
+    if tm.dp_after_backward and not flush:
+        return
     bucket = tm.bucket_bytes / 2.0     # elements (BF16 gradients)
     while state["ready"] - state["launched"] >= bucket or (flush and state["ready"] - state["launched"] > 1e-9):
         n = min(bucket, state["ready"] - state["launched"])
@@ -443,7 +544,8 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     T = blk.tasks
     n = len(T)
     ids = b.n + np.arange(n, dtype=np.int64)
-    procs = np.array([b.proc(rank, g.proc_kind[g.proc[t]], st.proc_role[g.proc[t]]) for t in T], np.int64)
+    lay = tm.layout(bi)
+    procs = np.array([b.proc(rank, k, r) for k, r in zip(lay.kinds, lay.roles)], np.int64)[lay.which]
     # external in-edges: last task on the same (kind, role) processor of this stage
     (isrc, idst, icls, ilag), (ekind, erole, edst, ecls, elag) = tm.edges[bi]
     # a CPU capture's optimizer runs one loop of host ops per parameter tensor: its ops and the
@@ -456,30 +558,30 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         src = state["last_on"].get((int(ekind[k]), int(erole[k])))
         if src is not None:
             lg = elag[k]
-            if lead is not None and edst[k] == 0 and ecls[k] == EdgeClass.INTRA_THREAD and lead[0] is not None:
+            if lead is not None and edst[k] == 0 and ecls[k] == _INTRA and lead[0] is not None:
                 lg = lead[0]
             b.edge(src, ids[edst[k]], ecls[k], lg)
             joined.add(int(edst[k]))
-    cpu = np.flatnonzero(g.kind[T] == TaskKind.CPU)
-    if len(cpu):
+    if lay.first_cpu >= 0:
+        first_cpu = lay.first_cpu
         role = blk.thread_role
         prev = state["thread"]
-        src = state["last_on"].get((TaskKind.CPU, role))
-        if src is not None and int(cpu[0]) not in joined and (prev is None or prev == role):
+        src = state["last_on"].get((_CPU, role))
+        if src is not None and first_cpu not in joined and (prev is None or prev == role):
             # program order: a block whose base copy opened its thread's step (the first
             # micro-batch's embedding) has no in-edge there; a replica still follows the
             # work before it on the thread
             lg = lead[0] if lead is not None and lead[0] is not None else 0.0
-            b.edge(src, ids[cpu[0]], EdgeClass.INTRA_THREAD, lg)
+            b.edge(src, ids[first_cpu], _INTRA, lg)
         if prev is not None and prev != role:
-            src = state["last_on"].get((TaskKind.CPU, prev))
+            src = state["last_on"].get((_CPU, prev))
             if src is not None:
                 lag = tm.switch_lag[bi]
                 if lead is not None and lead[1] is not None:
                     lag = lead[1]
                 if lag is None:
                     lag = tm.handoff.get((prev, role), 0.0)
-                b.edge(src, ids[cpu[0]], EdgeClass.INTER_THREAD, lag)
+                b.edge(src, ids[first_cpu], _INTER, lag)
         state["thread"] = role
     # tasks
     ts = state["clock"] + (g.ts[T] - blk.start)
@@ -494,7 +596,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     if scale_params is not None:
         for k, t in enumerate(T):
             d = dims[k]
-            if g.kind[t] != TaskKind.GPU or coll[k] is not None:
+            if g.kind[t] != _GPU or coll[k] is not None:
                 continue
             op = str(st.op_name[t])
             if d and len(d) == 1 and isinstance(d[0], tuple) and len(d[0]) == 1 and d[0][0] > 1e6:
@@ -506,7 +608,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
                 # bucket's flatten / reduce / unflatten kernels its layer's; the trace gives no sizes
                 # (tensor lists), so their time scales with the parameter count
                 dur[k] = plan.compute.scale(dur[k], "elementwise", scale_params)
-    comm_k = [k for k in range(n) if coll[k] is not None]
+    comm_k = lay.comm
     for k in comm_k:
         t = T[k]
         role = plan.role[t]
@@ -535,10 +637,10 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             pairs[key].append(int(ids[k]))
     wk = g.wait_kind[T].copy()
     wt = g.wait_target[T].astype(np.int64).copy()
-    for k in np.flatnonzero(wk == WaitKind.STREAM):
+    for k in np.flatnonzero(wk == _STREAM_WAIT):
         p = wt[k]
-        wt[k] = b.proc(rank, TaskKind.GPU, st.proc_role[p])
-    wt[wk == WaitKind.DEVICE] = rank
+        wt[k] = b.proc(rank, _GPU, st.proc_role[p])
+    wt[wk == _DEVICE_WAIT] = rank
     parts = b.t_parts
     parts["name"].append(g.name[T])
     parts["kind"].append(g.kind[T])
@@ -546,7 +648,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     parts["dur"].append(dur)
     parts["ts"].append(ts)
     parts["comm"].append(g.comm[T])
-    parts["in_step"].append(g.kind[T] == TaskKind.GPU)
+    parts["in_step"].append(g.kind[T] == _GPU)
     parts["rank"].append(np.full(n, rank, np.int32))
     parts["wait_kind"].append(wk)
     parts["wait_target"].append(wt)
@@ -564,13 +666,13 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
                thread_role=blk.thread_role, tasks=ids, start=float(ts.min()) if n else 0.0)
     b.blocks.append(nb)
     # the block's last task on each processor becomes "last on" for the next block
-    for k in np.argsort(ts, kind="stable"):
-        t = T[k]
-        state["last_on"][(int(g.proc_kind[g.proc[t]]), int(st.proc_role[g.proc[t]]))] = int(ids[k])
+    for key, k in lay.last:
+        state["last_on"][key] = b.n + k
     b.n += n
 
 
 def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
+    b._flush()
     cat = np.concatenate
     tp = {k: cat(v) for k, v in b.t_parts.items()}
     n = len(tp["dur"])
@@ -580,7 +682,7 @@ def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
     lag = cat(b.e_lag) if b.e_lag else np.zeros(0)
     # stream order = emission order on each stream
     stream_pos = np.full(n, -1, np.int32)
-    gpu = np.flatnonzero(tp["kind"] == TaskKind.GPU)
+    gpu = np.flatnonzero(tp["kind"] == _GPU)
     order = gpu[np.lexsort((gpu, tp["proc"][gpu]))]
     if len(order):
         p = tp["proc"][order]

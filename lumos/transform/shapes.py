@@ -21,7 +21,43 @@ b*s = 8192 equals its FFN width. So each op kind is rewritten by position:
 
 from __future__ import annotations
 
-from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
+from lumos.graph.model import TaskKind
+
+from .suppliers.compute import GEMM_OPS, ComputeSpec, attention_bshd, gemm_mkn
+
+
+def reshape_tasks(plan, tasks, rewrite) -> None:
+    """Give each of `tasks` (of `plan`, changed in place) the Input Dims `rewrite(op, dims)` returns
+    (None: unchanged) and re-time its kernel through the compute supplier. One rewrite and one
+    re-timing rule per distinct (op, dims, kernel): a run holds the same few shapes in every
+    micro-batch and layer."""
+    g, st, comp = plan.graph, plan.st, plan.compute
+    gpu = int(TaskKind.GPU)
+    memo: dict = {}
+    for t in tasks:
+        d = st.op_dims[t]
+        if d is None:
+            continue
+        op, name, is_gpu = st.op_name[t], g.name[t], g.kind[t] == gpu
+        key = (op, d, name, is_gpu)
+        try:
+            nd, rule = memo[key]
+        except KeyError:
+            nd, rule = memo[key] = _reshaped(comp, rewrite, str(op), d, name, is_gpu)
+        except TypeError:       # unhashable dims: no memo
+            nd, rule = _reshaped(comp, rewrite, str(op), d, name, is_gpu)
+        if nd is None:
+            continue
+        if rule is not None:
+            g.dur[t] = comp.apply(g.dur[t], rule)
+        st.op_dims[t] = nd
+
+
+def _reshaped(comp, rewrite, op: str, d, name: str, is_gpu: bool) -> tuple:
+    nd = rewrite(op, d)
+    if nd is None or not is_gpu:
+        return nd, None
+    return nd, comp.rule(ComputeSpec(op, d), ComputeSpec(op, nd), name)
 
 
 def _ints(d) -> tuple:
@@ -151,10 +187,17 @@ def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: 
 def parameter_shapes(op_names, op_dims) -> frozenset:
     """Shapes of GEMM weights (both orientations) seen in a run: tensors that are parameters."""
     shapes = set()
+    seen = set()
     for op, d in zip(op_names, op_dims):
-        if op in GEMM_OPS and d:
+        if op in ("aten::addmm", "aten::linear") and d:
+            try:
+                if (op, d) in seen:
+                    continue
+                seen.add((op, d))
+            except TypeError:       # unhashable dims: no memo
+                pass
             mkn = gemm_mkn(str(op), d)
-            if mkn is not None and str(op) in ("aten::addmm", "aten::linear"):
+            if mkn is not None:
                 shapes.add((mkn[1], mkn[2]))
                 shapes.add((mkn[2], mkn[1]))
     return frozenset(shapes)

@@ -19,6 +19,7 @@ read from the GEMM, layer-norm, attention and embedding ops' Input Dims.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -149,7 +150,7 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
         if table.cat[e] == schema.RUNTIME and table.corr[e] >= 0:
             corr_to_cpu[int(table.corr[e])] = int(t)
     blocks: list[Block] = []
-    block_of = {}
+    block_of, top_of = {}, {}
     by_thread: dict[int, list[int]] = {}
     for i, t in enumerate(cpu):
         by_thread.setdefault(int(graph.proc[t]), []).append(i)
@@ -175,6 +176,7 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
                 prev_key = key
             cur._members.append(int(cpu[i]))
             block_of[int(cpu[i])] = cur
+            top_of[int(cpu[i])] = int(top[i])
     gpu = tasks[graph.kind[tasks] == TaskKind.GPU]
     for g in gpu:
         launcher = corr_to_cpu.get(int(table.corr[graph.event[g]]), -1)
@@ -204,7 +206,49 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
         elif comm_kinds and all(k == "allreduce" for k in comm_kinds):
             b.kind = "dp"
         del b._members, b._ann, b._top
+    blocks = [part for b in blocks for part in _one_bucket_each(b, graph, coll, corr_to_cpu, table, top_of)]
     return sorted(blocks, key=lambda b: b.start)
+
+
+def _one_bucket_each(b: Block, graph: Graph, coll: np.ndarray, corr_to_cpu: dict, table: TraceTable,
+                     top_of: dict) -> list[Block]:
+    """A data-parallel block that holds several all-reduces (DeepSpeed's `allreduce_gradients`
+    range around every bucket of an iteration) as one block per bucket: the rebuild re-issues a
+    DP block once per bucket of the target. Each bucket's block starts at the first host task of
+    the top-level op that launches its all-reduce."""
+    comm = [t for t in b.tasks if coll[t] is not None]
+    if b.kind != "dp" or len(comm) < 2:
+        return [b]
+    cpu = [int(t) for t in b.tasks if graph.kind[t] == TaskKind.CPU]
+    cpu.sort(key=lambda t: graph.ts[t])
+    launcher = {int(t): corr_to_cpu.get(int(table.corr[graph.event[t]]), -1) for t in comm}
+    firsts = {}
+    for t in cpu:
+        firsts.setdefault(top_of.get(t, -1), t)
+    cuts = sorted({firsts[top_of.get(launcher[t], -1)] for t in comm if launcher[t] in top_of})
+    if len(cuts) < 2:
+        return [b]
+    pos = {t: k for k, t in enumerate(cpu)}
+    seg_start = [pos[c] for c in cuts]
+    seg_start[0] = 0                    # host work before the first bucket's op goes with it
+    seg_of = {t: int(np.searchsorted(seg_start, pos[t], side="right") - 1) for t in cpu}
+    parts: list[list[int]] = [[] for _ in seg_start]
+    for t in b.tasks:
+        t = int(t)
+        if graph.kind[t] == TaskKind.CPU:
+            parts[seg_of[t]].append(t)
+        else:
+            src = corr_to_cpu.get(int(table.corr[graph.event[t]]), -1)
+            parts[seg_of.get(src, 0)].append(t)
+    out = []
+    for members in parts:
+        if not members:
+            continue
+        tasks = np.array(sorted(members, key=lambda t: (graph.kind[t], graph.ts[t])), dtype=np.int64)
+        start = min(graph.ts[t] for t in members if graph.kind[t] == TaskKind.CPU) \
+            if any(graph.kind[t] == TaskKind.CPU for t in members) else b.start
+        out.append(dataclasses.replace(b, tasks=tasks, start=float(start)))
+    return out
 
 
 def _dims_of(table: TraceTable, row: int):
@@ -237,11 +281,17 @@ def _shape_ops(graph: Graph, by_rank: dict):
     return name, dims, row
 
 
+def _batched_attention(op: str, dims) -> bool:
+    """An unfused attention's batched product (scores x V: `aten::bmm` on [b x heads, s, .]
+    operands), which is not one of the layer's linear GEMMs."""
+    return op == "aten::bmm" and len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])
+
+
 def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> ModelShape:
     """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes.
 
     The layer's GEMMs in launch order are QKV (h -> 3h/t), projection, FC1 (h -> f/t)
-    and FC2; the layer norm gives h (its weight) and the activation's two leading
+    and FC2 (an unfused attention's batched products between them are not counted); the layer norm gives h (its weight) and the activation's two leading
     dims; attention says which of them is the sequence (Megatron's activations are
     [s, b, h], an eager PyTorch model's [b, s, h]). Only the tasks `is_gpu` marks are
     read (kernels, or in a run without kernels the CPU tasks): cuBLAS may launch a
@@ -260,7 +310,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> Mod
         if n in ("aten::bmm", "aten::baddbmm") and scores is None and len(d) >= 2 and all(
                 isinstance(x, tuple) and len(x) == 3 for x in d[:2]):
             scores = d   # unfused attention's first bmm: [b x heads, s, d] x [b x heads, d, s]
-        if n in GEMM_OPS:
+        if n in GEMM_OPS and not _batched_attention(n, d):
             mkn = gemm_mkn(str(n), d)
             this = op_row[t] if op_row is not None else id(d)
             if mkn is not None and this != last:   # one op may launch several kernels

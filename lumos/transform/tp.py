@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import copy
 
-from lumos.graph.model import TaskKind
+import numpy as np
 
-from .plan import Plan
-from .shapes import _gemm_dims, _is_tensor, map_tensors, rewrite_width
-from .suppliers import CollectiveSpec, ComputeSpec
+from .plan import Plan, block_mask
+from .shapes import _gemm_dims, _is_tensor, map_tensors, reshape_tasks, rewrite_width
+from .suppliers import CollectiveSpec
 from .suppliers.compute import GEMM_OPS, gemm_mkn
 
 SP_KINDS = ("allgather", "reduce_scatter", "_allgather_base", "_reduce_scatter_base")
@@ -109,30 +109,22 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
     tokens = sh.seq * sh.micro_batch
     head_dim = sh.hidden // max(sh.heads, 1)
     heads_t, new_heads_t = sh.heads // sh.tp, sh.heads // tp
-    tp_tasks = [t for t in range(g.n_tasks) if st.coll[t] is not None and out.role[t] == "tp"]
+    is_coll = st.coll != None      # noqa: E711 (element-wise)
+    tp_tasks = np.flatnonzero(is_coll & (out.role == "tp")).tolist()
     sp = any(str(st.coll[t]) in SP_KINDS for t in tp_tasks)
-    for t in range(g.n_tasks):
+    for t in tp_tasks:
         if st.task_block[t] >= 0 and st.blocks[st.task_block[t]].kind == "bucket":
             continue    # a layer's gradient bucket scales with its parameters in the rebuild
-        if st.coll[t] is not None:
-            if out.role[t] == "tp":
-                old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-                start = (min(st.group[t]) // tp) * tp if st.group[t] else 0
-                group = tuple(range(start, start + tp))
-                g.dur[t] = 0.0 if tp == 1 else out.collectives.retime(g.dur[t], old,
-                                                                        CollectiveSpec(st.coll[t], st.nbytes[t], group))
-                st.group[t] = group
-            continue
-        d = st.op_dims[t]
-        if d is None:
-            continue
-        op = str(st.op_name[t])
-        nd = rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t, sh.micro_batch, sh.seq,
-                        (sh.tp, tp), sp)
-        if nd is not None:
-            if g.kind[t] == TaskKind.GPU:
-                g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
-            st.op_dims[t] = nd
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        start = (min(st.group[t]) // tp) * tp if st.group[t] else 0
+        group = tuple(range(start, start + tp))
+        g.dur[t] = 0.0 if tp == 1 else out.collectives.retime(g.dur[t], old,
+                                                                CollectiveSpec(st.coll[t], st.nbytes[t], group))
+        st.group[t] = group
+    # compute outside the gradient buckets (those scale in the rebuild, above)
+    reshape_tasks(out, np.flatnonzero(~block_mask(st, ("bucket",)) & ~is_coll).tolist(),
+                  lambda op, d: rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t,
+                                           sh.micro_batch, sh.seq, (sh.tp, tp), sp))
     out.shape = copy.copy(sh)
     out.shape.tp = tp
     out.st.shape = out.shape

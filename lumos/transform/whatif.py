@@ -18,9 +18,11 @@ from lumos.graph.run_graph import build_run_graph
 from lumos.trace import TraceTable
 
 from .dp import change_dp
+from .memory_calibration import calibrate, measured_peak
 from .plan import Plan, comm_roles
 from .rebuild import rebuild
 from .recover import recover_layers, summary
+from .schedule import layers_of_stage
 from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import load_profile
@@ -56,9 +58,12 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
                        sms=trace_sms(tables, profile) if gemm_efficiency == "waves" else 0)
     ranks = sorted(st.stage_of_rank)
+    per_stage = [len(layers_of_stage(s, st.pp, st.layers)) for s in range(st.pp)]
+    measured = measured_peak(tables, st.stage_of_rank, st.shape, per_stage, st.pp, st.dp, st.microbatches,
+                             step=step)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
-                collectives=coll_model, compute=comp, base_shape=st.shape)
+                collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured)
 
 
 def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
@@ -100,14 +105,24 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     return out
 
 
-def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
-    """Peak memory per GPU of a plan's configuration (`memory.py`), settings from the cluster profile."""
-    from .memory import MemorySettings, plan_memory
-    from .schedule import layers_of_stage
+def memory_settings(plan: Plan, overrides: dict | None = None):
+    """Memory-model settings for predictions from `plan`'s base: the cluster profile's, `overrides`
+    applied, the workspace constant calibrated from the base's GPU `[memory]` events where its trace
+    has them and `overrides` sets no `workspace_gib` (`memory_calibration.py`)."""
+    from .memory import MemorySettings
 
     settings = MemorySettings.from_profile(load_profile(), **(overrides or {}))
+    if plan.measured_memory is not None and (overrides or {}).get("workspace_gib") is None:
+        settings = calibrate(settings, plan.measured_memory)
+    return settings
+
+
+def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
+    """Peak memory per GPU of a plan's configuration (`memory.py`), settings from `memory_settings`."""
+    from .memory import plan_memory
+
     per_stage = [len(list(layers_of_stage(s, plan.pp, plan.layers))) for s in range(plan.pp)]
-    return plan_memory(plan.shape, per_stage, plan.pp, plan.dp, plan.microbatches, settings)
+    return plan_memory(plan.shape, per_stage, plan.pp, plan.dp, plan.microbatches, memory_settings(plan, overrides))
 
 
 def structure_report(tables: Sequence[TraceTable], step=None) -> dict:

@@ -1,14 +1,18 @@
-"""The memory model's formulas (Korthikanti et al. 2022; Megatron-LM bytes per parameter; 1F1B)."""
+"""The memory model's formulas (Korthikanti et al. 2022; Megatron-LM bytes per parameter; 1F1B), 4-byte
+activations, and the workspace constant calibrated from a trace's [memory] events."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from lumos.transform.memory import (GIB, MemorySettings, activation_bytes_per_layer, param_bytes,
-                                    plan_memory)
+                                    plan_memory, stage_memory)
+from lumos.transform.memory_calibration import MeasuredPeak, calibrate, measured_peak, workspace_from_peak
 from lumos.transform.structure import ModelShape
 
 S, B, H, A = 2048, 1, 12288, 96     # GPT-3 175B layer, as in Korthikanti et al.
@@ -61,3 +65,86 @@ def test_h200_base_against_its_measured_peak():
     plan = base_plan(load_run(root / "base_r0"))
     mem = memory_of(plan, {"bytes_per_param": 8.0, "recompute": "none", "workspace_gib": 0.0})
     assert mem["memory_gib_per_gpu"] == pytest.approx(measured, rel=0.03)
+
+
+@pytest.mark.parametrize("recompute,sp,flash,expect_2byte", [
+    ("none", False, False, S * B * H * (10 + 24 / 8 + 5 * A * S / (H * 8))),
+    ("selective", True, False, S * B * H * 34 / 8),
+    ("full", False, False, 2 * S * B * H),
+])
+def test_four_byte_activations_double_every_term(recompute, sp, flash, expect_2byte):
+    m = MemorySettings(recompute=recompute, sequence_parallel=sp, flash_attention=flash, activation_bytes=4.0)
+    assert activation_bytes_per_layer(S, B, H, A, 8, m) == pytest.approx(2 * expect_2byte, rel=1e-12)
+
+
+def test_four_byte_activations_leave_the_logits_and_parameters_alone():
+    shape = ModelShape(hidden=256, ffn=1024, seq=256, micro_batch=2, vocab=1024, heads=4, tp=1)
+    two = stage_memory(shape, 4, 0, 1, 1, 1, MemorySettings(recompute="none"), ndigits=None)
+    four = stage_memory(shape, 4, 0, 1, 1, 1, MemorySettings(recompute="none", activation_bytes=4.0), ndigits=None)
+    assert two["activations_gib"] * GIB == 4 * 34 * 256 * 2 * 256    # 4 layers of s b h (10 + 24): 17 MiB
+    assert four["activations_gib"] * GIB == 34 << 20
+    assert four["logits_gib"] * GIB == two["logits_gib"] * GIB == 4 * 256 * 2 * 1024       # fp32 logits: 2 MiB
+    assert four["parameters_gib"] == two["parameters_gib"]
+    with pytest.raises(ValueError, match="activation_bytes"):
+        MemorySettings.from_profile(None, activation_bytes=0)
+
+
+def test_workspace_is_what_the_measured_peak_holds_beyond_the_predicted_parts():
+    parts = {"parameters_gib": 5.0, "activations_gib": 2.5, "logits_gib": 0.25, "workspace_gib": 1.0}
+    assert workspace_from_peak(parts, 9.0) == 1.25          # the profile's 1.0 plays no part
+    assert workspace_from_peak(parts, 7.0) == 0.0           # a peak below the prediction: floored
+
+
+def test_calibration_takes_the_largest_stage_and_names_the_trace():
+    shape = ModelShape(hidden=4096, ffn=16384, seq=2048, micro_batch=1, vocab=51200, heads=32, tp=2)
+    m = MemorySettings(bytes_per_param=18.0, workspace_gib=1.0)
+    pred = [stage_memory(shape, 8, s, 2, 4, 8, m, ndigits=None) for s in (0, 1)]
+    nonconst = [p["parameters_gib"] + p["activations_gib"] + p["logits_gib"] for p in pred]
+    peak = MeasuredPeak(gib_by_stage={0: nonconst[0] + 0.5, 1: nonconst[1] + 2.0}, shape=shape,
+                        layers_per_stage=(8, 8), pp=2, dp=4, microbatches=8, source="base/rank4.json.gz cuda:0")
+    out = calibrate(m, peak)
+    assert out.workspace_gib == 2.0 and out.workspace_source == "trace: base/rank4.json.gz cuda:0"
+    assert out.bytes_per_param == 18.0 and out.recompute == m.recompute
+    cpu_only = calibrate(m, MeasuredPeak({}, shape, (8, 8), 2, 4, 8, "base/rank0.json.gz [memory] cpu"))
+    assert cpu_only.workspace_gib == 1.0 and cpu_only.workspace_source.startswith("profile (not calibrated")
+
+
+def _with_memory_events(src: Path, dst: Path, totals: list[int], device_type: int) -> Path:
+    """A copy of a real trace as if recorded with profile_memory=True: [memory] events in its first step."""
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    step = next(e for e in doc["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#"))
+    doc["profile_memory"] = 1
+    doc["traceEvents"] += [{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+                            "ts": step["ts"] + 1 + i, "args": {"Total Reserved": 0, "Total Allocated": t, "Bytes": 512,
+                                                                "Device Type": device_type,
+                                                                "Device Id": 0 if device_type else -1, "Addr": 1}}
+                           for i, t in enumerate(totals)]
+    dst.mkdir()
+    (dst / "rank0.json.gz").write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
+    return dst
+
+
+def test_a_base_trace_with_gpu_memory_events_calibrates_the_prediction(tmp_path):
+    """The H200 base with CUDA [memory] events peaking at 12.5 GiB: the prediction's workspace is
+    12.5 GiB less the base's predicted parameters, activations and logits, and says it came from there."""
+    from lumos.trace import load_run
+    from lumos.transform.whatif import base_plan, memory_of, transform
+
+    src = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200" / "base_r0" / "rank0.json.gz"
+    run = _with_memory_events(src, tmp_path / "gpu", [int(10 * GIB), int(12.5 * GIB), int(3 * GIB)], 1)
+    plan = base_plan(load_run(run))
+    settings = {"bytes_per_param": 8.0, "recompute": "none"}
+    base = stage_memory(plan.shape, 12, 0, 1, 1, plan.microbatches, MemorySettings(**settings), ndigits=None)
+    expect = round(12.5 - base["parameters_gib"] - base["activations_gib"] - base["logits_gib"], 3)
+    assert 1.4 < expect < 1.6          # 12.5 GiB against the 11.0 predicted without the constant
+    mem = memory_of(plan, settings)
+    assert mem["assumptions"]["workspace_gib"] == expect
+    assert mem["assumptions"]["workspace_source"] == f"trace: {run / 'rank0.json.gz'} [memory] cuda:0"
+    assert mem["memory_gib_per_gpu"] == pytest.approx(12.5, abs=2e-3)   # the base itself: its measured peak
+    wider = memory_of(transform(plan, micro_batch=8), settings)        # carried over to a target
+    assert wider["per_stage"][0]["workspace_gib"] == expect
+    assert memory_of(plan, dict(settings, workspace_gib=0.0))["assumptions"]["workspace_source"] == "profile"
+    # CPU events leave out what was allocated before profiling: they calibrate nothing
+    cpu = measured_peak(load_run(_with_memory_events(src, tmp_path / "cpu", [int(40 * GIB)], 0)),
+                        plan.st.stage_of_rank, plan.shape, (12,), 1, 1, plan.microbatches)
+    assert cpu.gib_by_stage == {} and calibrate(MemorySettings(), cpu).workspace_gib == 1.0

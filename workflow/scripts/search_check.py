@@ -17,7 +17,7 @@ with logged(smk):
     base_dir = Path(smk.input.base).parent
     gb = smk.params.global_batch
     rows = search(load_run(base_dir), smk.params.gpus, micro_batches=list(smk.params.micro_batch),
-                  global_batch=int(gb) if gb is not None else None, progress=False)
+                  global_batch=int(gb) if gb is not None else None, progress=False, workers=smk.threads)
     top = [r for r in rows if r["fits"]][:smk.params.top]
     out = []
     for rank, r in enumerate(top, 1):

@@ -83,6 +83,7 @@ class AlphaBeta:
     gpus_per_host: int = 8
     nics_per_host: int = 8
     source: dict = field(default_factory=dict)   # level -> 'fit' | 'fit beta, profile alpha' | 'profile'
+    _deltas: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # memo of retime
 
     def time_us(self, spec: CollectiveSpec) -> float:
         n = len(spec.group) if spec.group else 1
@@ -105,7 +106,11 @@ class AlphaBeta:
         """Measured duration plus the model's change from `old` to `new` (waiting is kept)."""
         if old == new:
             return measured_us
-        return max(measured_us + self.time_us(new) - self.time_us(old), 0.0)
+        try:
+            delta = self._deltas[(old, new)]
+        except KeyError:
+            delta = self._deltas[(old, new)] = self.time_us(new) - self.time_us(old)
+        return max(measured_us + delta, 0.0)
 
     def as_dict(self) -> dict:
         return {lv: {"alpha_us": round(self.alpha_us[lv], 3),

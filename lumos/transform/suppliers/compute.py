@@ -169,15 +169,27 @@ class ComputeModel:
     def retime(self, measured_us: float, old: ComputeSpec, new: ComputeSpec, kernel: str = "") -> float:
         """`kernel` (the task's name) spares a library's memset / memcpy beside a GEMM (`scales_with_op`)
         and names the GEMM's tile (the wave model)."""
-        if old == new or not scales_with_op(kernel, old.op):
+        return self.apply(measured_us, self.rule(old, new, kernel))
+
+    def apply(self, measured_us: float, rule: tuple | None) -> float:
+        """A duration re-timed by a `rule`."""
+        if rule is None:
             return measured_us
+        cls, ratio = rule
+        return measured_us * ratio if cls is None else self.scale(measured_us, cls, ratio)
+
+    def rule(self, old: ComputeSpec, new: ComputeSpec, kernel: str = "") -> tuple | None:
+        """How `retime` changes any duration of this (old, new, kernel): None (kept), (None, r) (times
+        r) or (class, r) (`scale`, the class's fixed part kept)."""
+        if old == new or not scales_with_op(kernel, old.op):
+            return None
         ratio = self.gemm_ratio(old, new, kernel)
         if ratio is not None:
-            return measured_us * ratio
+            return (None, ratio)
         w0, w1 = work(old), work(new)
         if w0 <= 0 or w1 <= 0:
-            return measured_us
-        return self.scale(measured_us, op_class(old.op), w1 / w0)
+            return None
+        return (op_class(old.op), w1 / w0)
 
     def gemm_summary(self) -> dict:
         return {"model": "waves" if self.sms > 0 else "flops", "num_sms": self.sms or None}
