@@ -7,17 +7,19 @@ splits into whole micro-batches (B divisible by DP x micro-batch; micro-batches 
 iteration = B / (DP x micro-batch)); without it each candidate keeps the base's micro-batch
 count. Layouts that do not fit in memory (`lumos.transform.memory`) are listed as such and not simulated.
 
-Two economies keep a large search cheap, neither changing what a layout is predicted to take
+Three economies keep a large search cheap, none changing what a layout is predicted to take
 beyond the extrapolation below:
 - the TP and micro-batch-size changes (a re-timing of every task of the base) are made once per
   (TP, micro-batch size) and shared by that pair's PP x DP layouts, the DP change once per layout
   for its two replays (which also share the rebuild's templates, `Plan.memo`);
-- many micro-batches: a 1F1B iteration grows by one period of its slowest stage per micro-batch
-  once the pipeline is full, so T(m) is affine in m there. A layout with m > 2c micro-batches
-  (c = max(8, PP)) is replayed at c and 2c and extrapolated:
+- many micro-batches: a 1F1B iteration grows by one period of its slowest stage per micro-batch,
+  so T(m) is affine in m once the per-micro-batch increment has settled (from about 8 on, seen
+  on the emulated 15B and 175B bases, also with fewer micro-batches than stages). A layout with
+  m > 2c micro-batches (c = SHORT_PIPELINE = 8) is replayed at c and 2c and extrapolated:
   T(m) = T(2c) + (m - 2c) (T(2c) - T(c)) / c. Replaying all m costs time in proportion to m
   (a 175B layout of 32 stages and 1,536 micro-batches is 20 million tasks). `exact=True` replays
-  every layout whole; each row says which micro-batch counts were replayed.
+  every layout whole; each row says which micro-batch counts were replayed;
+- the (TP, micro-batch size) pairs are shared out among forked worker processes.
 """
 
 from __future__ import annotations
