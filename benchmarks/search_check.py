@@ -7,7 +7,7 @@ Default case (issue 14): GPT-3 175B on the A100 profile with vTrain's training s
 (`cluster=a100_vtrain training=vtrain`: full recomputation, unfused attention), base TP 8 x PP 4 x
 DP 8 (256 GPUs, the paper's Fig. 1 layout), seed 0, searched for 512 GPUs at global batch 1536
 over micro-batch sizes 1, 2, 4, 8 with the distributed optimizer (without it, at 18 bytes per
-parameter, a layout needs TP x PP >= 128 to fit in 80 GB). `--case 15b`: the pipeline's
+parameter, a layout needs TP x PP >= 64 to fit in 80 GB). `--case 15b`: the pipeline's
 15B 2x2x4 H100 base for 64 GPUs at global batch 128, micro-batch sizes 1, 2 (table `search`).
 
 The search runs as one `lumos search` process, timed whole (wall clock). Its top `--top` fitting
