@@ -31,11 +31,9 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from lumos.transform.dp import change_dp
-from lumos.transform.memory import plan_memory
 from lumos.transform.micro_batch import change_micro_batch
-from lumos.transform.schedule import layers_of_stage
 from lumos.transform.tp import change_tp, tp_misfits
-from lumos.transform.whatif import base_plan, memory_settings, transform
+from lumos.transform.whatif import base_plan, layout_memory, memory_settings, transform
 
 from .predict import simulate_plan
 
@@ -84,8 +82,7 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     rows = []
     for c in cands:
         shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
-        per_stage = [len(list(layers_of_stage(s, c["pp"], base.layers))) for s in range(c["pp"])]
-        mem = plan_memory(shape, per_stage, c["pp"], c["dp"], c["microbatches"], settings)
+        mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings)
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
                          replayed_microbatches=None))
     fitting = [r for r in rows if r["fits"]]

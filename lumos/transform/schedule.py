@@ -58,3 +58,8 @@ def layers_of_stage(stage: int, pp: int, layers: int) -> range:
     base, extra = divmod(layers, pp)
     start = stage * base + min(stage, extra)
     return range(start, start + base + (1 if stage < extra else 0))
+
+
+def layers_per_stage(pp: int, layers: int) -> list[int]:
+    """How many layers each of `pp` stages holds (`layers_of_stage`)."""
+    return [len(layers_of_stage(s, pp, layers)) for s in range(pp)]

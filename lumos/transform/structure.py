@@ -240,15 +240,10 @@ def _one_bucket_each(b: Block, graph: Graph, coll: np.ndarray, corr_to_cpu: dict
         else:
             src = corr_to_cpu.get(int(table.corr[graph.event[t]]), -1)
             parts[seg_of.get(src, 0)].append(t)
-    out = []
-    for members in parts:
-        if not members:
-            continue
-        tasks = np.array(sorted(members, key=lambda t: (graph.kind[t], graph.ts[t])), dtype=np.int64)
-        start = min(graph.ts[t] for t in members if graph.kind[t] == TaskKind.CPU) \
-            if any(graph.kind[t] == TaskKind.CPU for t in members) else b.start
-        out.append(dataclasses.replace(b, tasks=tasks, start=float(start)))
-    return out
+    # every segment opens with a host task (its cut), so none is empty and each starts there
+    return [dataclasses.replace(b, tasks=np.array(sorted(members, key=lambda t: (graph.kind[t], graph.ts[t])),
+                                                  dtype=np.int64), start=float(graph.ts[cpu[k]]))
+            for k, members in zip(seg_start, parts)]
 
 
 def _dims_of(table: TraceTable, row: int):
@@ -281,18 +276,18 @@ def _shape_ops(graph: Graph, by_rank: dict):
     return name, dims, row
 
 
-def _batched_attention(op: str, dims) -> bool:
-    """An unfused attention's batched product (scores x V: `aten::bmm` on [b x heads, s, .]
-    operands), which is not one of the layer's linear GEMMs."""
-    return op == "aten::bmm" and len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])
+def _batched(dims) -> bool:
+    """Two 3-D operands first: an unfused attention's batched products ([b x heads, s, .]), which
+    are not among the layer's linear GEMMs."""
+    return len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])
 
 
 def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> ModelShape:
     """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes.
 
     The layer's GEMMs in launch order are QKV (h -> 3h/t), projection, FC1 (h -> f/t)
-    and FC2 (an unfused attention's batched products between them are not counted); the layer norm gives h (its weight) and the activation's two leading
-    dims; attention says which of them is the sequence (Megatron's activations are
+    and FC2 (an unfused attention's batched products between them are not counted); the
+    layer norm gives h (its weight) and the activation's two leading dims; attention says which of them is the sequence (Megatron's activations are
     [s, b, h], an eager PyTorch model's [b, s, h]). Only the tasks `is_gpu` marks are
     read (kernels, or in a run without kernels the CPU tasks): cuBLAS may launch a
     memset before a GEMM. `op_row` is the trace row of each task's op; the tasks of
@@ -307,10 +302,10 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> Mod
         n, d = op_name[t], op_dims[t]
         if d is None or (is_gpu is not None and not is_gpu[t]):
             continue
-        if n in ("aten::bmm", "aten::baddbmm") and scores is None and len(d) >= 2 and all(
-                isinstance(x, tuple) and len(x) == 3 for x in d[:2]):
+        batched = n in ("aten::bmm", "aten::baddbmm") and _batched(d)
+        if batched and scores is None:
             scores = d   # unfused attention's first bmm: [b x heads, s, d] x [b x heads, d, s]
-        if n in GEMM_OPS and not _batched_attention(n, d):
+        if n in GEMM_OPS and not batched:
             mkn = gemm_mkn(str(n), d)
             this = op_row[t] if op_row is not None else id(d)
             if mkn is not None and this != last:   # one op may launch several kernels

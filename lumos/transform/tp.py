@@ -110,19 +110,17 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
     head_dim = sh.hidden // max(sh.heads, 1)
     heads_t, new_heads_t = sh.heads // sh.tp, sh.heads // tp
     is_coll = st.coll != None      # noqa: E711 (element-wise)
-    tp_tasks = np.flatnonzero(is_coll & (out.role == "tp")).tolist()
-    sp = any(str(st.coll[t]) in SP_KINDS for t in tp_tasks)
-    for t in tp_tasks:
-        if st.task_block[t] >= 0 and st.blocks[st.task_block[t]].kind == "bucket":
-            continue    # a layer's gradient bucket scales with its parameters in the rebuild
+    is_tp = is_coll & (out.role == "tp")
+    sp = any(str(st.coll[t]) in SP_KINDS for t in np.flatnonzero(is_tp))
+    in_bucket = block_mask(st, ("bucket",))    # a layer's gradient bucket scales with its parameters in the rebuild
+    for t in np.flatnonzero(is_tp & ~in_bucket).tolist():
         old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
         start = (min(st.group[t]) // tp) * tp if st.group[t] else 0
         group = tuple(range(start, start + tp))
         g.dur[t] = 0.0 if tp == 1 else out.collectives.retime(g.dur[t], old,
                                                                 CollectiveSpec(st.coll[t], st.nbytes[t], group))
         st.group[t] = group
-    # compute outside the gradient buckets (those scale in the rebuild, above)
-    reshape_tasks(out, np.flatnonzero(~block_mask(st, ("bucket",)) & ~is_coll).tolist(),
+    reshape_tasks(out, np.flatnonzero(~in_bucket & ~is_coll).tolist(),
                   lambda op, d: rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t,
                                            sh.micro_batch, sh.seq, (sh.tp, tp), sp))
     out.shape = copy.copy(sh)

@@ -22,7 +22,7 @@ from .memory_calibration import calibrate, measured_peak
 from .plan import Plan, comm_roles
 from .rebuild import rebuild
 from .recover import recover_layers, summary
-from .schedule import layers_of_stage
+from .schedule import layers_per_stage
 from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import load_profile
@@ -58,9 +58,8 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
                        sms=trace_sms(tables, profile) if gemm_efficiency == "waves" else 0)
     ranks = sorted(st.stage_of_rank)
-    per_stage = [len(layers_of_stage(s, st.pp, st.layers)) for s in range(st.pp)]
-    measured = measured_peak(tables, st.stage_of_rank, st.shape, per_stage, st.pp, st.dp, st.microbatches,
-                             step=step)
+    measured = measured_peak(tables, st.stage_of_rank, st.shape, layers_per_stage(st.pp, st.layers), st.pp, st.dp,
+                             st.microbatches, step=step)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured)
@@ -119,10 +118,16 @@ def memory_settings(plan: Plan, overrides: dict | None = None):
 
 def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
     """Peak memory per GPU of a plan's configuration (`memory.py`), settings from `memory_settings`."""
+    return layout_memory(plan.shape, plan.pp, plan.dp, plan.layers, plan.microbatches,
+                         memory_settings(plan, overrides))
+
+
+def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, settings) -> dict:
+    """Peak memory per GPU of `shape` (its TP and micro-batch size) laid out over `pp` stages and
+    `dp` replicas (`memory.plan_memory`), without building the layout's graph."""
     from .memory import plan_memory
 
-    per_stage = [len(list(layers_of_stage(s, plan.pp, plan.layers))) for s in range(plan.pp)]
-    return plan_memory(plan.shape, per_stage, plan.pp, plan.dp, plan.microbatches, memory_settings(plan, overrides))
+    return plan_memory(shape, layers_per_stage(pp, layers), pp, dp, microbatches, settings)
 
 
 def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
