@@ -2,6 +2,7 @@
 emulated cluster ranks them (EMULATED actuals).
 
     python benchmarks/search_check.py [--seeds 3] [--top 5] [--exact-top] [--out /tmp/lumos_search]
+    python benchmarks/search_check.py --case 15b --extrapolation    # extrapolated vs whole replays
 
 Default case (issue 14): GPT-3 175B on the A100 profile with vTrain's training setup
 (`cluster=a100_vtrain training=vtrain`: full recomputation, unfused attention), base TP 8 x PP 4 x
@@ -55,6 +56,20 @@ def run_search(base: Path, flags: list[str], extra: list[str] = ()) -> tuple[lis
     return json.loads(done.stdout), time.perf_counter() - t0
 
 
+def extrapolation(base: Path, flags: list[str], rows: list[dict]) -> None:
+    exact, wall = run_search(base, flags, ["--exact"])
+    whole = {(r["tp"], r["pp"], r["dp"], r["micro_batch"]): r["iteration_us"] for r in exact}
+    diffs = sorted((abs(100.0 * (r["iteration_us"] / whole[k] - 1.0)), k, r["microbatches"])
+                   for r in rows if r["fits"] and len(r["replayed_microbatches"]) == 2
+                   for k in [(r["tp"], r["pp"], r["dp"], r["micro_batch"])])
+    print(f"lumos search --exact {wall:.1f} s; {len(diffs)} of {sum(r['fits'] for r in rows)} fitting layouts "
+          f"extrapolated: |extrapolated - whole| mean {statistics.mean(d for d, _, _ in diffs):.3f}%, worst "
+          f"{diffs[-1][0]:.3f}% (TP x PP x DP x micro-batch {diffs[-1][1]}, {diffs[-1][2]} micro-batches)")
+    top = [(r["tp"], r["pp"], r["dp"], r["micro_batch"]) for r in rows if r["fits"]][:5]
+    print(f"top five extrapolated: {sum(len(r['replayed_microbatches']) == 2 for r in rows[:5])}; "
+          f"same top five with --exact: {top == [(r['tp'], r['pp'], r['dp'], r['micro_batch']) for r in exact][:5]}")
+
+
 def spearman(xs: list[float], ys: list[float]) -> float:
     from scipy.stats import spearmanr
 
@@ -67,6 +82,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--exact-top", action="store_true")
+    ap.add_argument("--extrapolation", action="store_true",
+                    help="instead of emulating: the search again with --exact, and how far each extrapolated "
+                         "layout was from its whole replay (meant for --case 15b; 175B layouts of 1,536 "
+                         "micro-batches do not fit a whole replay on this machine)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/lumos_search"))
     args = ap.parse_args()
     from lumos.emulator.actuals import emulate_actuals
@@ -74,6 +93,9 @@ def main() -> None:
     case = CASES[args.case]
     base = emulate_base(args.out / f"{args.case}_base", case["base"])
     rows, wall = run_search(base, case["search"])
+    if args.extrapolation:
+        extrapolation(base, case["search"], rows)
+        return
     fit = [r for r in rows if r["fits"]]
     extrapolated = sum(len(r["replayed_microbatches"]) == 2 for r in fit)
     print(f"{args.case}: {len(rows)} layouts, {len(fit)} fit, {extrapolated} extrapolated; "
