@@ -13,8 +13,14 @@ EMULATED): the median of `--repeat` in-process runs of each stage, beside a bare
   write      `write_timeline` of the replayed schedule (gzip JSON)
 Part 2, whole processes (wall time, the median of `--repeat` runs after one warm-up):
 `lumos replay RANK`, `lumos predict BASE --tp 2 --pp 8 --dp 8` (15B 2x2x4 -> 2x8x8) and
-`python -c "import lumos.cli"` (start-up alone). Needs the pipeline's emulated runs
-(`snakemake --cores 8`) or the paths given.
+`python -c "import lumos.cli"` (start-up alone).
+Part 3, batches: the nine scale-out targets of the base predicted in one process (as a pipeline
+`predict_batch_*` job does: `lumos.cli.main` per target, the base loaded and fitted once) against
+nine `lumos predict` processes.
+Part 4, the emulator's trace writer on one emulated 15B 2x2x4 iteration (seed 0, 2 ranks; EMULATED):
+every rank's events built as dicts and encoded by orjson (`Recorder.events`, the definition) against
+the column-wise encoder (`Recorder.encode`, what `write_result` writes), the same bytes.
+Needs the pipeline's emulated runs (`snakemake --cores 8`) or the paths given.
 """
 
 from __future__ import annotations
@@ -84,6 +90,37 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+SCALEOUT = [(2, 2, 8), (2, 2, 16), (2, 2, 32), (2, 4, 4), (2, 8, 4), (2, 16, 4), (2, 4, 8), (2, 8, 8), (2, 4, 16)]
+
+
+def predict_argv(base: Path, tp: int, pp: int, dp: int) -> list[str]:
+    return ["predict", str(base), "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--format", "json"]
+
+
+def batch_in_process(base: Path) -> float:
+    """Seconds for one fresh process that predicts every scale-out target (imports included)."""
+    code = ("import contextlib, io, sys; from lumos.cli import main\n"
+            f"for argv in {[predict_argv(base, *t) for t in SCALEOUT]!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        assert main(argv) == 0\n")
+    return wall([sys.executable, "-c", code])
+
+
+def emulator_write(repeat: int) -> list[tuple[str, float]]:
+    from lumos.emulator import emulate
+    from lumos.trace.writer import encode_trace
+
+    result = emulate(["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4", "seed=0"], progress=False)
+    t_dicts, old = median_time(lambda: [encode_trace(result.events(r), result.metadata(r)) for r in result.ranks],
+                               repeat)
+    t_cols, new = median_time(lambda: [result.encode(r).tobytes() for r in result.ranks], repeat)
+    if old != new:
+        raise SystemExit("the column-wise encoder wrote other bytes than the dict path")
+    events = sum(len(orjson.loads(b)["traceEvents"]) for b in new)
+    return [("events", events), ("dicts + orjson.dumps (Recorder.events)", t_dicts),
+            ("column-wise (Recorder.encode)", t_cols)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=RANK)
@@ -113,6 +150,20 @@ def main() -> None:
         wall(cmd)  # warm-up: numba cache, page cache
         t = statistics.median(wall(cmd) for _ in range(args.repeat))
         print(f"| {label} | {t:.2f} | {t / loads:.2f} |", flush=True)
+    separate = sum(statistics.median(wall([py, "-m", "lumos.cli", *predict_argv(args.base, *t)])
+                                     for _ in range(args.repeat)) for t in SCALEOUT)
+    batched = statistics.median(batch_in_process(args.base) for _ in range(args.repeat))
+    print(f"\n| the nine scale-out predictions (medians of {args.repeat}) | wall s |\n|---|---|")
+    print(f"| nine `lumos predict` processes, summed | {separate:.2f} |")
+    print(f"| one process, nine `lumos.cli.main` calls (a `predict_batch_*` job) | {batched:.2f} |")
+    print(f"| ratio | {separate / batched:.2f}x |\n", flush=True)
+    rows = emulator_write(args.repeat)
+    events = dict(rows).pop("events")
+    print(f"| emulator trace encode, 15B 2x2x4 seed 0, 2 ranks, {events:,} events (median of {args.repeat}) | s |"
+          "\n|---|---|")
+    for name, t in rows[1:]:
+        print(f"| {name} | {t:.3f} |")
+    print(f"| ratio | {rows[1][1] / rows[2][1]:.1f}x |")
 
 
 if __name__ == "__main__":

@@ -39,12 +39,22 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from lumos.trace.errors import TraceError
+# commands whose first argument is a trace file or a directory of ranks: read it while the rest loads
+PREFETCH = ("replay", "predict")
 
+
+def main(argv: list[str] | None = None) -> int:
     argv_from_process = argv is None   # run as the `lumos` process, not called from Python
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    if argv_from_process and command in PREFETCH:
+        at = argv.index(command) + 1
+        if at < len(argv) and not argv[at].startswith("-"):
+            from lumos import prefetch
+            prefetch.start(argv[at])
+
+    from lumos.trace.errors import TraceError
+
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):

@@ -73,16 +73,18 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
-            gemm_efficiency: str = "waves") -> dict:
+            gemm_efficiency: str = "waves", plan: Plan | None = None) -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
     `microbatch_rule` (auto, tp_x_pp, keep) sets the target's micro-batch count when `global_batch`
     does not (`microbatch_count.py`). `samples` > 0 adds an `interval` from that many sampled
     replays (`lumos.analysis.uncertainty.predict_interval`, seeded by `seed`). `gemm_efficiency`:
-    'waves' or 'flops' (`lumos.transform.suppliers.compute`).
+    'waves' or 'flops' (`lumos.transform.suppliers.compute`). `plan`: `base_plan(base_tables, step=step,
+    gemm_efficiency=...)` made earlier, for many predictions from one base (as `lumos search` does).
     """
-    plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency)
+    if plan is None:
+        plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
     out = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=compute_speed,
                     network_speed=network_speed, microbatch_rule=microbatch_rule, **tgt)

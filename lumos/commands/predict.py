@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from lumos.analysis import COMPONENTS
 from lumos.errors import UserError
@@ -76,12 +77,36 @@ def memory_overrides(args) -> dict:
                                           "workspace_gib", "gpu_memory_gib")}
 
 
+# The last base run this process loaded, and its plans: a pipeline job that predicts many targets from
+# one base in one process (`workflow/scripts/predict.py`) loads and fits the base once.
+_LAST_BASE: dict = {}
+
+
+def _base_and_plan(path: str, step, gemm_efficiency: str):
+    from lumos.trace import load_run
+    from lumos.transform.whatif import base_plan
+
+    p = Path(path)
+    files = sorted(p.iterdir()) if p.is_dir() else [p] if p.exists() else []
+    key = (str(p.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+    if not files or _LAST_BASE.get("key") != key:   # load_run names what is missing
+        _LAST_BASE.clear()
+        _LAST_BASE.update(key=key, tables=load_run(path), plans={})
+    plans = _LAST_BASE["plans"]
+    if (step, gemm_efficiency) not in plans:
+        plans[(step, gemm_efficiency)] = base_plan(_LAST_BASE["tables"], step=step, gemm_efficiency=gemm_efficiency)
+    return _LAST_BASE["tables"], plans[(step, gemm_efficiency)]
+
+
 def run(args) -> int:
     from lumos.analysis.predict import predict, read_manifest
     from lumos.trace import load_run
     from lumos.trace.atomic import write_text_atomic
 
-    base = load_run(args.base)
+    try:
+        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
               "hidden": args.hidden, "ffn": args.ffn}
@@ -92,7 +117,7 @@ def run(args) -> int:
                       compute_speed=args.compute_speed, network_speed=args.network_speed,
                       microbatch_rule=args.microbatch_rule,
                       memory=memory_overrides(args),
-                      samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency)
+                      samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     text = json.dumps(doc, indent=1)

@@ -34,10 +34,8 @@ from lumos.analysis.replay import ITERATION_KINDS, RunReplay, measured_breakdown
 from lumos.analysis.transfer import DURATION_KINDS
 from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
-from lumos.report.timeline import write_timeline
 from lumos.sim import SimulationError
 from lumos.trace import load_run
-from lumos.transform.whatif import structure_report
 
 from .output import emit
 
@@ -141,6 +139,7 @@ def run(args) -> int:
         doc["joint"] = _joint(args, tables, classes)
     interval_lines = _intervals(args, doc, result, tables)
     if args.structure:
+        from lumos.transform.whatif import structure_report   # only here: the what-if layer is not needed
         doc["structure"] = structure_report(tables, step=args.step)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
@@ -204,6 +203,8 @@ def _joint(args, tables, classes) -> dict:
 
 
 def _write_out(out: Path, result: RunReplay, tables) -> None:
+    from lumos.report.timeline import write_timeline
+
     by_rank = {t.rank: t for t in tables}
     if len(result.ranks) == 1:
         r = result.ranks[0]

@@ -18,7 +18,7 @@ import simpy
 from omegaconf import DictConfig, OmegaConf
 
 from lumos.trace.atomic import write_text_atomic
-from lumos.trace.writer import encode_trace, write_encoded
+from lumos.trace.writer import write_encoded
 
 from .costs import CommCosts, KernelCosts
 from .engine import Device, Fabric, Rand
@@ -49,7 +49,12 @@ class EmulationResult:
     state: tuple = field(repr=False, default=())
 
     def events(self, rank: int) -> list[dict]:
+        """One rank's trace events as dicts (what `encode` writes, built one by one)."""
         return self.recorders[rank].events(self.settings.base_ts_us, self.settings.legacy)
+
+    def encode(self, rank: int) -> np.ndarray:
+        """One rank's trace file as JSON bytes (a uint8 array), its events encoded column-wise."""
+        return self.recorders[rank].encode(self.settings.base_ts_us, self.settings.legacy, self.metadata(rank))
 
     def metadata(self, rank: int) -> dict:
         s, c = self.settings, self.settings.cluster
@@ -159,7 +164,7 @@ def _write_ranks(result: EmulationResult, jobs) -> None:
     with _no_cycle_collection(), ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
         for r, p in jobs:
-            data = encode_trace(result.events(r), result.metadata(r))
+            data = result.encode(r)
             if pending is not None:
                 pending.result()   # at most one rank's bytes waiting: bounded memory, errors surface here
             pending = pool.submit(write_encoded, p, data, 1)   # bulk output: speed over size

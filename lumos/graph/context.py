@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from lumos.trace import schema
@@ -12,23 +10,61 @@ from lumos.trace.table import TraceTable
 from .tasks import TaskSelection
 
 
-@dataclass
 class EdgeList:
-    """Edges one builder found; `how` says how inferred edges were found."""
-    src: list = field(default_factory=list)
-    dst: list = field(default_factory=list)
-    inferred: list = field(default_factory=list)
-    how: dict = field(default_factory=dict)
+    """Edges one builder found, in the order found; `how` says how inferred edges were found.
+
+    A builder adds a whole array of edges at once (`extend`) where its rule is an array
+    operation, one edge at a time (`add`) where it must decide edge by edge."""
+
+    def __init__(self):
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._src: list[int] = []
+        self._dst: list[int] = []
+        self._inferred: list[bool] = []
+        self.how: dict[str, int] = {}
 
     def add(self, s: int, d: int, inferred: bool = False, how: str | None = None) -> None:
-        self.src.append(int(s))
-        self.dst.append(int(d))
-        self.inferred.append(bool(inferred))
+        self._src.append(int(s))
+        self._dst.append(int(d))
+        self._inferred.append(bool(inferred))
         if inferred and how:
             self.how[how] = self.how.get(how, 0) + 1
 
+    def extend(self, src: np.ndarray, dst: np.ndarray, inferred: bool = False, how: str | None = None) -> None:
+        self._flush()
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        self._chunks.append((src, dst, np.full(len(src), bool(inferred))))
+        if inferred and how and len(src):
+            self.how[how] = self.how.get(how, 0) + len(src)
+
+    def _flush(self) -> None:
+        if self._src:
+            self._chunks.append((np.asarray(self._src, dtype=np.int64), np.asarray(self._dst, dtype=np.int64),
+                                 np.asarray(self._inferred, dtype=bool)))
+            self._src, self._dst, self._inferred = [], [], []
+
+    def _column(self, k: int, dtype) -> np.ndarray:
+        self._flush()
+        if not self._chunks:
+            return np.zeros(0, dtype=dtype)
+        if len(self._chunks) > 1:
+            self._chunks = [tuple(np.concatenate([c[j] for c in self._chunks]) for j in range(3))]
+        return self._chunks[0][k]
+
+    @property
+    def src(self) -> np.ndarray:
+        return self._column(0, np.int64)
+
+    @property
+    def dst(self) -> np.ndarray:
+        return self._column(1, np.int64)
+
+    @property
+    def inferred(self) -> np.ndarray:
+        return self._column(2, bool)
+
     def __len__(self) -> int:
-        return len(self.src)
+        return sum(len(c[0]) for c in self._chunks) + len(self._src)
 
 
 class BuildContext:
@@ -54,13 +90,13 @@ class BuildContext:
         self.device = np.where(self.is_gpu, device, -1)
         self.tid = tid
         # processors: threads then streams, numbered in key order
-        keys = np.where(self.is_gpu, self.stream_key, self.thread_key)
-        kinds = self.is_gpu.astype(np.int8)
-        uniq = sorted(set(zip(kinds.tolist(), keys.tolist())))
-        index = {k: i for i, k in enumerate(uniq)}
-        self.proc = np.array([index[(k, v)] for k, v in zip(kinds.tolist(), keys.tolist())], dtype=np.int32)
-        self.proc_kind = np.array([k for k, _ in uniq], dtype=np.int8)
-        self.proc_key = np.array([v for _, v in uniq], dtype=np.int64)
+        cpu_keys, cpu_proc = np.unique(self.thread_key[~self.is_gpu], return_inverse=True)
+        gpu_keys, gpu_proc = np.unique(self.stream_key[self.is_gpu], return_inverse=True)
+        self.proc = np.empty(self.n, dtype=np.int32)
+        self.proc[~self.is_gpu] = cpu_proc.reshape(-1)
+        self.proc[self.is_gpu] = len(cpu_keys) + gpu_proc.reshape(-1)
+        self.proc_kind = np.r_[np.zeros(len(cpu_keys), dtype=np.int8), np.ones(len(gpu_keys), dtype=np.int8)]
+        self.proc_key = np.r_[cpu_keys, gpu_keys].astype(np.int64)
         # tasks of each processor in measured order
         order = np.lexsort((self.sel.event, self.ts, self.proc))
         splits = np.flatnonzero(np.diff(self.proc[order])) + 1
@@ -72,10 +108,19 @@ class BuildContext:
         # launcher of each GPU op (runtime task with the same correlation id)
         self.launcher = np.full(self.n, -1, dtype=np.int64)
         runtime = np.flatnonzero(~self.is_gpu & (self.cat == schema.RUNTIME) & (self.corr >= 0))
-        by_corr = {int(self.corr[i]): int(i) for i in runtime}
-        for g in np.flatnonzero(self.is_gpu):
-            self.launcher[g] = by_corr.get(int(self.corr[g]), -1)
-        self.runtime_by_corr = by_corr
+        # the last runtime task of each correlation id (as a dict built in task order keeps it)
+        by_id = runtime[np.argsort(self.corr[runtime], kind="stable")]
+        ids = self.corr[by_id]
+        last = np.r_[ids[1:] != ids[:-1], True] if len(ids) else np.zeros(0, dtype=bool)
+        by_id, ids = by_id[last], ids[last]
+        gpu = np.flatnonzero(self.is_gpu)
+        at = np.searchsorted(ids, self.corr[gpu])
+        at_ok = at < len(ids)
+        found = np.zeros(len(gpu), dtype=bool)
+        found[at_ok] = ids[at[at_ok]] == self.corr[gpu[at_ok]]
+        self.launcher[gpu[found]] = by_id[at[found]]
+        self.runtime_by_corr = dict(zip(ids.tolist(), by_id.tolist()))
+        self._runtime_ids, self._runtime_tasks = ids, by_id
         self._suffix_min: dict[tuple[str, int], np.ndarray] = {}
         self._prefix_max: dict[tuple[str, int], np.ndarray] = {}
 
@@ -83,6 +128,38 @@ class BuildContext:
         if not hasattr(self, "_stream_procs"):
             self._stream_procs = {int(k): p for p, (kind, k) in enumerate(zip(self.proc_kind, self.proc_key)) if kind == 1}
         return self._stream_procs.get(device * (1 << 32) + (stream & 0xFFFFFFFF), -1)
+
+    def runtime_of(self, corr: np.ndarray) -> np.ndarray:
+        """The runtime task of each correlation id (-1: none), as `runtime_by_corr` for many."""
+        return _lookup(self._runtime_ids, self._runtime_tasks, np.asarray(corr, dtype=np.int64))
+
+    def procs_of_streams(self, device: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        """`proc_of_stream` for many (device, stream) pairs."""
+        gpu = np.flatnonzero(self.proc_kind == 1)
+        key = np.asarray(device, dtype=np.int64) * (1 << 32) + (np.asarray(stream, dtype=np.int64) & 0xFFFFFFFF)
+        return _lookup(self.proc_key[gpu], gpu.astype(np.int64), key)
+
+    def last_on_streams(self, procs: np.ndarray, which: str, t: np.ndarray) -> np.ndarray:
+        """`last_on_stream` for many queries (-1 where the processor is -1)."""
+        out = np.full(len(procs), -1, dtype=np.int64)
+        for p in np.unique(procs[procs >= 0]):
+            q = np.flatnonzero(procs == p)
+            self.last_on_stream(int(p), which, -np.inf)   # its suffix minimum, made once
+            k = np.searchsorted(self._suffix_min[(which, int(p))], t[q], side="right") - 1
+            out[q[k >= 0]] = self.proc_tasks[p][k[k >= 0]]
+        return out
+
+    def first_launched_after_many(self, procs: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """`first_launched_after` for many queries (-1 where the processor is -1)."""
+        out = np.full(len(procs), -1, dtype=np.int64)
+        for p in np.unique(procs[procs >= 0]):
+            q = np.flatnonzero(procs == p)
+            self.first_launched_after(int(p), np.inf)   # its prefix maximum, made once
+            k = np.searchsorted(self._prefix_max[("launch", int(p))], t[q], side="left")
+            ops = self.proc_tasks[p]
+            ok = k < len(ops)
+            out[q[ok]] = ops[k[ok]]
+        return out
 
     def streams_of_device(self, device: int) -> np.ndarray:
         return np.flatnonzero((self.proc_kind == 1) & ((self.proc_key >> 32) == device))
@@ -134,3 +211,13 @@ class BuildContext:
         k = int(np.searchsorted(self._prefix_max[key], t, side="left"))
         ops = self.proc_tasks[proc]
         return int(ops[k]) if k < len(ops) else -1
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """values[i] where keys[i] == query (keys sorted, distinct), else -1."""
+    at = np.searchsorted(keys, query)
+    ok = at < len(keys)
+    ok[ok] = keys[at[ok]] == query[ok]
+    out = np.full(len(query), -1, dtype=np.int64)
+    out[ok] = values[at[ok]]
+    return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from lumos.trace import schema
 from lumos.trace.steps import Step
@@ -51,27 +52,9 @@ class TaskSelection:
 
 def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Leaf events of one thread (rows sorted by start) and their clipped durations."""
-    ts, dur, cat = table.ts[rows], table.dur[rows], table.cat[rows]
-    end = ts + dur
-    keep = np.zeros(len(rows), dtype=bool)
-    stack_end: list[float] = []
-    stack_idx: list[int] = []
-    inside_runtime = 0.0  # end of the runtime call we are inside, if any
-    for k in range(len(rows)):
-        while stack_end and ts[k] >= stack_end[-1] - CLOCK_EPS_US:
-            stack_end.pop()
-            stack_idx.pop()
-        if ts[k] < inside_runtime - CLOCK_EPS_US:
-            continue  # a driver call inside a runtime call: folded into it
-        if stack_idx:
-            parent = stack_idx[-1]
-            if cat[parent] != schema.RUNTIME:
-                keep[parent] = False  # it has a child: not a leaf
-        keep[k] = True
-        if cat[k] == schema.RUNTIME:
-            inside_runtime = end[k]
-        stack_end.append(end[k])
-        stack_idx.append(k)
+    ts, dur = table.ts[rows], table.dur[rows]
+    keep = _leaf_mask(np.ascontiguousarray(ts, dtype=np.float64), np.ascontiguousarray(ts + dur, dtype=np.float64),
+                      table.cat[rows] == schema.RUNTIME, CLOCK_EPS_US)
     leaves = rows[keep]
     lts, ldur = ts[keep], dur[keep].copy()
     # Clock granularity can make siblings overlap by a microsecond: clip so the
@@ -81,6 +64,34 @@ def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.
         over = lts[:-1] + ldur[:-1] > nxt
         ldur[:-1][over] = np.maximum(nxt[over] - lts[:-1][over], 0.0)
     return leaves, ldur
+
+
+@njit(cache=True, nogil=True)
+def _leaf_mask(ts, end, is_runtime, eps):
+    """The call-tree walk of one thread (events by start): a task is a runtime call, or an op
+    that no later event starts inside; an event inside a runtime call is folded into it."""
+    n = len(ts)
+    keep = np.zeros(n, dtype=np.bool_)
+    stack_end = np.empty(n, dtype=np.float64)
+    stack_idx = np.empty(n, dtype=np.int64)
+    top = 0
+    inside_runtime = 0.0  # end of the runtime call we are inside, if any
+    for k in range(n):
+        while top > 0 and ts[k] >= stack_end[top - 1] - eps:
+            top -= 1
+        if ts[k] < inside_runtime - eps:
+            continue  # a driver call inside a runtime call: folded into it
+        if top > 0:
+            parent = stack_idx[top - 1]
+            if not is_runtime[parent]:
+                keep[parent] = False  # it has a child: not a leaf
+        keep[k] = True
+        if is_runtime[k]:
+            inside_runtime = end[k]
+        stack_end[top] = end[k]
+        stack_idx[top] = k
+        top += 1
+    return keep
 
 
 def _clip_stream_overlaps(table: TraceTable, rows: np.ndarray) -> np.ndarray:

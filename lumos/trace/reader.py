@@ -39,6 +39,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from lumos import prefetch
+
 from . import schema
 from .errors import TraceError, format_counts
 from .table import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, TraceTable
@@ -50,6 +52,9 @@ def _read_bytes(path: Path) -> bytes:
         raise TraceError(path, "no such file")
     if path.is_dir():
         raise TraceError(path, "is a directory, not a trace file (use load_run for a directory of ranks)")
+    data = prefetch.take(path)   # read beside the process's start-up (`lumos.prefetch`), if it was
+    if data is not None:
+        return data
     try:
         with open(path, "rb") as fh:
             data = fh.read()

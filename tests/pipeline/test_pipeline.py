@@ -223,8 +223,11 @@ def test_each_job_saved_its_resolved_config_and_log(work):
     assert (emulated["model"]["name"], emulated["parallel"]["dp"], emulated["seed"]) == ("tiny", 8, 0)
     manifest = yaml.safe_load((r / "emulated" / "tiny-2x2x8" / "seed0" / "manifest.json").read_text())
     assert manifest["emulated"] is True
-    assert "done in" in (r / "logs" / "predict" / "tiny-2x4x4" / "seed0.log").read_text()
-    assert len(list((r / "benchmarks").rglob("*.tsv"))) >= 25
+    # one job predicted every target of seed 0 (a batch), each target with its own JSON and resolved config
+    log = (r / "logs" / "predict" / "batch_1seeds" / "seed0.log").read_text()
+    assert "done in" in log and all(f"{t}: predicted vs actual" in log for t in ("tiny-2x2x8", "tiny-2x4x4", "tiny-4x2x4"))
+    assert all((r / "predict" / t / "seed0.config.resolved.yaml").exists() for t in ("tiny-2x2x8", "tiny-4x2x4"))
+    assert len(list((r / "benchmarks").rglob("*.tsv"))) >= 20
 
 
 def test_second_run_does_nothing(work):
@@ -235,11 +238,14 @@ def test_touching_one_group_reruns_only_its_dependents(work):
     with edited(work / "config" / "simulator" / "dpro.yaml"):
         jobs = planned_jobs(snakemake(work, "-n"))
     rules = {rule for rule, _ in jobs}
-    assert {"replay_real", "replay_emulated", "collect", "table", "figure"} <= rules
-    assert not rules & {"emulate", "predict", "ablation_real", "ablation_emulated", "timeline"}
-    replays = [out for rule, out in jobs if rule.startswith("replay_")]
-    # dlrm, sync fixture, two H200 recordings, tiny run
-    assert len(replays) == 5 and all("/dpro.json" in out for out in replays)
+    # one replay job per trace group and simulator, one per emulated run and simulator
+    assert {"replay_real", "replay_microbench", "replay_h200", "replay_emulated_tiny_2x2x4", "collect", "table",
+            "figure"} <= rules
+    assert not {r for r in rules if r.startswith(("emulate", "predict"))}
+    assert not rules & {"ablation_real", "ablation_emulated", "timeline"}
+    replayed = [f for rule, out in jobs if rule.startswith("replay_") for f in out.split(", ") if f.endswith(".json")]
+    # dlrm, sync fixture, two H200 recordings, tiny run: the dPRO-style replays only
+    assert len(replayed) == 5 and all(f.endswith("/dpro.json") for f in replayed)
     tables = sorted(re.search(r"tables/(\w+)\.csv", out).group(1) for rule, out in jobs if rule == "table")
     assert tables == ["replay_emulated", "replay_h200", "replay_microbench", "replay_real", "statistics"]
     assert "Nothing to be done" in snakemake(work, "-n")
@@ -267,7 +273,7 @@ def test_tag_and_overrides_write_under_their_own_tag(work):
     assert jobs and all("results/mytag/" in o or "figures/mytag/" in o for _, o in jobs)
     # the override reaches the replays (their inputs name the ablation group file) but not the emulator
     blocks = re.findall(r"^rule (\w+):\n    input: (.*)$", out, flags=re.M)
-    replay_inputs = [inp for rule, inp in blocks if rule == "replay_emulated"]
-    emulate_inputs = [inp for rule, inp in blocks if rule == "emulate"]
+    replay_inputs = [inp for rule, inp in blocks if rule.startswith("replay_emulated")]
+    emulate_inputs = [inp for rule, inp in blocks if rule.startswith("emulate")]
     assert replay_inputs and all("config/ablation/no_inter_stream.yaml" in i for i in replay_inputs)
     assert emulate_inputs and not any("ablation" in i for i in emulate_inputs)

@@ -1,5 +1,6 @@
 # Shared names of the pipeline: output roots, the sweep (runs, seeds, targets), Hydra inputs.
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -70,6 +71,21 @@ def prediction_targets():
     for label, model in config["predict"].get("variants", {}).items():
         out.append((label, "variant", pc.Run(model, BASE.tp, BASE.pp, BASE.dp).name))
     return out
+
+
+def sweep_batches():
+    """batch name -> runs: the prediction sweep (the base, then every target) in batches of runs that
+    share their seeds. One job emulates a batch's runs at one seed, one job predicts them, so a process
+    start, the imports and numba's cache load are paid once per batch, not once per run (issue 16)."""
+    by_seeds = {}
+    for run in dict.fromkeys([BASE.name] + [run for _, _, run in prediction_targets()]):
+        by_seeds.setdefault(len(seeds_of(run)), []).append(run)
+    return {f"{n}seeds": runs for n, runs in by_seeds.items()}
+
+
+def seed_constraint(seeds):
+    """A `seed` wildcard constraint that matches exactly these seeds."""
+    return "|".join(str(s) for s in seeds) or "(?!)"
 
 
 def check_config():
@@ -209,14 +225,16 @@ def final_outputs():
 
 
 def warm_numba():
-    """Replay the smallest configured trace once (Lumos and dPRO-style) in one process; failures are left to the jobs."""
+    """Compile the emulator's trace writer, and replay the smallest configured trace once (Lumos and
+    dPRO-style); failures are left to the jobs."""
     import subprocess
 
+    writer = subprocess.Popen([sys.executable, "-m", "lumos.trace.column_writer"])   # beside the replays
     paths = [p for p in list(config.get("microbenchmarks", {}).values()) + list(config.get("real_traces", {}).values())
              if Path(p).is_file()]
-    if not paths:
-        return
-    smallest = min(paths, key=lambda p: Path(p).stat().st_size)
-    for sim in SIMULATORS:
-        subprocess.run([sys.executable, "-m", "lumos.cli", "replay", smallest, "--format", "json", "--simulator", sim],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if paths:
+        smallest = min(paths, key=lambda p: Path(p).stat().st_size)
+        for sim in SIMULATORS:
+            subprocess.run([sys.executable, "-m", "lumos.cli", "replay", smallest, "--format", "json", "--simulator",
+                            sim], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    writer.wait()

@@ -1,8 +1,6 @@
-# What-if predictions from the base run, each against the emulated actual run of the same seed.
-
-
-def predict_config_files(wildcards):
-    return predict_config_files_for(wildcards.run)
+# What-if predictions from the base run, each against the emulated actual run of the same seed: one job
+# per batch of targets (`sweep_batches`) and seed, so the process start and numba's cache load are paid
+# once for all of a seed's targets; each target keeps its own JSON and resolved config.
 
 
 def predict_config_files_for(run):
@@ -15,24 +13,42 @@ def predict_config_files_for(run):
     return files
 
 
-rule predict:
-    input:
-        base=f"{R}/emulated/{BASE.name}/seed{{seed}}/manifest.json",
-        actual=f"{R}/emulated/{{run}}/seed{{seed}}/manifest.json",
-        config=predict_config_files,
-    output:
-        json=f"{R}/predict/{{run}}/seed{{seed}}.json",
-        resolved=f"{R}/predict/{{run}}/seed{{seed}}.config.resolved.yaml",
-    params:
-        base=BASE.name,
-        overrides=job_overrides("experiment/predict"),
-    log:
-        f"{R}/logs/predict/{{run}}/seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/predict/{{run}}/seed{{seed}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=lambda w: 2000 + 100 * pc.parse_run(w.run).pp,
-        runtime=30,
-    script:
-        "../scripts/predict.py"
+def prediction_batches():
+    """batch name -> the prediction targets of that sweep batch (its runs less the base)."""
+    targets = {run for _, _, run in prediction_targets()}
+    out = {}
+    for batch, runs in sweep_batches().items():
+        runs = [r for r in runs if r in targets]
+        if runs:
+            out[batch] = runs
+    return out
+
+
+for _batch, _runs in prediction_batches().items():
+
+    rule:
+        name:
+            f"predict_batch_{_batch}"
+        input:
+            base=f"{R}/emulated/{BASE.name}/seed{{seed}}/manifest.json",
+            actual=[f"{R}/emulated/{run}/seed{{seed}}/manifest.json" for run in _runs],
+            config=sorted({f for run in _runs for f in predict_config_files_for(run)}),
+        output:
+            json=[f"{R}/predict/{run}/seed{{seed}}.json" for run in _runs],
+            resolved=[f"{R}/predict/{run}/seed{{seed}}.config.resolved.yaml" for run in _runs],
+        wildcard_constraints:
+            seed=seed_constraint(seeds_of(_runs[0])),
+        params:
+            base=BASE.name,
+            runs=list(_runs),
+            overrides=job_overrides("experiment/predict"),
+        log:
+            f"{R}/logs/predict/batch_{_batch}/seed{{seed}}.log",
+        benchmark:
+            f"{R}/benchmarks/predict/batch_{_batch}/seed{{seed}}.tsv"
+        threads: 1
+        resources:
+            mem_mb=2000 + 100 * max(pc.parse_run(run).pp for run in _runs),
+            runtime=10 * len(_runs),
+        script:
+            "../scripts/predict.py"

@@ -2,50 +2,73 @@
 # the Fig. 6 transfer panel replays one step's graph with the next step's durations.
 
 
-rule replay_real:
-    input:
-        trace=lambda w: trace_files(w.trace),
-        config=lambda w: hydra_inputs("experiment/replay", [f"simulator={w.simulator}"]),
-    output:
-        json=f"{R}/replay/real/{{trace}}/{{simulator}}.json",
-        resolved=f"{R}/replay/real/{{trace}}/{{simulator}}.config.resolved.yaml",
-    params:
-        path=lambda w: trace_path(w.trace),
-        emulated=False,
-        overrides=lambda w: job_overrides("experiment/replay", [f"simulator={w.simulator}"]),
-    log:
-        f"{R}/logs/replay/real/{{trace}}/{{simulator}}.log",
-    benchmark:
-        f"{R}/benchmarks/replay/real/{{trace}}/{{simulator}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=20,
-    script:
-        "../scripts/replay.py"
+# One job replays every trace of one group (real traces, microbenchmarks, H200 recordings) with one
+# simulator, and every seed of one emulated run with one simulator: the process start and numba's cache
+# load are paid once per batch (issue 16); each trace keeps its JSON and resolved config.
+REPLAY_GROUPS = {"real": "real_traces", "microbench": "microbenchmarks", "h200": "h200_traces"}
 
 
-rule replay_emulated:
-    input:
-        manifest=f"{R}/emulated/{{run}}/seed{{seed}}/manifest.json",
-        config=lambda w: hydra_inputs("experiment/replay", [f"simulator={w.simulator}"]),
-    output:
-        json=f"{R}/replay/emulated/{{run}}/seed{{seed}}/{{simulator}}.json",
-        resolved=f"{R}/replay/emulated/{{run}}/seed{{seed}}/{{simulator}}.config.resolved.yaml",
-    params:
-        path=lambda w: emulated_dir(w.run, w.seed),
-        emulated=True,
-        overrides=lambda w: job_overrides("experiment/replay", [f"simulator={w.simulator}"]),
-    log:
-        f"{R}/logs/replay/emulated/{{run}}/seed{{seed}}/{{simulator}}.log",
-    benchmark:
-        f"{R}/benchmarks/replay/emulated/{{run}}/seed{{seed}}/{{simulator}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=lambda w: 1000 + 40 * pc.parse_run(w.run).pp * 16,
-        runtime=30,
-    script:
-        "../scripts/replay.py"
+def rule_suffix(name):
+    """A run or trace name as part of a rule name."""
+    return re.sub(r"\W", "_", name)
+
+
+for _group, _key in REPLAY_GROUPS.items():
+    _traces = list(config.get(_key, {}))
+    if not _traces:
+        continue
+
+    rule:
+        name:
+            f"replay_{_group}"
+        input:
+            trace=sorted({f for t in _traces for f in trace_files(t)}),
+            config=lambda w: hydra_inputs("experiment/replay", [f"simulator={w.simulator}"]),
+        output:
+            json=[f"{R}/replay/real/{t}/{{simulator}}.json" for t in _traces],
+            resolved=[f"{R}/replay/real/{t}/{{simulator}}.config.resolved.yaml" for t in _traces],
+        params:
+            path=[trace_path(t) for t in _traces],
+            emulated=False,
+            overrides=lambda w: job_overrides("experiment/replay", [f"simulator={w.simulator}"]),
+        log:
+            f"{R}/logs/replay/{_group}/{{simulator}}.log",
+        benchmark:
+            f"{R}/benchmarks/replay/{_group}/{{simulator}}.tsv"
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=5 * len(_traces),
+        script:
+            "../scripts/replay.py"
+
+
+for _run in config["replay"]["emulated"]:
+
+    rule:
+        name:
+            f"replay_emulated_{rule_suffix(_run)}"
+        input:
+            manifest=[f"{R}/emulated/{_run}/seed{seed}/manifest.json" for seed in seeds_of(_run)],
+            config=lambda w: hydra_inputs("experiment/replay", [f"simulator={w.simulator}"]),
+        output:
+            json=[f"{R}/replay/emulated/{_run}/seed{seed}/{{simulator}}.json" for seed in seeds_of(_run)],
+            resolved=[f"{R}/replay/emulated/{_run}/seed{seed}/{{simulator}}.config.resolved.yaml"
+                      for seed in seeds_of(_run)],
+        params:
+            path=[emulated_dir(_run, seed) for seed in seeds_of(_run)],
+            emulated=True,
+            overrides=lambda w: job_overrides("experiment/replay", [f"simulator={w.simulator}"]),
+        log:
+            f"{R}/logs/replay/emulated/{_run}/{{simulator}}.log",
+        benchmark:
+            f"{R}/benchmarks/replay/emulated/{_run}/{{simulator}}.tsv"
+        threads: 1
+        resources:
+            mem_mb=1000 + 40 * pc.parse_run(_run).pp * 16,
+            runtime=10 * len(seeds_of(_run)),
+        script:
+            "../scripts/replay.py"
 
 
 def timeline_source(which):

@@ -20,24 +20,35 @@ def speed_jsons():
     return [f"{R}/predict_speed/{v}/seed{s}.json" for v in SPEED.get("variants", {}) for s in speed_seeds()]
 
 
+def speed_flags(variant):
+    v = SPEED["variants"][variant]
+    return (["--compute-speed", str(v.get("compute", 1.0)), "--network-speed", str(v.get("network", 1.0))]
+            + (["--micro-batch", str(v["micro_batch"])] if "micro_batch" in v else []))
+
+
+# One job per seed emulates every variant, one predicts them (issue 16: start-up paid once per batch).
 rule emulate_speed:
     input:
         config=lambda w: hydra_inputs("emulate", speed_base().emulate_overrides()),
     output:
-        manifest=f"{R}/emulated_speed/{{variant}}/seed{{seed}}/manifest.json",
-        resolved=f"{R}/emulated_speed/{{variant}}/seed{{seed}}/config.resolved.yaml",
+        manifest=[f"{R}/emulated_speed/{v}/seed{{seed}}/manifest.json" for v in SPEED.get("variants", {})],
+        resolved=[f"{R}/emulated_speed/{v}/seed{{seed}}/config.resolved.yaml" for v in SPEED.get("variants", {})],
     params:
-        overrides=lambda w: job_overrides("emulate", speed_base().emulate_overrides() + [f"seed={w.seed}"]
-                                          + ([f"model.micro_batch_size={SPEED['variants'][w.variant]['micro_batch']}"]
-                                             if "micro_batch" in SPEED["variants"][w.variant] else [])),
-        scale=lambda w: {**{k: float(SPEED["variants"][w.variant].get("compute", 1.0)) for k in SPEED_COMPUTE},
-                         **{k: float(SPEED["variants"][w.variant].get("network", 1.0)) for k in SPEED_NETWORK}},
+        overrides=lambda w: [job_overrides("emulate", speed_base().emulate_overrides() + [f"seed={w.seed}"]
+                                           + ([f"model.micro_batch_size={v['micro_batch']}"] if "micro_batch" in v
+                                              else []))
+                             for v in SPEED["variants"].values()],
+        scale=lambda w: [{**{k: float(v.get("compute", 1.0)) for k in SPEED_COMPUTE},
+                          **{k: float(v.get("network", 1.0)) for k in SPEED_NETWORK}}
+                         for v in SPEED["variants"].values()],
     log:
-        f"{R}/logs/emulate_speed/{{variant}}/seed{{seed}}.log",
+        f"{R}/logs/emulate_speed/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/emulate_speed/seed{{seed}}.tsv"
     threads: 1
     resources:
         mem_mb=3000,
-        runtime=20,
+        runtime=lambda w: 10 * len(SPEED["variants"]),
     script:
         "../scripts/emulate_speed.py"
 
@@ -45,19 +56,19 @@ rule emulate_speed:
 rule predict_speed:
     input:
         base=lambda w: f"{R}/emulated/{SPEED['base']}/seed{w.seed}/manifest.json",
-        actual=f"{R}/emulated_speed/{{variant}}/seed{{seed}}/manifest.json",
+        actual=[f"{R}/emulated_speed/{v}/seed{{seed}}/manifest.json" for v in SPEED.get("variants", {})],
     output:
-        json=f"{R}/predict_speed/{{variant}}/seed{{seed}}.json",
+        json=[f"{R}/predict_speed/{v}/seed{{seed}}.json" for v in SPEED.get("variants", {})],
     params:
-        flags=lambda w: ["--compute-speed", str(SPEED["variants"][w.variant].get("compute", 1.0)),
-                         "--network-speed", str(SPEED["variants"][w.variant].get("network", 1.0))]
-                        + (["--micro-batch", str(SPEED["variants"][w.variant]["micro_batch"])]
-                           if "micro_batch" in SPEED["variants"][w.variant] else []),
+        variants=list(SPEED.get("variants", {})),
+        flags=[speed_flags(v) for v in SPEED.get("variants", {})],
     log:
-        f"{R}/logs/predict_speed/{{variant}}/seed{{seed}}.log",
+        f"{R}/logs/predict_speed/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/predict_speed/seed{{seed}}.tsv"
     threads: 1
     resources:
         mem_mb=3000,
-        runtime=20,
+        runtime=lambda w: 5 * len(SPEED["variants"]),
     script:
         "../scripts/predict_speed.py"

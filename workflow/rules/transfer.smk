@@ -1,5 +1,6 @@
 # Transfer on real traces (issue 12): each step's graph replayed with a neighbouring step's durations,
-# against "same as step k", the kernel-time ratio and the dPRO-style transfer. One job per trace.
+# against "same as step k", the kernel-time ratio and the dPRO-style transfer. One job for the real traces,
+# one for the H200 recordings (start-up paid once per batch); one CSV per trace.
 
 
 def transfer_traces():
@@ -13,23 +14,36 @@ def transfer_traces():
     return out
 
 
-rule transfer_real:
-    input:
-        lambda w: trace_files(w.trace),
-    output:
-        csv=f"{R}/transfer/{{trace}}.csv",
-    params:
-        path=lambda w: transfer_traces()[w.trace],
-    log:
-        f"{R}/logs/transfer/{{trace}}.log",
-    benchmark:
-        f"{R}/benchmarks/transfer/{{trace}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=3000,
-        runtime=10,
-    script:
-        "../scripts/transfer.py"
+def transfer_batches():
+    """batch -> trace names: the shipped real traces, the H200 recordings."""
+    names = list(transfer_traces())
+    batches = {"real": [n for n in names if n not in config.get("h200_traces", {})],
+               "h200": [n for n in names if n in config.get("h200_traces", {})]}
+    return {b: n for b, n in batches.items() if n}
+
+
+for _batch, _traces in transfer_batches().items():
+
+    rule:
+        name:
+            "transfer_real" if _batch == "real" else f"transfer_{_batch}"
+        input:
+            sorted({f for t in _traces for f in trace_files(t)}),
+        output:
+            csv=[f"{R}/transfer/{t}.csv" for t in _traces],
+        params:
+            traces=list(_traces),
+            path=[transfer_traces()[t] for t in _traces],
+        log:
+            f"{R}/logs/transfer/{_batch}.log",
+        benchmark:
+            f"{R}/benchmarks/transfer/{_batch}.tsv"
+        threads: 1
+        resources:
+            mem_mb=3000,
+            runtime=5 * len(_traces),
+        script:
+            "../scripts/transfer.py"
 
 
 rule table_transfer_real:

@@ -67,6 +67,11 @@ def write_json(path, doc) -> None:
     write_text_atomic(path, json.dumps(doc, indent=1, allow_nan=True) + "\n")
 
 
+def as_list(files) -> list[str]:
+    """A named input/output/param as a list: one file (a str) or several."""
+    return [files] if isinstance(files, str) else list(files)
+
+
 def add_scriptdir(smk) -> None:
     if smk.scriptdir and smk.scriptdir not in sys.path:
         sys.path.insert(0, str(smk.scriptdir))

@@ -1,8 +1,9 @@
-"""Shim of rule `transfer_real`: every consecutive step pair of one trace, both directions (one CSV)."""
+"""Shim of rules `transfer_real` / `transfer_h200`: every consecutive step pair of each trace of the batch,
+both directions (one CSV per trace), in this one process."""
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
-from _shim import logged  # noqa: E402
+from _shim import as_list, logged  # noqa: E402
 
 smk = snakemake  # noqa: F821
 with logged(smk):
@@ -10,7 +11,8 @@ with logged(smk):
     from lumos.report.tables import write_csv
     from lumos.trace import load_run
 
-    table = min(load_run(str(smk.params.path)), key=lambda t: t.rank)  # a directory of ranks: its lowest rank
-    df = transfer_steps(table)
-    write_csv(df, smk.output.csv)
-    print(f"{smk.wildcards.trace} (rank {table.rank}): {len(df)} predictions")
+    for name, path, out in zip(smk.params.traces, smk.params.path, as_list(smk.output.csv)):
+        table = min(load_run(str(path)), key=lambda t: t.rank)  # a directory of ranks: its lowest rank
+        df = transfer_steps(table)
+        write_csv(df, out)
+        print(f"{name} (rank {table.rank}): {len(df)} predictions", flush=True)

@@ -65,39 +65,46 @@ class _ThreadHistory:
         return rec, (int(ctx.proc[op]) if op >= 0 else -1)
 
 
+def _is_stream_wait(sync_kind, name) -> bool:
+    """A sync event that is a stream's wait on an event (not a stream, context or event sync)."""
+    if sync_kind not in (None, "Stream Wait Event") and "Wait" not in str(name):
+        return False
+    return str(sync_kind or name) not in ("Stream Sync", "Context Sync", "Event Sync")
+
+
 def _explicit(ctx: BuildContext, out: EdgeList) -> int:
     t = ctx.table
     rows = np.flatnonzero((t.cat == schema.SYNC) & (t.stream >= 0))
-    n = 0
-    history = None
-    for r in rows:
-        if t.sync_kind[r] not in (None, "Stream Wait Event") and "Wait" not in str(t.name[r]):
-            continue
-        if str(t.sync_kind[r] or t.name[r]) in ("Stream Sync", "Context Sync", "Event Sync"):
-            continue
-        wait_call = ctx.runtime_by_corr.get(int(t.corr[r]), -1)
-        if wait_call < 0:
-            continue
-        dev = int(t.device[r])
-        if t.wait_corr[r] >= 0:
-            record_call = ctx.runtime_by_corr.get(int(t.wait_corr[r]), -1)
-            if record_call < 0:
-                continue
-            src = recorded_op(ctx, record_call, ctx.proc_of_stream(dev, int(t.wait_stream[r])))
-        else:
-            history = history or _ThreadHistory(ctx)
-            record_call, stream_proc = history.record_and_stream(wait_call)
-            if t.wait_stream[r] >= 0:
-                stream_proc = ctx.proc_of_stream(dev, int(t.wait_stream[r]))
-            src = recorded_op(ctx, record_call, stream_proc) if record_call >= 0 else -1
-        waiting = ctx.proc_of_stream(dev, int(t.stream[r]))
-        if src < 0 or waiting < 0:
-            continue
-        dst = ctx.first_launched_after(waiting, ctx.ts[wait_call])
-        if dst >= 0:
-            out.add(src, dst)
-            n += 1
-    return n
+    if not len(rows):
+        return 0
+    kinds = list(zip(t.sync_kind[rows].tolist(), t.name[rows].tolist()))
+    verdict = {k: _is_stream_wait(*k) for k in dict.fromkeys(kinds)}   # once per distinct kind and name
+    rows = rows[np.fromiter(map(verdict.__getitem__, kinds), dtype=bool, count=len(kinds))]
+    wait_call = ctx.runtime_of(t.corr[rows])
+    rows, wait_call = rows[wait_call >= 0], wait_call[wait_call >= 0]
+    dev = t.device[rows].astype(np.int64)
+    src = np.full(len(rows), -1, dtype=np.int64)
+    # the wait names its record call: the op that call captured on the recording stream
+    named = t.wait_corr[rows] >= 0
+    record_call = ctx.runtime_of(t.wait_corr[rows[named]])
+    ok = record_call >= 0
+    procs = ctx.procs_of_streams(dev[named][ok], t.wait_stream[rows[named]][ok])
+    src_named = np.full(int(named.sum()), -1, dtype=np.int64)
+    src_named[ok] = ctx.last_on_streams(procs, "launch", ctx.ts[record_call[ok]])
+    src[named] = src_named
+    # it names only the event: the record is the waiting thread's last one before the wait
+    history = _ThreadHistory(ctx) if (~named).any() else None
+    for i in np.flatnonzero(~named):
+        r = rows[i]
+        rec, stream_proc = history.record_and_stream(int(wait_call[i]))
+        if t.wait_stream[r] >= 0:
+            stream_proc = ctx.proc_of_stream(int(dev[i]), int(t.wait_stream[r]))
+        src[i] = recorded_op(ctx, rec, stream_proc) if rec >= 0 else -1
+    waiting = ctx.procs_of_streams(dev, t.stream[rows])
+    dst = ctx.first_launched_after_many(waiting, ctx.ts[wait_call])
+    keep = (src >= 0) & (waiting >= 0) & (dst >= 0)
+    out.extend(src[keep], dst[keep])
+    return int(keep.sum())
 
 
 def _inferred(ctx: BuildContext, out: EdgeList) -> None:

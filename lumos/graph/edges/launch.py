@@ -18,6 +18,6 @@ from ..context import BuildContext, EdgeList
 
 def launch_edges(ctx: BuildContext) -> EdgeList:
     out = EdgeList()
-    for g in np.flatnonzero(ctx.launcher >= 0):
-        out.add(ctx.launcher[g], g)
+    g = np.flatnonzero(ctx.launcher >= 0)
+    out.extend(ctx.launcher[g], g)
     return out

@@ -10,8 +10,7 @@ def _chains(ctx: BuildContext, want_gpu: int) -> EdgeList:
     for tasks in ctx.proc_tasks:
         if len(tasks) < 2 or ctx.proc_kind[ctx.proc[tasks[0]]] != want_gpu:
             continue
-        for a, b in zip(tasks[:-1], tasks[1:]):
-            out.add(a, b)
+        out.extend(tasks[:-1], tasks[1:])
     return out
 
 

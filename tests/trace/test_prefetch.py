@@ -1,0 +1,75 @@
+"""The start-up prefetch of a command's first trace file: same bytes, once, and never stale."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lumos import prefetch
+from lumos.trace import TraceError, load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+DLRM = ROOT / "resources" / "traces" / "real" / "param" / "dlrm_8rank" / "kineto"
+
+
+def test_take_gives_the_decompressed_bytes_once(tmp_path):
+    src = sorted(DLRM.iterdir())[0]
+    prefetch.start(src)
+    assert prefetch.take(src) == gzip.decompress(src.read_bytes())
+    assert prefetch.take(src) is None   # taken: the next read is the reader's own
+
+
+def test_a_directory_prefetches_its_first_file_only():
+    files = sorted(p for p in DLRM.iterdir() if p.name.endswith(".json.gz"))
+    prefetch.start(DLRM)
+    assert prefetch.take(files[1]) is None
+    assert prefetch.take(files[0]) == gzip.decompress(files[0].read_bytes())
+
+
+def test_a_file_changed_after_the_prefetch_is_read_again(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": []}')
+    prefetch.start(path)
+    prefetch._pending[os.path.realpath(path)][0].join()
+    path.write_text('{"traceEvents": [], "changed": 1}')
+    os.utime(path, ns=(1, 1))
+    assert prefetch.take(path) is None
+
+
+def test_the_reader_gets_the_same_table_and_the_same_errors(tmp_path):
+    src = sorted(DLRM.iterdir())[0]
+    plain = load_trace(src)
+    prefetch.start(src)
+    fetched = load_trace(src)
+    assert len(fetched) == len(plain) and np.array_equal(fetched.ts, plain.ts)
+    assert list(fetched.name) == list(plain.name)
+    assert not prefetch._pending
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b not gzip at all")
+    prefetch.start(bad)
+    with pytest.raises(TraceError, match="cannot decompress"):
+        load_trace(bad)
+    prefetch.start(tmp_path / "missing.json")   # nothing to read: nothing started
+    assert not prefetch._pending
+
+
+def test_the_cli_prefetches_only_a_path_argument(tmp_path, monkeypatch, capsys):
+    from lumos.cli import main
+
+    started = []
+    monkeypatch.setattr(prefetch, "start", started.append)
+    shutil.copy(sorted(DLRM.iterdir())[0], tmp_path / "r.json.gz")
+    monkeypatch.setattr("sys.argv", ["lumos", "replay", str(tmp_path / "r.json.gz"), "--format", "json"])
+    assert main() == 0
+    monkeypatch.setattr("sys.argv", ["lumos", "replay", "--format", "json", str(tmp_path / "r.json.gz")])
+    assert main() == 0
+    assert started == [str(tmp_path / "r.json.gz")]   # a flag first: no prefetch
+    assert main(["replay", str(tmp_path / "r.json.gz"), "--format", "json"]) == 0
+    assert len(started) == 1   # called from Python (a pipeline job): no thread started
+    capsys.readouterr()
+
