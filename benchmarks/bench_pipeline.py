@@ -12,8 +12,9 @@ EMULATED): the median of `--repeat` in-process runs of each stage, beside a bare
   breakdown  `replayed_breakdown`
   write      `write_timeline` of the replayed schedule (gzip JSON)
 Part 2, whole processes (wall time, the median of `--repeat` runs after one warm-up):
-`lumos replay RANK`, `lumos predict BASE --tp 2 --pp 8 --dp 8` (15B 2x2x4 -> 2x8x8) and
-`python -c "import lumos.cli"` (start-up alone).
+`lumos replay RANK` (with and without the start-up prefetch of the trace, `lumos.prefetch`),
+`lumos predict BASE --tp 2 --pp 8 --dp 8` (15B 2x2x4 -> 2x8x8) and `python -c "import lumos.cli"`
+(start-up alone).
 Part 3, batches: the nine scale-out targets of the base predicted in one process (as a pipeline
 `predict_batch_*` job does: `lumos.cli.main` per target, the base loaded and fitted once) against
 nine `lumos predict` processes.
@@ -83,10 +84,10 @@ def stages(path: Path, repeat: int) -> list[tuple[str, float]]:
     return rows
 
 
-def wall(cmd: list[str]) -> float:
+def wall(cmd: list[str], **env: str) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                   env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
     return time.perf_counter() - t0
 
 
@@ -141,14 +142,16 @@ def main() -> None:
     staged = sum(t for n, t in rows if n in ("load", "build", "prepare", "replay", "breakdown"))
     print(f"| load + build + prepare + replay + breakdown | {staged:.3f} | {staged / loads:.2f} |\n")
     py = sys.executable
-    cmds = {"python -c 'import lumos.cli' (start-up)": [py, "-c", "import lumos.cli"],
-            f"lumos replay {args.trace.name}": [py, "-m", "lumos.cli", "replay", str(args.trace), "--format", "json"],
-            "lumos predict 15B 2x2x4 -> 2x8x8": [py, "-m", "lumos.cli", "predict", str(args.base), "--tp", "2",
-                                                 "--pp", "8", "--dp", "8", "--format", "json"]}
+    replay = [py, "-m", "lumos.cli", "replay", str(args.trace), "--format", "json"]
+    cmds = {"python -c 'import lumos.cli' (start-up)": ([py, "-c", "import lumos.cli"], {}),
+            f"lumos replay {args.trace.name}": (replay, {}),
+            f"lumos replay {args.trace.name}, LUMOS_NO_PREFETCH=1": (replay, {"LUMOS_NO_PREFETCH": "1"}),
+            "lumos predict 15B 2x2x4 -> 2x8x8": ([py, "-m", "lumos.cli", "predict", str(args.base), "--tp", "2",
+                                                  "--pp", "8", "--dp", "8", "--format", "json"], {})}
     print(f"| whole process (median of {args.repeat}) | wall s | / orjson.loads |\n|---|---|---|")
-    for label, cmd in cmds.items():
-        wall(cmd)  # warm-up: numba cache, page cache
-        t = statistics.median(wall(cmd) for _ in range(args.repeat))
+    for label, (cmd, env) in cmds.items():
+        wall(cmd, **env)  # warm-up: numba cache, page cache
+        t = statistics.median(wall(cmd, **env) for _ in range(args.repeat))
         print(f"| {label} | {t:.2f} | {t / loads:.2f} |", flush=True)
     separate = sum(statistics.median(wall([py, "-m", "lumos.cli", *predict_argv(args.base, *t)])
                                      for _ in range(args.repeat)) for t in SCALEOUT)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     argv_from_process = argv is None   # run as the `lumos` process, not called from Python
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    if argv_from_process and command in PREFETCH:
+    if argv_from_process and command in PREFETCH and not os.environ.get("LUMOS_NO_PREFETCH"):
         at = argv.index(command) + 1
         if at < len(argv) and not argv[at].startswith("-"):
             from lumos import prefetch

@@ -7,7 +7,8 @@ first file of a path is prefetched, so a directory of many ranks is not held in 
 
 `start(path)` begins; `take(file)` gives the bytes if that file was prefetched and has not
 changed since, else None. A read that fails is dropped: the reader's own read then raises
-its usual error.
+its usual error. `LUMOS_NO_PREFETCH=1` turns it off (`lumos.cli`); measured with it and
+without in `benchmarks/bench_pipeline.py`.
 """
 
 from __future__ import annotations

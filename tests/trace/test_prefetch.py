@@ -71,5 +71,9 @@ def test_the_cli_prefetches_only_a_path_argument(tmp_path, monkeypatch, capsys):
     assert started == [str(tmp_path / "r.json.gz")]   # a flag first: no prefetch
     assert main(["replay", str(tmp_path / "r.json.gz"), "--format", "json"]) == 0
     assert len(started) == 1   # called from Python (a pipeline job): no thread started
+    monkeypatch.setenv("LUMOS_NO_PREFETCH", "1")
+    monkeypatch.setattr("sys.argv", ["lumos", "replay", str(tmp_path / "r.json.gz"), "--format", "json"])
+    assert main() == 0
+    assert len(started) == 1   # switched off
     capsys.readouterr()
 
