@@ -96,7 +96,8 @@ def sync_edges(ctx: BuildContext) -> SyncResult:
     enq = ctx.enqueue_time()
     gpu = np.flatnonzero(ctx.is_gpu)
     n_inferred = n_explicit = 0
-    for v in np.flatnonzero(~ctx.is_gpu & (ctx.cat == schema.RUNTIME)):
+    calls = schema.STREAM_SYNC_CALLS | schema.DEVICE_SYNC_CALLS | schema.EVENT_SYNC_CALLS
+    for v in np.flatnonzero(~ctx.is_gpu & (ctx.cat == schema.RUNTIME) & np.isin(ctx.name, list(calls))):
         name = ctx.name[v]
         rec = records.get(int(ctx.corr[v]))
         if name in schema.STREAM_SYNC_CALLS:

@@ -119,11 +119,11 @@ def stalled_calls(ctx: BuildContext, out: WaitResult, skip: set[int], enq: np.nd
     order = gpu[np.argsort(ctx.end[gpu], kind="stable")]
     ends = ctx.end[order]
     exempt = schema.STREAM_SYNC_CALLS | schema.DEVICE_SYNC_CALLS | schema.EVENT_SYNC_CALLS | schema.POLLING_CALLS
-    for c in runtime:
-        m = med[ctx.name[c]]
-        d = float(ctx.dur[c])
-        if c in skip or ctx.name[c] in exempt or d < STALL_FACTOR * m or d - m < STALL_MIN_EXCESS_US:
-            continue
+    m_of = np.fromiter(map(med.__getitem__, names.tolist()), dtype=np.float64, count=len(names))
+    d_of = ctx.dur[runtime].astype(np.float64)
+    long = ~(d_of < STALL_FACTOR * m_of) & ~(d_of - m_of < STALL_MIN_EXCESS_US)
+    long &= ~np.isin(names, list(exempt)) & ~np.isin(runtime, np.fromiter(skip, dtype=np.int64, count=len(skip)))
+    for c in runtime[long]:   # the calls that took far longer than their name's median
         k = int(np.searchsorted(ends, ctx.end[c] + CLOCK_TOL_US, side="right")) - 1
         while k >= 0 and ends[k] >= ctx.end[c] - STALL_RETURN_US:
             w = int(order[k])
