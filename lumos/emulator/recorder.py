@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from lumos.trace.column_writer import INT, USEC, Fragments, Kind, around_events, encode_rows
+from lumos.trace.column_writer import INT, MAX_NUMBERS, USEC, Fragments, Kind, around_events, encode_rows
 
 CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 41,
         "cudaMemsetAsync": 51, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147,
@@ -182,7 +182,7 @@ class Recorder:
         t, d = (np.concatenate([r[i] for r in rows]) for i in (1, 2))
         index = np.concatenate([np.arange(len(r[1])) for r in rows])
         order = np.lexsort((index, kind, -d, t))   # time, longer first, kind, then recording order
-        numbers = np.zeros((len(kind), 8), dtype=np.int64)
+        numbers = np.zeros((len(kind), MAX_NUMBERS), dtype=np.int64)
         at = 0
         for r in rows:
             m = len(r[1])

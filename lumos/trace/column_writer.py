@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 from numba import njit
 
-__all__ = ["INT", "USEC", "Fragments", "Kind", "around_events", "encode_rows"]
+__all__ = ["INT", "USEC", "MAX_NUMBERS", "Fragments", "Kind", "around_events", "encode_rows"]
 
 INT, USEC = 0, 1          # a number column: plain integer; integer ns written as microseconds
 MAX_NUMBERS = 8           # numbers per event, at most
@@ -106,6 +106,10 @@ def encode_rows(fragments: Fragments, kinds: Sequence[Kind], kind: np.ndarray, h
     numbers = np.ascontiguousarray(numbers, dtype=np.int64)
     if numbers.ndim != 2 or numbers.shape[1] < int(count.max()):
         raise ValueError(f"encode_rows: numbers must be (events, >= {int(count.max())})")
+    # the compiled pass does not check its indices: a bad one would write past the buffer
+    if kind.min() < 0 or kind.max() >= k or head.min() < 0 or head.max() >= len(length) \
+            or tail.min() < -1 or tail.max() >= len(length):
+        raise ValueError("encode_rows: a kind, head or tail index is out of range")
     per_kind = np.bincount(kind, minlength=k)
     fixed = sum(int(per_kind[j]) * (int(length[sep[j, :count[j]]].sum()) + int(length[pre[j]])
                                      + int(length[post[j]]) + _DIGITS * int(count[j])) for j in range(k))

@@ -103,3 +103,6 @@ def test_rows_must_line_up():
     with pytest.raises(ValueError, match="one row per event"):
         encode_rows(fr, (Kind((b"",), (INT,)),), np.zeros(2, dtype=np.int64), np.zeros(1, dtype=np.int64),
                     np.zeros((2, 1), dtype=np.int64), np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="out of range"):
+        encode_rows(fr, (Kind((b"",), (INT,)),), np.zeros(2, dtype=np.int64), np.array([0, 99]),
+                    np.zeros((2, 1), dtype=np.int64), np.full(2, -1, dtype=np.int64))
