@@ -53,9 +53,8 @@ class Recorder:
         cols, parts = [], []    # per event kind: (ts, dur, kind order) arrays; its dicts
 
         def grid(ts, end):
-            a = base_ns + np.rint(np.asarray(ts, dtype=np.float64) * 1000.0).astype(np.int64)
-            b = base_ns + np.rint(np.asarray(end, dtype=np.float64) * 1000.0).astype(np.int64)
-            return a / 1000.0, (b - a) / 1000.0
+            a, d = ns_grid(base_ns, ts, end)
+            return a / 1000.0, d / 1000.0
 
         def add(order, t, d, dicts):
             cols.append((t, d, np.full(len(t), order, dtype=np.int8)))
@@ -132,9 +131,7 @@ class Recorder:
         rows = []   # per kind present: (kind index, ts ns, dur ns, head ids, numbers, tail ids or None)
 
         def grid(ts, end):
-            a = base_ns + np.rint(floats(ts) * 1000.0).astype(np.int64)
-            b = base_ns + np.rint(floats(end) * 1000.0).astype(np.int64)
-            return a, b - a
+            return ns_grid(base_ns, ts, end)
 
         def head(cat, name):
             return b'{"ph":"X","cat":' + orjson.dumps(cat) + b',"name":' + orjson.dumps(name) + b',"pid":'
@@ -191,6 +188,14 @@ class Recorder:
         head_ids = np.concatenate([r[3] for r in rows])
         tail_ids = np.concatenate([r[5] if r[5] is not None else full(len(r[1]), -1) for r in rows])
         return encode_rows(fr, KINDS, kind[order], head_ids[order], numbers[order], tail_ids[order], prefix, suffix)
+
+
+def ns_grid(base_ns: int, ts, end) -> tuple[np.ndarray, np.ndarray]:
+    """Start and duration in integer nanoseconds: both ends rounded to the grid, so a start no
+    earlier than the previous end stays so."""
+    a = base_ns + np.rint(floats(ts) * 1000.0).astype(np.int64)
+    b = base_ns + np.rint(floats(end) * 1000.0).astype(np.int64)
+    return a, b - a
 
 
 def floats(values) -> np.ndarray:

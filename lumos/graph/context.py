@@ -85,7 +85,7 @@ class BuildContext:
         pid, tid = table.pid[ev], table.tid[ev]
         stream, device = table.stream[ev], table.device[ev]
         self.thread_key = np.where(self.is_gpu, -1, pid * (1 << 32) + (tid & 0xFFFFFFFF))
-        self.stream_key = np.where(self.is_gpu, device * (1 << 32) + (stream & 0xFFFFFFFF), -1)
+        self.stream_key = np.where(self.is_gpu, _stream_key(device, stream), -1)
         self.stream = np.where(self.is_gpu, stream, -1)
         self.device = np.where(self.is_gpu, device, -1)
         self.tid = tid
@@ -108,35 +108,29 @@ class BuildContext:
         # launcher of each GPU op (runtime task with the same correlation id)
         self.launcher = np.full(self.n, -1, dtype=np.int64)
         runtime = np.flatnonzero(~self.is_gpu & (self.cat == schema.RUNTIME) & (self.corr >= 0))
-        # the last runtime task of each correlation id (as a dict built in task order keeps it)
+        # the last runtime task of each correlation id (the later of two with one id wins)
         by_id = runtime[np.argsort(self.corr[runtime], kind="stable")]
         ids = self.corr[by_id]
         last = np.r_[ids[1:] != ids[:-1], True] if len(ids) else np.zeros(0, dtype=bool)
-        by_id, ids = by_id[last], ids[last]
+        self._runtime_ids, self._runtime_tasks = ids[last], by_id[last]
         gpu = np.flatnonzero(self.is_gpu)
-        at = np.searchsorted(ids, self.corr[gpu])
-        at_ok = at < len(ids)
-        found = np.zeros(len(gpu), dtype=bool)
-        found[at_ok] = ids[at[at_ok]] == self.corr[gpu[at_ok]]
-        self.launcher[gpu[found]] = by_id[at[found]]
-        self.runtime_by_corr = dict(zip(ids.tolist(), by_id.tolist()))
-        self._runtime_ids, self._runtime_tasks = ids, by_id
+        self.launcher[gpu] = self.runtime_of(self.corr[gpu])
         self._suffix_min: dict[tuple[str, int], np.ndarray] = {}
         self._prefix_max: dict[tuple[str, int], np.ndarray] = {}
 
     def proc_of_stream(self, device: int, stream: int) -> int:
         if not hasattr(self, "_stream_procs"):
             self._stream_procs = {int(k): p for p, (kind, k) in enumerate(zip(self.proc_kind, self.proc_key)) if kind == 1}
-        return self._stream_procs.get(device * (1 << 32) + (stream & 0xFFFFFFFF), -1)
+        return self._stream_procs.get(_stream_key(device, stream), -1)
 
     def runtime_of(self, corr: np.ndarray) -> np.ndarray:
-        """The runtime task of each correlation id (-1: none), as `runtime_by_corr` for many."""
+        """The runtime task of each correlation id (-1: none)."""
         return _lookup(self._runtime_ids, self._runtime_tasks, np.asarray(corr, dtype=np.int64))
 
     def procs_of_streams(self, device: np.ndarray, stream: np.ndarray) -> np.ndarray:
         """`proc_of_stream` for many (device, stream) pairs."""
         gpu = np.flatnonzero(self.proc_kind == 1)
-        key = np.asarray(device, dtype=np.int64) * (1 << 32) + (np.asarray(stream, dtype=np.int64) & 0xFFFFFFFF)
+        key = _stream_key(np.asarray(device, dtype=np.int64), np.asarray(stream, dtype=np.int64))
         return _lookup(self.proc_key[gpu], gpu.astype(np.int64), key)
 
     def last_on_streams(self, procs: np.ndarray, which: str, t: np.ndarray) -> np.ndarray:
@@ -144,8 +138,7 @@ class BuildContext:
         out = np.full(len(procs), -1, dtype=np.int64)
         for p in np.unique(procs[procs >= 0]):
             q = np.flatnonzero(procs == p)
-            self.last_on_stream(int(p), which, -np.inf)   # its suffix minimum, made once
-            k = np.searchsorted(self._suffix_min[(which, int(p))], t[q], side="right") - 1
+            k = np.searchsorted(self._suffix_min_of(which, int(p)), t[q], side="right") - 1
             out[q[k >= 0]] = self.proc_tasks[p][k[k >= 0]]
         return out
 
@@ -154,8 +147,7 @@ class BuildContext:
         out = np.full(len(procs), -1, dtype=np.int64)
         for p in np.unique(procs[procs >= 0]):
             q = np.flatnonzero(procs == p)
-            self.first_launched_after(int(p), np.inf)   # its prefix maximum, made once
-            k = np.searchsorted(self._prefix_max[("launch", int(p))], t[q], side="left")
+            k = np.searchsorted(self._prefix_max_of("launch", int(p)), t[q], side="left")
             ops = self.proc_tasks[p]
             ok = k < len(ops)
             out[q[ok]] = ops[k[ok]]
@@ -186,31 +178,44 @@ class BuildContext:
         """The op furthest along stream `proc` whose enqueue (which='enq') or launch
         (which='launch') time is <= t, or -1. Exact even when those times are not
         monotone along the stream (suffix minimum + binary search)."""
-        key = (which, proc)
-        if key not in self._suffix_min:
-            values = (self.enqueue_time() if which == "enq" else self.launch_time())[self.proc_tasks[proc]]
-            self._suffix_min[key] = np.minimum.accumulate(values[::-1])[::-1]
-        k = int(np.searchsorted(self._suffix_min[key], t, side="right")) - 1
+        k = int(np.searchsorted(self._suffix_min_of(which, proc), t, side="right")) - 1
         return int(self.proc_tasks[proc][k]) if k >= 0 else -1
 
     def last_enqueued(self, proc: int, t: float) -> int:
         """What a sync issued at t finds last on stream `proc`: the end of the stream's
         longest prefix of ops all enqueued by t (a stream is FIFO: an op behind one not
         yet enqueued cannot be waited for). -1 if none."""
-        key = ("enq", proc)
-        if key not in self._prefix_max:
-            self._prefix_max[key] = np.maximum.accumulate(self.enqueue_time()[self.proc_tasks[proc]])
-        k = int(np.searchsorted(self._prefix_max[key], t, side="right")) - 1
+        k = int(np.searchsorted(self._prefix_max_of("enq", proc), t, side="right")) - 1
         return int(self.proc_tasks[proc][k]) if k >= 0 else -1
 
     def first_launched_after(self, proc: int, t: float) -> int:
         """The first op on stream `proc` whose launch call started at or after t, or -1."""
-        key = ("launch", proc)
-        if key not in self._prefix_max:
-            self._prefix_max[key] = np.maximum.accumulate(self.launch_time()[self.proc_tasks[proc]])
-        k = int(np.searchsorted(self._prefix_max[key], t, side="left"))
+        k = int(np.searchsorted(self._prefix_max_of("launch", proc), t, side="left"))
         ops = self.proc_tasks[proc]
         return int(ops[k]) if k < len(ops) else -1
+
+    def _times(self, which: str) -> np.ndarray:
+        return self.enqueue_time() if which == "enq" else self.launch_time()
+
+    def _suffix_min_of(self, which: str, proc: int) -> np.ndarray:
+        """Running minimum from the end of stream `proc` of its ops' enqueue or launch times (made once)."""
+        key = (which, proc)
+        if key not in self._suffix_min:
+            values = self._times(which)[self.proc_tasks[proc]]
+            self._suffix_min[key] = np.minimum.accumulate(values[::-1])[::-1]
+        return self._suffix_min[key]
+
+    def _prefix_max_of(self, which: str, proc: int) -> np.ndarray:
+        """Running maximum along stream `proc` of its ops' enqueue or launch times (made once)."""
+        key = (which, proc)
+        if key not in self._prefix_max:
+            self._prefix_max[key] = np.maximum.accumulate(self._times(which)[self.proc_tasks[proc]])
+        return self._prefix_max[key]
+
+
+def _stream_key(device, stream):
+    """One integer per (device, stream): a GPU processor's key."""
+    return device * (1 << 32) + (stream & 0xFFFFFFFF)
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:

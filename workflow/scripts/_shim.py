@@ -46,6 +46,35 @@ def compose_saved(primary: str, overrides, resolved_path):
     return cfg
 
 
+def compose_saved_to(primary: str, overrides, resolved_paths):
+    """`compose_saved` for a batch that shares one config: composed once, a copy beside each output."""
+    from lumos.trace.atomic import write_text_atomic
+
+    paths = as_list(resolved_paths)
+    cfg = compose_saved(primary, overrides, paths[0])
+    for path in paths[1:]:
+        write_text_atomic(path, Path(paths[0]).read_text())
+    return cfg
+
+
+def emulate_into(cfg, out: Path) -> str:
+    """Emulate a composed config, write its rank traces and manifest under `out` (old ranks removed
+    first: a rerun with fewer ranks must not leave them behind), free it; a line saying what ran."""
+    import gc
+
+    from lumos.emulator import emulate_config, write_result
+
+    for stale in out.glob("rank*.json*"):
+        stale.unlink()
+    result = emulate_config(cfg, progress=False)
+    write_result(result, out)
+    line = (f"emulated {len(result.ranks)} ranks, iteration {result.iteration_us / 1e3:.3f} ms (emulated), "
+            f"wall {result.wall_s:.2f} s")
+    del result
+    gc.collect()   # the next run of the batch starts without the last one's millions of objects
+    return line
+
+
 def run_cli(argv: list[str]) -> str:
     """Run `lumos ARGV` in this process and return what it printed on stdout; fail on a non-zero exit."""
     from lumos.cli import main

@@ -5,17 +5,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
-from _shim import as_list, compose_saved, logged, run_cli, write_json  # noqa: E402
+from _shim import as_list, compose_saved_to, logged, run_cli, write_json  # noqa: E402
 import pipeline_config as pc  # noqa: E402
 
 smk = snakemake  # noqa: F821
 with logged(smk):
-    from lumos.trace.atomic import write_text_atomic
-
-    resolved = as_list(smk.output.resolved)
-    compose_saved("experiment/predict", smk.params.overrides, resolved[0])
-    for path in resolved[1:]:   # one experiment config for the batch; each target keeps its copy
-        write_text_atomic(path, Path(resolved[0]).read_text())
+    compose_saved_to("experiment/predict", smk.params.overrides, smk.output.resolved)   # one for the batch
     base = pc.parse_run(smk.params.base)
     for run, actual, out in zip(smk.params.runs, as_list(smk.input.actual), as_list(smk.output.json)):
         target = pc.parse_run(run)

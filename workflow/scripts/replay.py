@@ -4,16 +4,11 @@ import json
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (set by Snakemake)
-from _shim import as_list, compose_saved, logged, run_cli, write_json  # noqa: E402
+from _shim import as_list, compose_saved_to, logged, run_cli, write_json  # noqa: E402
 
 smk = snakemake  # noqa: F821
 with logged(smk):
-    from lumos.trace.atomic import write_text_atomic
-
-    resolved = as_list(smk.output.resolved)
-    cfg = compose_saved("experiment/replay", smk.params.overrides, resolved[0])
-    for path in resolved[1:]:   # one config for the batch; each trace keeps its copy
-        write_text_atomic(path, open(resolved[0]).read())
+    cfg = compose_saved_to("experiment/replay", smk.params.overrides, smk.output.resolved)   # one for the batch
     sim, abl = cfg.simulator, cfg.ablation
     flags = ["--format", "json", "--engine", str(sim.engine)]
     if sim.name != "lumos":

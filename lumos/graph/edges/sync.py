@@ -121,7 +121,7 @@ def sync_edges(ctx: BuildContext) -> SyncResult:
         elif name in schema.EVENT_SYNC_CALLS:
             g = -1
             if rec is not None and ctx.table.wait_corr[rec] >= 0:
-                record_task = ctx.runtime_by_corr.get(int(ctx.table.wait_corr[rec]), -1)
+                record_task = int(ctx.runtime_of([ctx.table.wait_corr[rec]])[0])
                 dev = ctx.table.device[rec]
                 proc = ctx.proc_of_stream(int(dev), int(ctx.table.wait_stream[rec]))
                 if record_task >= 0:
