@@ -18,9 +18,10 @@ Part 2, whole processes (wall time, the median of `--repeat` runs after one warm
 Part 3, batches: the nine scale-out targets of the base predicted in one process (as a pipeline
 `predict_batch_*` job does: `lumos.cli.main` per target, the base loaded and fitted once) against
 nine `lumos predict` processes.
-Part 4, the emulator's trace writer on one emulated 15B 2x2x4 iteration (seed 0, 2 ranks; EMULATED):
-every rank's events built as dicts and encoded by orjson (`Recorder.events`, the definition) against
-the column-wise encoder (`Recorder.encode`, what `write_result` writes), the same bytes.
+Part 4, the emulator's trace writer on one emulated 15B 2x2x4 iteration (seed 0, 2 ranks; EMULATED;
+`--writer-large`: also 15B 2x16x4 and 175B 8x4x8): every rank's events built as dicts and encoded
+by orjson (`Recorder.events`, the definition) against the column-wise encoder (`Recorder.encode`,
+what `write_result` writes), the same bytes.
 Needs the pipeline's emulated runs (`snakemake --cores 8`) or the paths given.
 """
 
@@ -107,19 +108,28 @@ def batch_in_process(base: Path) -> float:
     return wall([sys.executable, "-c", code])
 
 
-def emulator_write(repeat: int) -> list[tuple[str, float]]:
+WRITER_RUNS = {"15B 2x2x4": ["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4"]}
+WRITER_LARGE = {"15B 2x16x4": ["model=gpt3_15b", "parallel.tp=2", "parallel.pp=16", "parallel.dp=4"],
+                "175B 8x4x8": ["model=gpt3_175b", "parallel.tp=8", "parallel.pp=4", "parallel.dp=8"]}
+
+
+def emulator_write(overrides: list[str], repeat: int) -> tuple[int, int, float, float]:
+    """(ranks, events, dict path s, column-wise s) for one emulated iteration (seed 0), both timed
+    as `write_result` runs them (cyclic collector paused), after one call each (numba's start-up)."""
     from lumos.emulator import emulate
+    from lumos.emulator.emulate import _no_cycle_collection
     from lumos.trace.writer import encode_trace
 
-    result = emulate(["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4", "seed=0"], progress=False)
-    t_dicts, old = median_time(lambda: [encode_trace(result.events(r), result.metadata(r)) for r in result.ranks],
-                               repeat)
-    t_cols, new = median_time(lambda: [result.encode(r).tobytes() for r in result.ranks], repeat)
+    result = emulate(overrides + ["seed=0"], progress=False)
+    with _no_cycle_collection():
+        result.encode(result.ranks[0])
+        t_dicts, old = median_time(lambda: [encode_trace(result.events(r), result.metadata(r))
+                                            for r in result.ranks], repeat)
+        t_cols, new = median_time(lambda: [result.encode(r).tobytes() for r in result.ranks], repeat)
     if old != new:
         raise SystemExit("the column-wise encoder wrote other bytes than the dict path")
     events = sum(len(orjson.loads(b)["traceEvents"]) for b in new)
-    return [("events", events), ("dicts + orjson.dumps (Recorder.events)", t_dicts),
-            ("column-wise (Recorder.encode)", t_cols)]
+    return len(result.ranks), events, t_dicts, t_cols
 
 
 def main() -> None:
@@ -127,6 +137,8 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=RANK)
     ap.add_argument("--base", type=Path, default=BASE)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--writer-large", action="store_true",
+                    help="also time the emulator's writer on 15B 2x16x4 and 175B 8x4x8 (about a minute more)")
     args = ap.parse_args()
     for p in (args.trace, args.base):
         if not p.exists():
@@ -160,14 +172,12 @@ def main() -> None:
     print(f"| nine `lumos predict` processes, summed | {separate:.2f} |")
     print(f"| one process, nine `lumos.cli.main` calls (a `predict_batch_*` job) | {batched:.2f} |")
     print(f"| ratio | {separate / batched:.2f}x |\n", flush=True)
-    rows = emulator_write(args.repeat)
-    events = dict(rows).pop("events")
-    print(f"| emulator trace encode, 15B 2x2x4 seed 0, 2 ranks, {events:,} events (median of {args.repeat}) | s |"
-          "\n|---|---|")
-    for name, t in rows[1:]:
-        print(f"| {name} | {t:.3f} |")
-    print(f"| ratio | {rows[1][1] / rows[2][1]:.1f}x |")
-
+    print(f"| emulator trace encode, seed 0 (EMULATED; median of {args.repeat}) | ranks | events | "
+          "dicts + orjson.dumps s | column-wise s | ratio |\n|---|---|---|---|---|---|")
+    for label, overrides in {**WRITER_RUNS, **(WRITER_LARGE if args.writer_large else {})}.items():
+        ranks, events, t_dicts, t_cols = emulator_write(overrides, args.repeat)
+        print(f"| {label} | {ranks} | {events:,} | {t_dicts:.3f} | {t_cols:.3f} | {t_dicts / t_cols:.1f}x |",
+              flush=True)
 
 if __name__ == "__main__":
     main()
