@@ -1,7 +1,8 @@
 # The Lumos pipeline: `snakemake --cores 8` regenerates every table and figure.
 # Data order: emulate -> replay (real, emulated; Lumos, dPRO-style) -> predict -> ablate -> aggregate -> figures.
 # Beside it: the emulator itself against published measurements (realism), and whether the
-# prediction intervals cover the emulated actual of other seeds (coverage).
+# prediction intervals cover the emulated actual of other seeds (coverage), and predictions from an emulated base
+# against published hardware measurements (endtoend).
 # The sweep is in config/config.yaml; model/cluster/simulator/ablation settings are Hydra groups under config/.
 # See docs/pipeline.md.
 from snakemake.utils import min_version, validate
@@ -36,6 +37,7 @@ rule all:
 include: "workflow/rules/emulate.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/predict.smk"
+include: "workflow/rules/endtoend.smk"
 include: "workflow/rules/h200.smk"
 include: "workflow/rules/speed.smk"
 include: "workflow/rules/transfer.smk"

@@ -3,6 +3,7 @@ emulated cluster ranks them (EMULATED actuals).
 
     python benchmarks/search_check.py [--seeds 3] [--top 5] [--exact-top] [--out /tmp/lumos_search]
     python benchmarks/search_check.py --case 15b --extrapolation    # extrapolated vs whole replays
+    python benchmarks/search_check.py --case 175b_auto --top 0     # issue 29: time the search alone
 
 Default case (issue 14): GPT-3 175B on the A100 profile with vTrain's training setup
 (`cluster=a100_vtrain training=vtrain`: full recomputation, unfused attention), base TP 8 x PP 4 x
@@ -36,6 +37,12 @@ CASES = {
                        "parallel.pp=4", "parallel.dp=8"],
                  search=["--gpus", "512", "--global-batch", "1536", "--micro-batch", "1,2,4,8",
                          "--distributed-optimizer", "--recompute", "full", "--no-flash-attention"]),
+    # issue 29: the A100 175B base of the issue (TP8 PP8 DP8, micro-batch 2, global batch 1536) at the
+    # default granularity (auto: coarse for this run), micro-batch sizes 1-16, memory deciding what fits
+    "175b_auto": dict(base=["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "parallel.tp=8",
+                            "parallel.pp=8", "parallel.dp=8", "model.micro_batch_size=2",
+                            "model.global_batch_size=1536"],
+                      search=["--gpus", "512", "--global-batch", "1536", "--micro-batch", "1,2,4,8,16"]),
     "15b": dict(base=["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4"],
                 search=["--gpus", "64", "--global-batch", "128", "--micro-batch", "1,2"]),
 }
@@ -100,6 +107,11 @@ def main() -> None:
     extrapolated = sum(len(r["replayed_microbatches"]) == 2 for r in fit)
     print(f"{args.case}: {len(rows)} layouts, {len(fit)} fit, {extrapolated} extrapolated; "
           f"lumos search {wall:.1f} s (whole process)", flush=True)
+    if not args.top:    # --top 0: the search's own top five, nothing emulated
+        for r in fit[:5]:
+            print(f"  {r['tp']}x{r['pp']}x{r['dp']} mbs {r['micro_batch']} x {r['microbatches']}: predicted "
+                  f"{r['iteration_us'] / 1e3:.1f} ms, {r['memory_gib_per_gpu']:.1f} GiB/GPU")
+        return
     fixed = [o for o in case["base"] if not o.startswith("parallel.")]
     table = []
     for rank, r in enumerate(fit[:args.top], 1):

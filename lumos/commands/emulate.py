@@ -16,12 +16,14 @@ def register(subparsers) -> None:
                     "model=gpt3_15b parallel.tp=2 parallel.pp=2 parallel.dp=4 seed=3 out=DIR "
                     "[ranks=stage|all] [trace.legacy=true] [emulator.granularity=coarse]")
     p.add_argument("overrides", nargs="*", help="key=value overrides of config/emulate.yaml")
-    p.add_argument("--calibrate", nargs="?", const="table", choices=("table", "vtrain", "fig7"), default=None,
+    p.add_argument("--calibrate", nargs="?", const="table", choices=("table", "vtrain", "fig7", "selene", "all"),
+                   default=None,
                    help="no value: print the calibration table (175B vs the paper's Fig. 1, 15B seed spread, "
-                        "scaling); vtrain | fig7: fit the knobs calibrated on that data set and print before/after "
-                        "(--write records them in config/)")
-    p.add_argument("--write", action="store_true", help="--calibrate vtrain|fig7: record the fitted values")
-    p.add_argument("--max-evals", type=int, metavar="K", help="--calibrate vtrain|fig7: emulator runs the fit may use")
+                        "scaling); vtrain | fig7 | selene: fit the knobs calibrated on that data set and print "
+                        "before/after (--write records them in config/); all: the three fits in turn")
+    p.add_argument("--write", action="store_true", help="--calibrate vtrain|fig7|selene|all: record the fitted values")
+    p.add_argument("--max-evals", type=int, metavar="K",
+                   help="--calibrate vtrain|fig7|selene|all: emulator runs each fit may use")
     p.add_argument("--realism", action="store_true",
                    help="emulate every published measurement (resources/measurements/) and print emulated vs "
                         "measured per data set: n, mean/median/worst |error|, signed mean, Spearman")
@@ -29,7 +31,8 @@ def register(subparsers) -> None:
                                                            "(default: all 1,440)")
     p.add_argument("--workers", type=int, metavar="W", help="--realism: processes (default: every core)")
     p.add_argument("--out", metavar="CSV", help="--realism: write every emulated vs measured row here")
-    p.add_argument("--datasets", metavar="LIST", help="--realism: comma-separated, of fig1,fig7,vtrain_single")
+    p.add_argument("--datasets", metavar="LIST", help="--realism: comma-separated, of fig1,fig7,vtrain_single,"
+                                                            "sc21_table1,sc21_table2,korthikanti_2022")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
     p.set_defaults(func=run, exit_without_teardown=True)
 
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         argv += [f"--{k.replace('_', '-')}={v}" for k in ("max_evals", "sample", "workers") if (v := getattr(args, k))]
         return fit_main(argv)
     if args.write or args.max_evals:
-        raise UserError("--write and --max-evals only go with --calibrate vtrain|fig7")
+        raise UserError("--write and --max-evals only go with --calibrate vtrain|fig7|selene|all")
     realism_flags = [(f"--{k}", v) for k in ("sample", "workers", "out", "datasets")
                      if (v := getattr(args, k)) is not None]
     if args.realism:

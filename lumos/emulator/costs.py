@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from . import nccl
+
 
 class KernelCosts:
     """Roofline durations (us) with shape-dependent GEMM efficiency and wave quantization."""
@@ -62,6 +64,13 @@ class CommCosts:
     Inside a host: ring over NVLink. Across hosts: hierarchical (reduce-scatter on
     NVLink, ring or tree across hosts on each GPU's own NIC, all-gather on NVLink),
     with the NIC shared by concurrent flows and congestion growing with host count.
+
+    `comm.algorithm` picks the latency model and the algorithm: `hier_ring` (the fixed
+    per-step latencies of the cluster file, a tree below `tree_threshold_bytes`) or `nccl`
+    (NCCL's tuner: algorithm and protocol chosen per call by predicted time, `nccl.py`).
+    `flows` is the load already on the NIC a transfer uses, in NICs' worth of flows: with
+    `comm.placement: rail` the other flows of the same GPU, with `shared` the host's pool
+    (`shared_flows`).
     """
 
     def __init__(self, cluster, comm, job_hosts: int):
@@ -70,19 +79,53 @@ class CommCosts:
         self.nvl_lat = cluster.nvlink_step_latency_us
         self.net_lat = cluster.net_step_latency_us
         self.nic = cluster.nic_gbps / 8.0 * 1e3             # bytes per us per GPU (one NIC each)
+        self.nics_per_host = int(getattr(cluster, "nics_per_host", cluster.gpus_per_host))
         self.c = comm
         self.nvl_half = float(comm.nvlink_half_mb or 0.0) * 1e6
         self.congestion = 1.0 + comm.congestion * math.log2(max(job_hosts, 1))
+        self.algorithm = str(comm.algorithm)   # checked by settings.from_config
+        self._choice: dict = {}
 
     def nvl_bw(self, nbytes: float) -> float:
         """NVLink bus bandwidth a collective of this size reaches: NCCL needs large messages to fill
         the links (half of the peak at `nvlink_half_mb`; 0: every size reaches it)."""
         return self.nvl * nbytes / (nbytes + self.nvl_half) if self.nvl_half else self.nvl
 
-    def nic_bw(self, flows: int) -> float:
+    def nic_bw(self, flows: float) -> float:
         return self.nic * self.c.nic_eff / (1 + flows) / self.congestion
 
-    def collective(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int, flows: int) -> float:
+    def shared_flows(self, gpu_flows: float) -> float:
+        """`flows` of a transfer when the host's NICs are one pool (`comm.placement: shared`): `gpu_flows`
+        GPU-to-network flows (this one included) share `nics_per_host` NICs evenly, and no flow runs
+        faster than one NIC (a GPU reaches the network through one PCIe link)."""
+        return max(gpu_flows / self.nics_per_host - 1.0, 0.0)
+
+    def nccl_choice(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int) -> tuple[str, int]:
+        """(algorithm, protocol index) NCCL's tuner picks for this call: the fastest prediction with the
+        NIC to itself (the tuner knows the links, not the traffic of the moment)."""
+        key = (kind, nbytes, n, hosts, per_host)
+        c = self._choice.get(key)
+        if c is None:
+            algo, proto, _t = nccl.choose(kind, nbytes, n, hosts, per_host, self.nvl, self.nvl_half, self.nic_bw(0))
+            c = self._choice[key] = (algo, proto)
+        return c
+
+    def kernel_name(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int) -> str:
+        """The NCCL kernel's name in the trace: it states the algorithm and protocol the call ran."""
+        if kind in ("send", "recv"):
+            return "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+        base = {"allreduce": "AllReduce_Sum_bf16", "allgather": "AllGather",
+                "reduce_scatter": "ReduceScatter_Sum_bf16"}[kind]
+        inter = hosts > 1
+        if self.algorithm == "nccl" and n > 1:
+            algo, proto = self.nccl_choice(kind, nbytes, n, hosts, per_host)
+            proto_name = nccl.PROTOCOLS[proto]
+        else:   # hier_ring: fixed size thresholds
+            proto_name = "LL" if nbytes < 65536 else ("LL128" if nbytes < 8 << 20 else "SIMPLE")
+            algo = "TREE" if (inter and nbytes < self.c.tree_threshold_bytes and kind == "allreduce") else "RING"
+        return f"ncclDevKernel_{base}_{algo}_{proto_name}(ncclDevComm*, unsigned long, ncclWork*)"
+
+    def collective(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int, flows: float) -> float:
         c = self.c
         if kind in ("send", "recv"):
             if hosts <= 1:
@@ -90,6 +133,10 @@ class CommCosts:
             return c.nccl_fixed_us + self.net_lat + nbytes / self.nic_bw(flows)
         if n <= 1:
             return c.nccl_fixed_us
+        if self.algorithm == "nccl":   # NCCL's base latency stands for nccl_fixed_us
+            algo, proto = self.nccl_choice(kind, nbytes, n, hosts, per_host)
+            return nccl.time_us(kind, algo, proto, nbytes, n, hosts, per_host, self.nvl, self.nvl_half,
+                                self.nic_bw(flows))
         both = kind == "allreduce"       # all-reduce = reduce-scatter + all-gather
         if hosts <= 1:
             steps = (n - 1) * (2 if both else 1)

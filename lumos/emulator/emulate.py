@@ -22,7 +22,7 @@ from lumos.trace.writer import write_encoded
 
 from .costs import CommCosts, KernelCosts
 from .engine import Device, Fabric, Rand
-from .program import Program
+from .program import Program, granularity_level
 from .progress import Progress
 from .rank import RankProgram
 from .recorder import Recorder
@@ -117,7 +117,8 @@ def emulate_config(cfg: DictConfig, progress: bool | None = None) -> EmulationRe
 def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
     t_wall = time.perf_counter()
     s = from_config(cfg)
-    topo = Topology(s.tp, s.pp, s.dp, s.cluster.gpus_per_host)
+    topo = Topology(s.tp, s.pp, s.dp, s.cluster.gpus_per_host,
+                    model_parallel_group=s.knobs.schedule.grad_norm_group == "model_parallel")
     ranks = list(range(s.world_size)) if s.ranks == "all" else topo.stage_reps()
     topo.set_emulated(ranks)
     root = np.random.SeedSequence([s.seed, 0x1A705])
@@ -231,6 +232,7 @@ def write_result(result: EmulationResult, out: str | os.PathLike) -> list[Path]:
         "parallel": {"tp": s.tp, "pp": s.pp, "dp": s.dp},
         "num_microbatches": s.model.num_microbatches,
         "global_batch_size": s.model.global_batch_size,
+        "granularity": granularity_level(s),   # what `auto` resolved to (coarse traces lack element-wise ops)
         "iteration_us": result.iteration_us,
         "wall_s": round(result.wall_s + time.perf_counter() - t0, 3),
     }

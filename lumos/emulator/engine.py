@@ -126,6 +126,7 @@ class Device:
     """One emulated GPU: its streams, its speed, and whether NCCL currently holds SMs."""
 
     STREAMS = (7, 20, 24, 28, 32)
+    MP_STREAM = 36            # only with schedule.grad_norm_group: model_parallel (rank.MP_S)
 
     def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric):
         self.env, self.rank, self.slowness = env, rank, slowness
@@ -134,7 +135,8 @@ class Device:
         self.rand, self.recorder, self.fabric = rand, recorder, fabric
         self.active_comm = 0
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
-        self.streams = {sid: Stream(self, sid) for sid in self.STREAMS}
+        sids = self.STREAMS + ((self.MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ())
+        self.streams = {sid: Stream(self, sid) for sid in sids}
 
 
 class _Meeting:
@@ -153,7 +155,13 @@ class Fabric:
     grows with the compute time since the group last synchronized: (its slowness / ours
     - 1) * compute plus a random walk of its own kernel jitter. DP peers live in other
     pipelines (whose pace is set by their slowest rank), so their drift accumulates over
-    the whole iteration.
+    the whole iteration. A model-parallel group (TP x PP) holds one emulated rank per stage;
+    the virtual TP peers of each stage lag that stage's rank, since their last TP collective.
+
+    NIC sharing (`comm.placement`): `rail` keeps the end times of the inter-host flows of each
+    GPU's own NIC; `shared` keeps those of each host's pool of NICs, each flow weighted by the
+    GPUs it stands for (a stage's emulated rank stands for every rank of its stage on its host,
+    which run the same call on their own groups at the same time).
     """
 
     def __init__(self, env, topo, slowness, knobs, comm_costs, rng):
@@ -168,7 +176,10 @@ class Fabric:
         self.peer_tau = knobs.peers.noise_tau_us
         self.pending: dict = {}
         self.last_busy: dict = {}
-        self.nic: dict[int, list] = {}
+        self.nic: dict[int, list] = {}          # rail: rank -> end times of its NIC's flows
+        self.shared = knobs.comm.placement == "shared"
+        self.host_nic: dict[int, list] = {}     # shared: host -> [(end time, GPUs it stands for)]
+        self._weights: dict = {}                # (group, rank) -> GPUs of the host one flow stands for
         self.emulated = set(topo.emulated)
         self.rng = rng
         self._ratios: dict = {}   # (group, rank) -> relative slowness of its virtual peers
@@ -212,7 +223,9 @@ class Fabric:
             virtual = np.array(virtual, dtype=np.int64)
         else:
             virtual = g.virtual
-        if len(virtual):
+        if g.kind == "mp" and len(virtual):
+            t_sync = self._mp_sync(m, g, virtual, t_sync)
+        elif len(virtual):
             if g.kind == "dp":
                 work = busy
             else:
@@ -225,7 +238,9 @@ class Fabric:
             self.last_busy[(g.key, a[1])] = a[3]
         inter = g.hosts > 1
         flows = 0
-        if inter:
+        if inter and self.shared:
+            flows, own = self._pool_flows(m, g, t_sync)
+        elif inter:
             for a in m.arrivals:
                 lst = self.nic.get(a[1])
                 if lst:
@@ -237,9 +252,51 @@ class Fabric:
             dur = self._cost[shape] = self.costs.collective(*shape)
         dur *= comm.repeat
         t_end = t_sync + dur * self.rand.lognormal(self.comm_sigma / math.sqrt(comm.repeat))
-        if inter:
+        if inter and self.shared:
+            for h, w in own.items():
+                self.host_nic.setdefault(h, []).append((t_end, w))
+        elif inter:
             for a in m.arrivals:
                 self.nic.setdefault(a[1], []).append(t_end)
         ev = m.event
         tmo = self.env.timeout(t_end - self.env.now)
         tmo.callbacks.append(lambda _e, ev=ev: ev.succeed())
+
+    def _mp_sync(self, m: _Meeting, g, virtual: np.ndarray, t_sync: float) -> float:
+        """Arrival of a model-parallel group's virtual ranks: each stage's TP peers lag that stage's
+        emulated rank by the drift since their last TP collective (the stages themselves are real)."""
+        topo = self.topo
+        stage_of = {topo.coords(a[1])[0]: a for a in m.arrivals}
+        v_stage = np.array([topo.coords(int(v))[0] for v in virtual])
+        for s in sorted(set(v_stage.tolist())):
+            a = stage_of.get(s) or max(m.arrivals)
+            _t, ref, ready, busy = a
+            peers = virtual[v_stage == s]
+            work = max(busy - self.last_busy.get((topo.tp_group(ref).key, ref), 0.0), 0.0)
+            z = self.rng.standard_normal(len(peers))
+            ratio = self.slow[peers] / self.slow[ref] - 1.0   # once per iteration: not cached
+            lag = work * ratio + z * self.peer_sigma * math.sqrt(work * self.peer_tau)
+            t_sync = max(t_sync, ready + float(lag.max()))
+        return t_sync
+
+    def _pool_flows(self, m: _Meeting, g, t_sync: float) -> tuple[float, dict]:
+        """`flows` of a transfer over pooled NICs: the busiest host among the emulated peers' hosts, with
+        the GPU-flows already running there and those of this call (every copy of it on that host)."""
+        own: dict[int, float] = {}
+        for a in m.arrivals:
+            key = (g.key, a[1])
+            w = self._weights.get(key)
+            if w is None:
+                n, n_em = self.topo.copies_on_host(g, a[1])
+                w = self._weights[key] = n / max(n_em, 1)
+            h = self.topo.host(a[1])
+            own[h] = own.get(h, 0.0) + w
+        flows = 0.0
+        for h, w in own.items():
+            lst = self.host_nic.get(h)
+            active = 0.0
+            if lst:
+                lst[:] = [e for e in lst if e[0] > t_sync]
+                active = sum(x[1] for x in lst)
+            flows = max(flows, self.costs.shared_flows(active + w))
+        return flows, own

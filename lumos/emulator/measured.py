@@ -14,6 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2] / "resources" / "measurements"
 VTRAIN_CSV = ROOT / "vtrain_a100" / "ground_truth_single.csv"
 FIG7_CSV = ROOT / "lumos_fig7" / "fig7_measured_calibration.csv"
+SC21_T1_CSV = ROOT / "megatron_sc21" / "table1_weak_scaling.csv"
+SC21_T2_CSV = ROOT / "megatron_sc21" / "table2_ptdp_vs_zero3.csv"
+KORTHIKANTI_CSV = ROOT / "korthikanti_2022" / "table5_iteration_time.csv"
+SEQ, VOCAB = 2048, 51200   # both Selene papers: sequence 2048, vocabulary 51,200
 PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
 
 # The paper's Fig. 1: GPT-3 175B at TP8 PP4 DP8 on H100s, measured breakdown in ms.
@@ -32,6 +36,7 @@ class Point:
     total_ms: float
     parts_ms: dict = field(default_factory=dict)   # the breakdown, where it was measured
     strata: tuple = ()                             # what a stratified sample balances
+    model: str = ""                                # the model it trains: layouts are ranked per model
 
 
 VTRAIN_COLS = ("# GPUs", "global batch", "micro batch", "hidden size", "attention heads", "# layers",
@@ -85,6 +90,63 @@ def fig7_points(path: Path = FIG7_CSV) -> list[Point]:
 def fig1_point() -> Point:
     return Point("fig1", "175B 8x4x8", ("model=gpt3_175b", "parallel=paper_175b"), FIG1["total"],
                  {k: FIG1[k] for k in PARTS})
+
+
+def _commented_rows(path: Path, need: tuple) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    missing = [c for c in need if rows and c not in rows[0]]
+    if not rows or missing:
+        raise MeasurementError(f"{path}: no rows, or columns {missing} missing")
+    return rows
+
+
+def megatron_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:
+    """FLOPs of one iteration with activation recomputation, Narayanan et al. (SC'21) eq. (3): the count
+    their achieved teraFLOP/s are stated in, so iteration time = this / (GPUs x achieved FLOP/s)."""
+    return 96.0 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def selene_overrides(layers: int, hidden: int, heads: int, tp: int, pp: int, dp: int, gbs: int, mbs: int) -> tuple:
+    """A Selene GPT configuration (Megatron-LM of 2021-22: full recomputation, FFN 4 x hidden)."""
+    return ("cluster=a100_selene", "training=megatron_sc21", "model=gpt3_175b", "model.name=selene_gpt",
+            f"model.num_layers={layers}", f"model.hidden={hidden}", f"model.ffn_hidden={4 * hidden}",
+            f"model.num_heads={heads}", f"model.head_dim={hidden // heads}", f"model.seq_length={SEQ}",
+            f"model.vocab_size={VOCAB}", f"model.micro_batch_size={mbs}", f"model.global_batch_size={gbs}",
+            f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}")
+
+
+def _selene_point(dataset: str, path: Path, line: int, r: dict, mbs: int, total_ms: float) -> Point:
+    L, h, a = int(r["layers"]), int(r["hidden"]), int(r["heads"])
+    tp, pp, gpus, gbs = int(r["tp"]), int(r["pp"]), int(r["gpus"]), int(r["global_batch"])
+    dp, rest = divmod(gpus, tp * pp)
+    if rest or gbs % (mbs * dp) or total_ms <= 0:
+        raise MeasurementError(f"{path}: line {line}: {gpus} GPUs is not a multiple of tp*pp={tp * pp}, or batch "
+                               f"{gbs} is not a multiple of micro-batch x DP, or time {total_ms} <= 0")
+    return Point(dataset, f"{r['params_b']}B_{tp}x{pp}x{dp}", selene_overrides(L, h, a, tp, pp, dp, gbs, mbs),
+                 total_ms, strata=(r["params_b"],), model=f"{r['params_b']}B")
+
+
+def sc21_points(table: int = 1) -> list[Point]:
+    """Narayanan et al. SC'21 Table 1 (weak scaling) or Table 2 (PTD-P strong scaling): iteration times
+    from the printed per-GPU throughput. Table 1 prints no micro-batch size: 1 is assumed."""
+    path = SC21_T1_CSV if table == 1 else SC21_T2_CSV
+    rows = _commented_rows(path, ("params_b", "layers", "hidden", "heads", "tp", "pp", "gpus", "global_batch",
+                                  "tflops_per_gpu"))
+    out = []
+    for i, r in enumerate(rows, start=2):
+        flops = megatron_flops(int(r["global_batch"]), int(r["layers"]), int(r["hidden"]))
+        ms = 1e3 * flops / (int(r["gpus"]) * float(r["tflops_per_gpu"]) * 1e12)
+        out.append(_selene_point(f"sc21_table{table}", path, i, r, int(r.get("micro_batch") or 1), ms))
+    return out
+
+
+def korthikanti_points(path: Path = KORTHIKANTI_CSV) -> list[Point]:
+    """Korthikanti et al. 2022 Table 5, the full-recomputation baseline (no sequence parallelism)."""
+    rows = _commented_rows(path, ("params_b", "layers", "hidden", "heads", "tp", "pp", "gpus", "global_batch",
+                                  "micro_batch", "full_recompute_s"))
+    return [_selene_point("korthikanti_2022", path, i, r, int(r["micro_batch"]), 1e3 * float(r["full_recompute_s"]))
+            for i, r in enumerate(rows, start=2)]
 
 
 def stratified(points: list[Point], n: int, seed: int = 0) -> list[Point]:

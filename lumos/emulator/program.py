@@ -296,6 +296,10 @@ class Program:
         """At coarse granularity, fold element-wise ops into the neighbouring GEMM/attention op."""
         if not self.coarse:
             return tuple(steps)
+        if not any(isinstance(st, OpSpec) and st.heavy for st in steps):
+            # nothing to fold into (the embedding: a lookup and its TP all-reduce): the block stays as
+            # it is, or its element-wise kernels would be lost
+            return tuple(self._segments(list(steps)) if self.level in ("segment", "stage") else steps)
         out, pending = [], []
         for st in steps:
             if isinstance(st, OpSpec) and not st.heavy and st.kernels[0].cat == "kernel":

@@ -13,16 +13,7 @@ from .engine import COMM, COMPUTE, WAIT, Comm, Item
 from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
-
-
-def _nccl_name(kind: str, nbytes: float, inter: bool) -> str:
-    if kind in ("send", "recv"):
-        return "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
-    proto = "LL" if nbytes < 65536 else ("LL128" if nbytes < 8 << 20 else "SIMPLE")
-    algo = "TREE" if (inter and nbytes < 262144) else "RING"
-    base = {"allreduce": "AllReduce_Sum_bf16", "allgather": "AllGather",
-            "reduce_scatter": "ReduceScatter_Sum_bf16"}[kind]
-    return f"ncclDevKernel_{base}_{algo}_{proto}(ncclDevComm*, unsigned long, ncclWork*)"
+MP_S = 36   # the model-parallel group's NCCL stream (schedule.grad_norm_group: model_parallel)
 
 
 class Thread:
@@ -55,8 +46,15 @@ class RankProgram:
         recorder.threads[pid + 1] = "autograd thread (device 0)"
         self.tp_group = self.topo.tp_group(rank)
         self.dp_group = self.topo.dp_group(rank)
+        self.ccost = device.fabric.costs
+        sched = s.knobs.schedule
+        # the grad-norm all-reduce: over the TP group, or Megatron's model-parallel group (TP x PP)
+        self.norm_group = self.topo.mp_group(rank) if sched.grad_norm_group == "model_parallel" else self.tp_group
         self.seq: dict = {}
         self.act_elems = s.model.seq_length * s.model.micro_batch_size * s.model.hidden
+        # Megatron's scatter/gather of pipeline p2p: each TP rank sends 1/tp of the activation, the receiver
+        # all-gathers it over the TP group (only where tp divides it; with tp 1 there is nothing to split)
+        self.p2p_split = s.tp if (sched.p2p_scatter_gather and s.tp > 1 and self.act_elems % s.tp == 0) else 1
         self.grad_bytes = s.knobs.comm.grad_dtype_bytes
         tr = s.training
         self.recompute = tr.recompute == "full"
@@ -150,7 +148,9 @@ class RankProgram:
                                               "device": self.dev.rank % 8}))
 
     # -- communication ------------------------------------------------------------
-    def _comm(self, group, kind: str, nelems: int, src=-1, dst=-1, repeat: int = 1) -> Comm:
+    def _comm(self, group, kind: str, nelems: int, src=-1, dst=-1, repeat: int = 1, name: str | None = None) -> Comm:
+        """One call on `group`; `nelems` is the message (all-gather: the gathered output, each rank
+        contributing an n-th of it)."""
         if kind in ("send", "recv"):
             ck = (group.key, src, dst)
         else:
@@ -158,7 +158,8 @@ class RankProgram:
         n = self.seq.get(ck, 0)
         self.seq[ck] = n + 1
         nbytes = nelems * 2.0 if kind != "allreduce" or group.kind != "dp" else nelems * self.grad_bytes
-        args = {"Collective name": kind, "In msg nelems": nelems if kind != "recv" else 0,
+        in_elems = nelems // len(group.ranks) if kind == "allgather" else nelems
+        args = {"Collective name": name or kind, "In msg nelems": in_elems if kind != "recv" else 0,
                 "Out msg nelems": nelems if kind != "send" else 0, "Group size": len(group.ranks),
                 "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
                 "Process Group Name": group.name, "Process Group Description": f"{group.kind}_group",
@@ -176,7 +177,8 @@ class RankProgram:
         a["Input Dims"] = [[a["In msg nelems"] or a["Out msg nelems"]]]
         self.op_begin(th, "record_param_comms", a, gap)
         self.wait(th, sid, self.record(th, COMPUTE_S))
-        spec = KSpec(_nccl_name(comm.kind, comm.nbytes, comm.group.hosts > 1), 0.0)
+        g = comm.group
+        spec = KSpec(self.ccost.kernel_name(comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host), 0.0)
         self.launch(th, sid, spec, comm)
         end = self.record(th, sid)
         self.op_end(th)
@@ -307,7 +309,7 @@ class RankProgram:
         self.op_begin(th, "c10d::batch_isend_irecv", {"Input Dims": [[]], "Input type": [""]})
         ends = []
         for kind, peer, src, dst in ops:
-            comm = self._comm(topo.pp_channel(self.rank, peer), kind, self.act_elems, src, dst)
+            comm = self._comm(topo.pp_channel(self.rank, peer), kind, self.act_elems // self.p2p_split, src, dst)
             sid = SEND_S if kind == "send" else RECV_S
             ends.append(self._comm_op(th, sid, comm, "c10d::send" if kind == "send" else "c10d::recv_"))
         self._wait_op(th, ends)
@@ -315,6 +317,11 @@ class RankProgram:
             for sid in sorted({SEND_S if k == "send" else RECV_S for k, *_ in ops}):
                 yield from self.stream_sync(th, sid)
         self.op_end(th)
+        if self.p2p_split > 1:   # gather_split_1d_tensor: torch.distributed._all_gather_base over the TP group
+            for peer in (prev, nxt):   # Megatron gathers tensor_recv_prev, then tensor_recv_next
+                if any(k == "recv" and p == peer for k, p, *_ in ops):
+                    comm = self._comm(self.tp_group, "allgather", self.act_elems, name="_allgather_base")
+                    self._wait_op(th, [self._comm_op(th, TP_S, comm, "c10d::_allgather_base_")])
 
     # -- the iteration ------------------------------------------------------------
     def run(self):
@@ -363,7 +370,8 @@ class RankProgram:
         self.op_begin(th, "aten::_foreach_norm", {"Input Dims": [[int(self.stage_params)]], "Input type": ["float"]})
         self.launch(th, COMPUTE_S, norm)
         self.op_end(th)
-        self.tp_allreduce(th, 1, overlap=False)
+        sid = TP_S if self.norm_group is self.tp_group else MP_S   # a process group of its own: its own stream
+        self._wait_op(th, [self._comm_op(th, sid, self._comm(self.norm_group, "allreduce", 1), "c10d::allreduce_")])
         yield from self._item(th)
         th.t += self._jit_block(self.h.optimizer_python_us)   # clip factor, param groups, lr schedule
         for c in range(chunks):

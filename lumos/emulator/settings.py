@@ -84,6 +84,19 @@ def _training(c: dict) -> dict:
 
 MICROBATCH_RULES = ("tp_x_pp", "fixed")
 
+# the switchable multi-node physics (config/emulator/default.yaml says where each comes from)
+KNOB_CHOICES = {("comm", "algorithm"): ("hier_ring", "nccl"),
+                ("comm", "placement"): ("rail", "shared"),
+                ("schedule", "grad_norm_group"): ("tp", "model_parallel"),
+                ("schedule", "p2p_scatter_gather"): (False, True)}
+
+
+def _check_choices(knobs: dict) -> None:
+    for (group, key), allowed in KNOB_CHOICES.items():
+        v = knobs[group][key]
+        if v not in allowed or (isinstance(allowed[0], bool) and not isinstance(v, bool)):
+            raise SettingsError(f"emulator.{group}.{key} must be one of {', '.join(map(str, allowed))}, got {v!r}")
+
 
 def _microbatches(m: dict, mbs: int, tp: int, pp: int, dp: int) -> tuple[int, int]:
     """Micro-batches per pipeline and the global batch, as (num_microbatches, global_batch_size).
@@ -123,6 +136,7 @@ def from_config(cfg: DictConfig) -> Settings:
         m["ffn_hidden"] = int(round(float(training["ffn_ratio"]) * int(m["hidden"])))
     knobs = _merge(c["emulator"], (c["cluster"].get("emulator") or {}), "cluster.emulator")
     knobs = _merge(knobs, ((c.get("training") or {}).get("emulator") or {}), "training.emulator")
+    _check_choices(knobs)
     tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
     if min(tp, pp, dp) < 1:
         raise SettingsError(f"parallel degrees must be >= 1, got tp={tp} pp={pp} dp={dp}")

@@ -15,7 +15,7 @@ import numpy as np
 class Group:
     """A NCCL communicator: its ranks, how many hosts it spans, and who is emulated in full."""
 
-    kind: str                 # tp | dp | pp (2-rank pipeline channel)
+    kind: str                 # tp | dp | pp (2-rank pipeline channel) | mp (model-parallel: TP x PP)
     key: tuple
     name: str                 # "Process Group Name" (a number, as PyTorch writes it)
     ranks: tuple
@@ -33,8 +33,12 @@ class Group:
 
 
 class Topology:
-    def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int):
+    """`model_parallel_group`: the job also creates Megatron's model-parallel groups (TP x PP ranks of one
+    DP index, for the grad-norm all-reduce); they are then listed in each rank's `pg_config`."""
+
+    def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int, model_parallel_group: bool = False):
         self.tp, self.pp, self.dp, self.gph = tp, pp, dp, gpus_per_host
+        self.with_mp = model_parallel_group
         self.world = tp * pp * dp
         self.hosts = -(-self.world // gpus_per_host)
         self._groups: dict[tuple, Group] = {}
@@ -90,6 +94,35 @@ class Topology:
         number = base + (d * self.tp + t) * max(self.pp - 1, 1) + s
         return self._make("pp", ("pp", lo, hi), (lo, hi), number)
 
+    def mp_group(self, rank: int) -> Group:
+        """Megatron's model-parallel group: every TP and PP rank of one data-parallel index (numbered after
+        the pipeline channels)."""
+        _, d, _ = self.coords(rank)
+        ranks = tuple(self.rank(s, d, t) for s in range(self.pp) for t in range(self.tp))
+        base = 1 + self.pp * self.dp + self.pp * self.tp + self.dp * self.tp * max(self.pp - 1, 1)
+        return self._make("mp", ("mp", d), tuple(sorted(ranks)), base + d)
+
+    def copies_on_host(self, g: Group, rank: int) -> tuple[int, int]:
+        """(GPUs of `rank`'s host that run this call of `g` across hosts at once, how many of them are emulated).
+
+        Every rank of a pipeline stage runs the same program, so each of them makes the same call on its
+        own group (its own DP ring, its own pipeline channel); of a pipeline channel, only the ranks whose
+        partner is on another host leave the host."""
+        h = self.host(rank)
+        stage = self.coords(rank)[0]
+        other = None
+        if g.kind == "pp":
+            other = self.coords(g.ranks[0] if g.ranks[1] == rank else g.ranks[1])[0]
+        em = set(self.emulated)
+        n = n_em = 0
+        for q in range(h * self.gph, min((h + 1) * self.gph, self.world)):
+            s, d, t = self.coords(q)
+            if s != stage or (other is not None and self.host(self.rank(other, d, t)) == h):
+                continue
+            n += 1
+            n_em += q in em
+        return n, n_em
+
     def pg_config(self, rank: int) -> list[dict]:
         out = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
                 "pg_size": self.world, "ranks": list(range(self.world))}]
@@ -98,6 +131,8 @@ class Topology:
         for nb in (s - 1, s + 1):
             if 0 <= nb < self.pp:
                 groups.append(self.pp_channel(rank, self.rank(nb, d, t)))
+        if self.with_mp:
+            groups.append(self.mp_group(rank))
         for g in groups:
             out.append({"pg_name": g.name, "pg_desc": f"{g.kind}_group", "backend_config": "cuda:nccl",
                         "pg_size": len(g.ranks), "ranks": list(g.ranks)})

@@ -6,7 +6,9 @@
 - `prediction_figure`: stacked actual / predicted bars per configuration (Fig. 7 and Fig. 8 analogues);
 - `ablation_figure`: iteration error per ablation variant with 95% CIs;
 - `error_ci_figure`: mean |error| with 95% CIs beside the run-to-run spread (2 x CV);
-- `realism_figure`: emulated vs measured iteration time of every published configuration (log-log).
+- `realism_figure`: emulated vs measured iteration time of every published configuration (log-log);
+- `endtoend_figure`: predicted from an emulated base vs measured on hardware, per target, beside the
+  peer's own published error.
 Each takes the pipeline's data/tables frames, so a figure can be redrawn from the CSVs alone.
 """
 
@@ -310,7 +312,10 @@ def error_ci_figure(table: pd.DataFrame):
 # ---- emulator realism --------------------------------------------------------------------------
 
 REALISM_STYLE = {"fig1": ("#C44E52", "D", "Fig. 1 (175B, H100)"), "fig7": ("#DD8452", "s", "Fig. 7 (15B, H100)"),
-                 "vtrain_single": ("#4C72B0", "o", "vTrain single node (A100)")}
+                 "vtrain_single": ("#4C72B0", "o", "vTrain single node (A100)"),
+                 "sc21_table1": ("#55A868", "^", "Megatron SC'21 Tab. 1 (A100, 32-3072)"),
+                 "sc21_table2": ("#8172B3", "v", "Megatron SC'21 Tab. 2 (A100, 384-2240)"),
+                 "korthikanti_2022": ("#937860", "P", "Korthikanti'22 (A100, 8-512)")}
 REALISM_BAND = 0.10   # the shaded band: emulated within +-10% of measured
 
 
@@ -382,4 +387,75 @@ def coverage_figure(table: pd.DataFrame):
     ax.legend(fontsize=7, loc="lower right")
     _emulated_note(ax)
     fig.tight_layout()
+    return fig
+
+
+# ---- prediction vs hardware (issue 29) -----------------------------------------------------------
+
+ENDTOEND_NOTE = ("P: lumos predict from an EMULATED base (mean over its seeds, 95% CI); "
+                 "M: MEASURED on hardware (published)")
+
+
+def endtoend_figure(table: pd.DataFrame):
+    """Per data set, per target: measured (M) and predicted (P) bars, stacked by part where the breakdown
+    was measured; above each pair our error (95% CI) and the peer's own published |error|.
+
+    `table`: the `endtoend` table (`lumos.report.endtoend.endtoend_table`); its summary rows give each
+    panel's mean |error|.
+    """
+    targets = table[table["row"] == "target"]
+    datasets = list(dict.fromkeys(targets["dataset"]))
+    widths = [max(4.5, 1.6 * (targets["dataset"] == d).sum() + 1.5) for d in datasets]
+    fig, axes = plt.subplots(1, len(datasets), figsize=(sum(widths), 4.8), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
+    for ax, ds in zip(axes[0], datasets):
+        t = targets[targets["dataset"] == ds].reset_index(drop=True)
+        x = np.arange(len(t))
+        w = 0.36
+        has_parts = bool(np.isfinite(t[[f"measured_{p}_ms" for p in COMPONENT_PARTS]].to_numpy(float)).all())
+        for offset, who in ((-w / 2 - 0.01, "measured"), (w / 2 + 0.01, "predicted")):
+            cols = {p: f"{who}_{p}_ms" + ("_mean" if who == "predicted" else "") for p in COMPONENT_PARTS}
+            if has_parts:
+                bottom = np.zeros(len(t))
+                for part in COMPONENT_PARTS:
+                    vals = t[cols[part]].to_numpy(dtype=float)
+                    ax.bar(x + offset, vals, w, bottom=bottom, color=COLORS[part],
+                           label=COMPONENT_LABELS[part] if who == "measured" else None,
+                           hatch="//" if who == "predicted" else None, edgecolor="white", linewidth=0.5)
+                    bottom += vals
+            else:
+                total = f"{who}_iteration_ms" + ("_mean" if who == "predicted" else "")
+                ax.bar(x + offset, t[total].to_numpy(dtype=float), w, color="#9A9A9A",
+                       hatch="//" if who == "predicted" else None, edgecolor="white", linewidth=0.5,
+                       label="iteration (no breakdown measured)" if who == "measured" else None)
+        mean = t["predicted_iteration_ms_mean"].to_numpy(dtype=float)
+        lo = np.nan_to_num(mean - t["predicted_iteration_ms_lo"].to_numpy(dtype=float), nan=0.0)
+        hi = np.nan_to_num(t["predicted_iteration_ms_hi"].to_numpy(dtype=float) - mean, nan=0.0)
+        ax.errorbar(x + w / 2 + 0.01, mean, yerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], fmt="none",
+                    ecolor="#111111", capsize=3, lw=1.0)
+        top = np.maximum(t["measured_iteration_ms"].to_numpy(dtype=float), mean + hi)
+        for xi, tp, (_, r) in zip(x, top, t.iterrows()):
+            for xo, label in ((xi - w / 2 - 0.01, "M"), (xi + w / 2 + 0.01, "P")):
+                ax.text(xo, tp * 1.005, label, ha="center", va="bottom", fontsize=7)
+            ci = ""
+            if np.isfinite(r["error_pct_lo"]) and np.isfinite(r["error_pct_hi"]):
+                ci = f" [{r['error_pct_lo']:+.1f}, {r['error_pct_hi']:+.1f}]"
+            peer = "" if r["peer_error"] == "-" else f"\n{r['peer']} {r['peer_error'].rsplit(' (', 1)[0]}"
+            ax.text(xi, tp * 1.05, f"ours {r['error_pct_mean']:+.1f}%{ci}{peer}", ha="center", va="bottom",
+                    fontsize=7)
+        ax.set_xticks(x, [f"{r['target']}\n(n={int(r['n'])})" for _, r in t.iterrows()], fontsize=8)
+        ax.set_ylabel("iteration time (ms)")
+        ax.set_ylim(0, float(np.nanmax(top)) * 1.32)
+        summary = table[(table["row"] == "summary") & (table["dataset"] == ds)]
+        line = ""
+        if len(summary):
+            s = summary.iloc[0]
+            peer = "" if s["peer_error"] == "-" else f"; {s['peer']} {s['peer_error']}"
+            line = f"\nmean |error| ours {s['abs_error_pct_mean']:.2f}% over {int(s['n'])} layouts{peer}"
+        rests = t["rests_on"].iloc[0].replace(" vs MEASURED", "\nvs MEASURED")   # two lines: panels sit side by side
+        ax.set_title(f"{ds}, base {t['base'].iloc[0]}: {rests}{line}", fontsize=8)
+        ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.suptitle("Prediction vs hardware: lumos predict from an emulated base vs measured (published)", fontsize=10)
+    fig.tight_layout()
+    fig.text(0.995, 0.0, ENDTOEND_NOTE, ha="right", va="top", fontsize=7, color="#B22222")
     return fig

@@ -7,7 +7,9 @@
 `<!-- h200:begin -->` and `<!-- h200:end -->` it writes a narrow view of
 `h200_whatif.csv` (the measured-on-hardware what-ifs); between `<!-- realism:begin -->` and
 `<!-- realism:end -->` the summary block of `emulator_realism.md` (emulated vs measured per data set);
-between `<!-- coverage:begin -->` and `<!-- coverage:end -->` a narrow view of `coverage.csv`.
+between `<!-- coverage:begin -->` and `<!-- coverage:end -->` a narrow view of `coverage.csv`; between
+`<!-- endtoend:begin -->` and `<!-- endtoend:end -->` `endtoend.md` (predicted from an emulated base vs
+measured on hardware).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ LINKED = {"ablation_by_trace": "Every variant on every trace",   # too long to p
           "coverage": "Every column of the interval coverage (a narrow view is pasted under \"Prediction "
                       "intervals: do they hold?\")",
           "emulator_realism": "Emulated vs measured, per data set and per configuration (the summary is pasted "
-                              "under \"Is the emulator realistic?\")"}
+                              "under \"Is the emulator realistic?\")",
+          "endtoend": "Prediction vs hardware (pasted under \"Prediction vs hardware\")"}
 SUMMARY_ONLY = ("transfer_real",)   # paste the first (summary) table, link the rest
 
 
@@ -84,6 +87,14 @@ def render_coverage(tables_dir: Path) -> str:
     return to_markdown(df[list(COVERAGE_COLUMNS)], title).strip() + "\n"
 
 
+ENDTOEND_BEGIN, ENDTOEND_END = "<!-- endtoend:begin -->", "<!-- endtoend:end -->"
+
+
+def render_endtoend(tables_dir: Path) -> str:
+    """`endtoend.md` as written: every target and the summary, predicted vs measured on hardware."""
+    return (tables_dir / "endtoend.md").read_text().strip() + "\n"
+
+
 def _replace(text: str, begin: str, end: str, body: str, readme: Path) -> str:
     if begin not in text or end not in text:
         raise SystemExit(f"{readme}: markers {begin} / {end} not found")
@@ -100,6 +111,8 @@ def paste(readme: Path, tables_dir: Path) -> None:
         text = _replace(text, REALISM_BEGIN, REALISM_END, render_realism(tables_dir), readme)
     if (tables_dir / "coverage.csv").exists() and COVERAGE_BEGIN in text:
         text = _replace(text, COVERAGE_BEGIN, COVERAGE_END, render_coverage(tables_dir), readme)
+    if (tables_dir / "endtoend.md").exists() and ENDTOEND_BEGIN in text:
+        text = _replace(text, ENDTOEND_BEGIN, ENDTOEND_END, render_endtoend(tables_dir), readme)
     write_text_atomic(readme, text)
 
 

@@ -374,7 +374,7 @@ def write_transfer_table(rows: pd.DataFrame, summary: pd.DataFrame, csv_path, md
 
 REALISM_SUMMARY = {"n": "n", "mean_abs_err_pct": "mean_abs_error_pct", "median_abs_err_pct": "median_abs_error_pct",
                    "worst_abs_err_pct": "worst_abs_error_pct", "mean_err_pct": "mean_error_pct",
-                   "spearman": "spearman"}
+                   "spearman": "spearman", "spearman_per_model_min": "spearman_per_model_min"}
 REALISM_SOURCE = "emulated vs measured (published)"
 
 

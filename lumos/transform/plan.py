@@ -68,7 +68,9 @@ def tp_group(rank: int, tp: int) -> tuple:
 
 
 def comm_roles(st: RunStructure) -> np.ndarray:
-    """tp / dp / pp per communication task, from its group's size and stride."""
+    """tp / dp / pp per communication task, from its group's size and stride (Megatron's layout: TP ranks
+    adjacent, DP ranks TP apart); anything else, e.g. Megatron's grad-norm all-reduce over the
+    model-parallel group, is "other"."""
     role = np.empty(len(st.coll), dtype=object)
     for t in np.flatnonzero(st.coll != None):  # noqa: E711
         g = st.group[t] or ()
@@ -76,8 +78,8 @@ def comm_roles(st: RunStructure) -> np.ndarray:
             role[t] = "pp"
         elif len(g) == st.tp and st.tp > 1 and (len(g) < 2 or g[1] - g[0] == 1):
             role[t] = "tp"
-        elif len(g) == st.dp and st.dp > 1:
-            role[t] = "dp"
+        elif len(g) == st.dp and st.dp > 1 and (len(g) < 2 or g[1] - g[0] == st.tp):
+            role[t] = "dp"      # (a model-parallel group, TP x PP ranks, of the same size strides by TP x DP)
         else:
             role[t] = "other"
     return role

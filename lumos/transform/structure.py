@@ -14,7 +14,9 @@ with the GPU ops those tasks launched:
 A range interrupted by a nested one (a bucket reduction inside a layer's backward)
 stays one block: the tasks after the nested range rejoin the block they left.
 The model shape (hidden, FFN, sequence, micro-batch, vocabulary, heads, TP) is
-read from the GEMM, layer-norm, attention and embedding ops' Input Dims.
+read from the GEMM, layer-norm, attention and embedding ops' Input Dims; a trace
+whose element-wise kernels are fused into the GEMMs (no layer-norm or embedding
+op) gives it from the GEMMs and attention alone (`infer_shape`).
 """
 
 from __future__ import annotations
@@ -282,20 +284,35 @@ def _batched(dims) -> bool:
     return len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])
 
 
-def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> ModelShape:
+class ShapeError(ValueError):
+    """The base trace does not say the model's shape: which file, which layer, and what is missing."""
+
+
+def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=None) -> ModelShape:
     """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes.
 
-    The layer's GEMMs in launch order are QKV (h -> 3h/t), projection, FC1 (h -> f/t)
-    and FC2 (an unfused attention's batched products between them are not counted); the
-    layer norm gives h (its weight) and the activation's two leading dims; attention says which of them is the sequence (Megatron's activations are
-    [s, b, h], an eager PyTorch model's [b, s, h]). Only the tasks `is_gpu` marks are
-    read (kernels, or in a run without kernels the CPU tasks): cuBLAS may launch a
-    memset before a GEMM. `op_row` is the trace row of each task's op; the tasks of
-    one op (several kernels, or the leaf CPU ops under one `aten::addmm`) count once.
+    The layer's GEMMs in launch order are QKV (T x h -> 3h/t, T = b*s tokens), projection,
+    FC1 (h -> f/t) and FC2 (an unfused attention's batched products between them are not
+    counted). The layer norm, when the trace has one, gives h (its weight) and the
+    activation's two leading dims, and attention says which of them is the sequence
+    (Megatron's activations are [s, b, h], an eager PyTorch model's [b, s, h]).
+
+    A trace whose element-wise kernels are fused into their GEMMs (the emulator's
+    `granularity=coarse`, or a user's fused kernels) has no layer-norm op: then h is the
+    QKV GEMM's k and T its m, and attention splits T into (b, s): flash attention's own
+    (batch, seq) or, unfused, the sequence of the score matrices [b x heads/t, s, s].
+    Both sources give the same shape where both exist. Only the tasks `is_gpu` marks are
+    read (kernels, or in a run without kernels the CPU tasks): cuBLAS may launch a memset
+    before a GEMM. `op_row` is the trace row of each task's op; the tasks of one op
+    (several kernels, or the leaf CPU ops under one `aten::addmm`) count once. `paths`
+    ({rank: trace file}) names the file in the error when the shape cannot be read.
+
+    The vocabulary is the first embedding lookup table [V/t, h]; a trace without the lookup
+    (fused into the kernels around it) gives it from the head's logits GEMM (T x h -> V/t).
     """
     fwd = next((b for b in blocks if b.kind == "layer" and b.phase == "forward"), None)
     if fwd is None:
-        raise ValueError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
+        raise ShapeError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
     gemms, ln, attn, scores = [], None, None, None
     last = None
     for t in fwd.tasks:
@@ -315,14 +332,32 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> Mod
             ln = d
         elif "attention" in str(n) and attn is None:
             attn = attention_bshd(str(n), d)
-    if ln is None or len(gemms) < 4 or not ln[0] or len(ln[0]) != 3:
-        raise ValueError("cannot read the model shape: a layer forward needs a layer_norm and 4 GEMMs "
-                         f"(found {len(gemms)} GEMMs, layer norm {'yes' if ln else 'no'}) in "
-                         f"layer {fwd.layer} forward, micro-batch {fwd.mb}")
-    x0, x1, h = (int(x) for x in ln[0])
-    s, b = x0, x1                                   # [s, b, h] unless attention says [b, s, h]
-    if attn is not None and attn[1] == x1 and attn[0] == x0 and x0 != x1:
-        b, s = x0, x1
+    where = (f"layer {fwd.layer} forward, micro-batch {fwd.mb} of "
+             f"{(paths or {}).get(fwd.rank, f'rank {fwd.rank}')}")
+    if ln is not None and not (ln[0] and len(ln[0]) == 3):
+        ln = None                                   # a layer norm on [T, h]: read the GEMMs instead
+    if len(gemms) < 4:
+        raise ShapeError(f"cannot read the model shape: a layer forward needs 4 GEMMs (QKV, projection, "
+                         f"FC1, FC2) with Input Dims, found {len(gemms)} in {where}")
+    tokens = int(gemms[0][0])
+    if ln is not None:
+        x0, x1, h = (int(x) for x in ln[0])
+        s, b = x0, x1                               # [s, b, h] unless attention says [b, s, h]
+        if attn is not None and attn[1] == x1 and attn[0] == x0 and x0 != x1:
+            b, s = x0, x1
+    else:
+        h = int(gemms[0][1])
+        if attn is not None and attn[0] * attn[1] == tokens:
+            b, s = int(attn[0]), int(attn[1])
+        elif scores is not None and tokens % int(scores[0][1]) == 0:
+            s = int(scores[0][1])
+            b = tokens // s
+        else:
+            raise ShapeError(
+                "cannot read the model shape: without a layer norm the sequence and micro-batch come "
+                f"from attention, but {where} has no attention op whose batch x sequence is the QKV "
+                f"GEMM's {tokens} tokens (layer norm: no, attention: "
+                f"{'no' if attn is None and scores is None else 'yes, of another size'}, {len(gemms)} GEMMs)")
     qkv_n = int(gemms[0][2])
     tp = max(int(round(3 * h / qkv_n)), 1)
     ffn = int(gemms[2][2]) * tp
@@ -332,17 +367,28 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None) -> Mod
         heads = int(scores[0][0]) // b * tp          # unfused attention: batch and heads folded
     else:
         heads = h // 128
-    vocab = 0
-    for bl in blocks:     # the first lookup table [V/t, h] an embedding forward reads
-        if bl.kind == "embedding" and bl.phase == "forward":
-            for t in bl.tasks:
-                d = op_dims[t]
-                if op_name[t] in EMBEDDING_OPS and d and len(d[0]) == 2 and int(d[0][1]) == h:
-                    vocab = int(d[0][0]) * tp
-                    break
-            if vocab:
-                break
+    vocab = _vocab(blocks, op_name, op_dims, h, tokens) * tp
     return ModelShape(hidden=h, ffn=ffn, seq=s, micro_batch=b, vocab=vocab, heads=heads, tp=tp)
+
+
+def _vocab(blocks: list, op_name, op_dims, h: int, tokens: int) -> int:
+    """V/t: the lookup table [V/t, h] of the first embedding forward that has one, else the widest
+    T x h -> V/t GEMM of the first head forward that has one (the logits); 0 when neither does."""
+    def table_rows(t):
+        d = op_dims[t]
+        ok = op_name[t] in EMBEDDING_OPS and d and len(d[0]) == 2 and int(d[0][1]) == h
+        return int(d[0][0]) if ok else 0
+
+    def logits(t):
+        mkn = gemm_mkn(str(op_name[t]), op_dims[t]) if op_name[t] in GEMM_OPS and op_dims[t] else None
+        return int(mkn[2]) if mkn is not None and mkn[0] == tokens and mkn[1] == h else 0
+
+    for kind, read, pick in (("embedding", table_rows, lambda vs: vs[0]), ("head", logits, max)):
+        for bl in blocks:
+            found = [v for v in map(read, bl.tasks) if v] if bl.kind == kind and bl.phase == "forward" else []
+            if found:
+                return pick(found)
+    return 0
 
 
 def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
@@ -399,11 +445,12 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
         if len(zero) and table.input_dims[zero[0]]:
             stage_params[r] = float(table.input_dims[zero[0]][0][0])
     kernel = (graph.kind == TaskKind.GPU) & ~np.char.startswith(graph.name.astype(str), "Mem")
+    paths = {r: t.path for r, t in by_rank.items()}
     if kernel.any():
-        shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row)
+        shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row, paths=paths)
     else:
         name, dims, row = _shape_ops(graph, by_rank)
-        shape = infer_shape(blocks, name, dims, op_row=row)
+        shape = infer_shape(blocks, name, dims, op_row=row, paths=paths)
     layers = {b.layer for b in blocks if b.kind == "layer"}
     mbs = {b.mb for b in blocks if b.mb >= 0}
     ranks = sorted(by_rank)

@@ -58,3 +58,60 @@ def test_record_rewrites_only_the_fitted_knobs_with_a_comment(tmp_path, monkeypa
         "granularity": "auto", "comm": {"nic_eff": 0.5556, "congestion": 0.2}}
     record([Knob("cluster/c.yaml", "comm.nic_eff", 0, 1)], [0.6], "fig7")   # again: one comment, one block
     assert f.read_text().count("# Fitted by") == 1 and "nic_eff: 0.6" in f.read_text()
+
+
+def test_the_selene_fit_cannot_move_single_node_or_h100_points():
+    """Issue 29: the Selene fit records the A100 network (NIC efficiency, congestion) in a100_vtrain.yaml and
+    Selene's NVLink in a100_selene.yaml, so vTrain's single-node rows (no NIC crossed; a100_selene is not
+    read) and the H100 points (h100_roce.yaml, not written) stay as they are; a run across hosts moves."""
+    from lumos.emulator.measured import selene_overrides, vtrain_overrides
+    from lumos.emulator.realism import emulate_point
+
+    assert {k.file for k in fitmod.SELENE_KNOBS} == {"cluster/a100_selene.yaml", "cluster/a100_vtrain.yaml",
+                                                     "training/megatron_sc21.yaml"}
+    assert all(k.path.startswith("comm.nvlink") for k in fitmod.SELENE_KNOBS if k.file.endswith("selene.yaml"))
+    network = [k for k in fitmod.SELENE_KNOBS if k.file.endswith("vtrain.yaml")]
+    assert [k.path for k in network] == ["comm.nic_eff", "comm.congestion"]
+    far = _overrides(network, [k.lo + 0.3 * (k.hi - k.lo) for k in network])
+    single = Point("vtrain_single", "one node", vtrain_overrides(8, 2, 1024, 16, 2, 1024, 2, 2, 2), 1.0)
+    assert emulate_point(single, far)["emulated_ms"] == emulate_point(single)["emulated_ms"]
+    two_hosts = Point("x", "2 hosts", selene_overrides(2, 1024, 16, 8, 1, 2, 2, 1), 1.0)
+    assert emulate_point(two_hosts, far)["emulated_ms"] > 1.01 * emulate_point(two_hosts)["emulated_ms"]
+
+
+@pytest.mark.parametrize("which,fits", [("selene", ["selene"]), ("all", ["vtrain", "fig7", "selene"])])
+def test_calibrate_command_fits_each_data_set_in_turn(monkeypatch, which, fits):
+    """`lumos emulate --calibrate selene|all`: the fit (or every fit, vTrain first) with the flags passed on."""
+    from lumos.cli import main
+
+    seen = []
+    monkeypatch.setattr(fitmod, "fit_one", lambda name, a: seen.append((name, a.max_evals, a.write)))
+    assert main(["emulate", "--calibrate", which, "--max-evals", "3", "--write"]) == 0
+    assert seen == [(n, 3, True) for n in fits]
+    pts, knobs, parts = fitmod._points("selene", type("A", (), {"max_gpus": 1536, "max_microbatches": 400})())
+    assert knobs == fitmod.SELENE_KNOBS and not parts
+    # the rows the fit leaves out take a minute each to emulate; the realism table still scores them
+    assert len(pts) == 13 and "1000B_8x64x1" not in {p.label for p in pts}
+
+
+def test_record_names_every_fit_of_a_file_and_keeps_the_comments_above(tmp_path, monkeypatch):
+    """a100_vtrain.yaml holds the vTrain fit and the Selene fit (its network knobs): both are named, the
+    hand-written comments above the fitted block stay, and a switch keeps its YAML spelling."""
+    (tmp_path / "cluster").mkdir()
+    f = tmp_path / "cluster" / "a.yaml"
+    f.write_text("name: a\n# kept: why the switch below is on\nemulator:\n  comm:\n    algorithm: nccl\n"
+                 "    p2p: true\n")
+    monkeypatch.setattr(fitmod, "CONFIG", tmp_path)
+    record([Knob("cluster/a.yaml", "comm.nvlink_eff", 0, 1)], [0.85], "vtrain")
+    record([Knob("cluster/a.yaml", "comm.nic_eff", 0, 1)], [0.7855], "selene")
+    record([Knob("cluster/a.yaml", "comm.nic_eff", 0, 1)], [0.8], "selene")
+    text = f.read_text()
+    assert text.startswith("name: a\n# kept: why the switch below is on\n# Fitted by `python -m lumos.emulator.fit "
+                           "vtrain --write`")
+    assert [ln.split("`")[1] for ln in text.splitlines() if ln.startswith("# Fitted by")] == [
+        "python -m lumos.emulator.fit vtrain --write", "python -m lumos.emulator.fit selene --write"]
+    assert "    p2p: true\n" in text
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.to_container(OmegaConf.load(f))["emulator"] == {
+        "comm": {"algorithm": "nccl", "p2p": True, "nvlink_eff": 0.85, "nic_eff": 0.8}}

@@ -16,6 +16,7 @@ def test_manifest_content(tiny_run):
     assert m["stage_of_rank"] == {"0": 0, "8": 1}
     assert m["iteration_us"] > 0 and m["wall_s"] >= 0
     assert m["global_batch_size"] == m["num_microbatches"] * 4
+    assert m["granularity"] == "fine"               # what emulator.granularity=auto resolved to
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rank0.json.gz", "rank8.json.gz"]
 
 

@@ -96,6 +96,9 @@ def _compose(overrides):
     (["training.recompute=selective"], "training.recompute must be 'none' or 'full'"),
     (["training.dp_allreduce=sometimes"], "training.dp_allreduce must be"),
     (["++cluster.emulator.comm.nic_efff=0.5"], "cluster.emulator.comm.nic_efff is not an emulator knob"),
+    (["emulator.comm.algorithm=magic"], "emulator.comm.algorithm must be one of hier_ring, nccl"),
+    (["emulator.comm.placement=pooled"], "emulator.comm.placement must be one of rail, shared"),
+    (["emulator.schedule.grad_norm_group=dp"], "emulator.schedule.grad_norm_group must be one of tp, model_parallel"),
 ])
 def test_bad_settings_name_what_is_wrong(overrides, message):
     with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -133,8 +136,12 @@ def test_unfused_attention_materialises_the_score_matrix(plain):
 @pytest.mark.parametrize("overrides,coarse", [
     (["model=gpt3_15b"], False),                                                   # 2 stages x 4 x 24 x 2
     (["model=gpt3_117b", "parallel.tp=8", "parallel.pp=8", "parallel.dp=4"], False),  # 8 x 64 x 12 x 2 = 12,288
-    (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1024",
-      "parallel.tp=8", "parallel.pp=8", "parallel.dp=8"], True),                   # 8 x 128 x 12 x 3 = 36,864
+    (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1536",
+      "parallel.tp=8", "parallel.pp=8", "parallel.dp=8"], True),                   # 8 x 192 x 12 x 3 = 55,296
+    # issue 29's search base (micro-batch 2): 8 x 96 x 12 x 3 = 27,648 stays fine, so TP what-ifs keep the
+    # element-wise work a fused kernel would hide (docs/prediction.md, "Coarse traces")
+    (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1536",
+      "model.micro_batch_size=2", "parallel.tp=8", "parallel.pp=8", "parallel.dp=8"], False),
     (["model=gpt3_15b", "emulator.granularity=coarse"], True),
     (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1024",
       "parallel.tp=8", "parallel.pp=8", "parallel.dp=8", "emulator.granularity=fine"], False),
@@ -211,3 +218,162 @@ def test_stage_granularity_emulates_close_to_coarse_with_one_block_per_micro_bat
     assert {x[7].get("Repeat") for x in tp if x[7]} >= {4}
     assert len(rec.gpu) < 0.5 * len(coarse.recorders[coarse.ranks[0]].gpu)
     assert abs(stage.iteration_us / coarse.iteration_us - 1) < 0.05
+
+
+# -- multi-node physics (issue 29): each switch moves the event it should -----------------------------------
+
+QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
+         "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]   # a transfer then takes its model time
+# one pipeline stage, DP 4 over four 2-GPU hosts: rank 0's single gradient bucket is the only inter-host transfer
+DP_ACROSS = ["model=tiny", "seed=0", "parallel.pp=1", "parallel.tp=2", "parallel.dp=4", "cluster.gpus_per_host=2"] + QUIET
+# two stages on two 2-GPU hosts, no DP: the pipeline p2p crosses hosts
+PP_ACROSS = ["model=tiny", "seed=0", "parallel.dp=1", "cluster.gpus_per_host=2"] + QUIET
+
+
+def _dp_bucket(run):
+    """Rank 0's DP gradient all-reduce kernel (stream 24): (name, duration us, bytes, costs)."""
+    (g,) = [g for g in run.recorders[0].gpu if g[4] == DP_S]
+    return g[3], g[1] - g[0], g[7]["In msg nelems"] * 2.0, run.state[1].costs
+
+
+def test_nccl_tuner_model_picks_as_nccl_does():
+    from lumos.emulator import nccl
+
+    s = from_config(_compose(["emulator.comm.algorithm=nccl"]))
+    costs = CommCosts(s.cluster, s.knobs.comm, job_hosts=16)
+    pick = costs.nccl_choice
+    LL, SIMPLE = nccl.PROTOCOLS.index("LL"), nccl.PROTOCOLS.index("SIMPLE")
+    # a scalar (the grad norm) over 16 hosts: the tree's 2 log2(16) = 8 network hops beat the ring's 2 x 15, with LL
+    assert pick("allreduce", 4, 128, 16, 8) == ("TREE", LL)
+    assert pick("allreduce", 4, 16, 16, 1) == ("TREE", LL)        # one GPU per host (a TP 8 layout's DP ring)
+    # 1 GiB of gradients: the ring (it moves 2(n-1)/n of the message, the tree all of it twice), Simple
+    assert pick("allreduce", 1 << 30, 128, 16, 8) == ("RING", SIMPLE)
+    # inside one host the ring always wins; a tiny message takes LL, a large one Simple
+    assert pick("allreduce", 4, 8, 1, 8) == ("RING", LL)
+    assert pick("allreduce", 256 << 20, 8, 1, 8) == ("RING", SIMPLE)
+    assert pick("allgather", 4, 128, 16, 8)[0] == "RING"           # no tree for all-gather
+    # the pick is the fastest prediction
+    args = dict(nvl_bw=costs.nvl, nvl_half=costs.nvl_half, net_bw=costs.nic_bw(0))
+    for nbytes in (4, 1 << 16, 1 << 22, 1 << 28):
+        algo, proto, t = nccl.choose("allreduce", nbytes, 128, 16, 8, **args)
+        assert t == min(nccl.time_us("allreduce", a, p, nbytes, 128, 16, 8, **args)
+                        for a in nccl.ALGORITHMS for p in range(3))
+    # latency: the ring's grows with its length (2 network hops per extra host), the tree's with log2(hosts)
+    ring = [nccl.latency_us("allreduce", "RING", LL, 8 * h, h, 8) for h in (8, 16)]
+    tree = [nccl.latency_us("allreduce", "TREE", LL, 8 * h, h, 8) for h in (8, 16)]
+    assert ring[1] - ring[0] == pytest.approx(2 * 8 * nccl.NET_HOP_US["RING"][LL] + 2 * 7 * 8 * 1.0)
+    assert tree[1] - tree[0] == pytest.approx(2 * nccl.NET_HOP_US["TREE"][LL])
+    # protocols: LL carries half the bandwidth, LL128 0.92, Simple all of it
+    big = [nccl.transfer_us("allreduce", "RING", p, 1 << 30, 8, 1, 8, 1e5, 0.0, 1e4) for p in range(3)]
+    assert big[0] == pytest.approx(2 * big[2]) and big[1] == pytest.approx(big[2] / 0.92)
+
+
+def test_nccl_algorithm_times_the_cross_host_dp_allreduce_by_the_tuners_model():
+    from lumos.emulator import nccl
+
+    ring_name, ring_us, nbytes, ring_costs = _dp_bucket(emulate(DP_ACROSS, progress=False))
+    name, us, nbytes2, costs = _dp_bucket(emulate(DP_ACROSS + ["emulator.comm.algorithm=nccl"], progress=False))
+    assert nbytes2 == nbytes
+    assert ring_us == pytest.approx(ring_costs.collective("allreduce", nbytes, 4, 4, 1, 0), rel=1e-9)
+    # ~19 MB over 4 hosts, one GPU each: NCCL's ring with LL128 (its lower network hop latency, 8.5 vs Simple's
+    # 14 us x 1.4, outweighs the 8% of bandwidth it gives up), and the kernel is named after the pick
+    algo, proto = costs.nccl_choice("allreduce", nbytes, 4, 4, 1)
+    assert (algo, nccl.PROTOCOLS[proto]) == ("RING", "LL128")
+    assert "AllReduce_Sum_bf16_RING_LL128" in name and "RING_SIMPLE" in ring_name
+    expect = nccl.latency_us("allreduce", "RING", proto, 4, 4, 1) + \
+        1.5 * nbytes / (costs.nic_bw(0) * nccl.RING_PROTO_EFF[proto])   # 2 (h-1)/h of the message on the NIC
+    assert us == pytest.approx(expect, rel=1e-9)
+    # longer than hier_ring's: about the same latency (14 + 6 x 8.5 us against 8 + 6 x 9 us), 8% less bandwidth
+    assert us - ring_us == pytest.approx((14 + 6 * 8.5 - 8 - 6 * 9) + (ring_us - 62) * (1 / 0.92 - 1), rel=1e-6)
+
+
+def test_shared_nics_slow_the_dp_allreduce_only_when_the_host_has_fewer_nics_than_flows():
+    _n, rail_us, nbytes, costs = _dp_bucket(emulate(DP_ACROSS + ["cluster.nics_per_host=1"], progress=False))
+    _n, shared_us, _b, _c = _dp_bucket(emulate(DP_ACROSS + ["cluster.nics_per_host=1", "emulator.comm.placement=shared"],
+                                               progress=False))
+    # both GPUs of a host run their DP ring (TP rank 0's, emulated, and TP rank 1's, its stand-in) at once:
+    # on rails each has a NIC, pooled they share the host's one NIC and the inter-host phase takes twice as long
+    assert rail_us == pytest.approx(costs.collective("allreduce", nbytes, 4, 4, 1, 0), rel=1e-9)
+    assert shared_us == pytest.approx(costs.collective("allreduce", nbytes, 4, 4, 1, 1.0), rel=1e-9)
+    assert shared_us > 1.8 * rail_us
+    # as many NICs as GPUs: a pool shared evenly gives every flow one NIC, as rails do
+    _n, even_us, _b, _c = _dp_bucket(emulate(DP_ACROSS + ["emulator.comm.placement=shared"], progress=False))
+    assert even_us == pytest.approx(rail_us, rel=1e-12)
+
+
+def test_shared_placement_counts_the_gpus_of_a_host_that_leave_it():
+    topo = Topology(2, 4, 1, 4)          # 2 hosts of 4 GPUs: stages 0-1 on host 0, stages 2-3 on host 1
+    topo.set_emulated(topo.stage_reps())  # ranks 0, 2, 4, 6
+    # the stage 1 -> 2 channel leaves host 0 from both TP ranks of stage 1; rank 2 stands for both
+    assert topo.copies_on_host(topo.pp_channel(2, 4), 2) == (2, 1)
+    assert topo.copies_on_host(topo.pp_channel(0, 2), 0) == (0, 0)   # stage 0 -> 1 stays inside the host
+    topo = Topology(2, 2, 4, 8)
+    topo.set_emulated(topo.stage_reps())
+    assert topo.copies_on_host(topo.dp_group(0), 0) == (8, 1)       # a stage fills the host: 8 DP rings at once
+
+
+def test_p2p_scatter_gather_sends_a_tp_th_and_all_gathers_it_over_nvlink():
+    plain = emulate(PP_ACROSS, progress=False)
+    sg = emulate(PP_ACROSS + ["emulator.schedule.p2p_scatter_gather=true"], progress=False)
+    s = plain.settings.model
+    act = s.seq_length * s.micro_batch_size * s.hidden            # elements of one activation
+    costs = sg.state[1].costs
+    for run, elems in ((plain, act), (sg, act // 2)):
+        rec = run.recorders[0]
+        p2p = [g for g in rec.gpu if g[4] in (28, 32)]
+        assert {g[7]["In msg nelems"] or g[7]["Out msg nelems"] for g in p2p} == {elems}
+        # a send/recv that did not wait for its partner lasts its transfer across hosts
+        assert min(g[1] - g[0] for g in p2p) == pytest.approx(costs.collective("recv", elems * 2.0, 2, 2, 1, 0), rel=1e-9)
+    # the receiver (stage 1, rank 2) gathers each forward activation, the sender (rank 0) each gradient
+    for r in (0, 2):
+        ag = [g for g in sg.recorders[r].gpu if "AllGather" in g[3]]
+        recvs = [g for g in sg.recorders[r].gpu if g[4] == 32]
+        assert len(ag) == len(recvs) == s.num_microbatches and all(g[4] == TP_S for g in ag)
+        a = ag[0][7]
+        assert (a["Collective name"], a["In msg nelems"], a["Out msg nelems"], a["Group size"]) == \
+            ("_allgather_base", act // 2, act, 2)
+        assert all(g[0] >= rv[1] for g, rv in zip(sorted(ag), sorted(recvs)))     # after its recv
+        # inside the host: NVLink, no peer waiting (quiet run)
+        assert ag[0][1] - ag[0][0] == pytest.approx(costs.collective("allgather", act * 2.0, 2, 1, 2, 0), rel=1e-9)
+    assert not any("AllGather" in g[3] for g in plain.recorders[0].gpu)
+
+
+def test_grad_norm_over_the_model_parallel_group_synchronises_the_stages(plain):
+    mp = emulate(TINY + ["emulator.schedule.grad_norm_group=model_parallel"], progress=False)
+
+    def norm_allreduce(run, r):
+        rec = run.recorders[r]
+        start = min(g[0] for g in rec.gpu if "L2Norm" in g[3])
+        return next(g for g in sorted(rec.gpu) if g[0] >= start and "AllReduce" in g[3])
+
+    first, last = 0, 8     # tiny 2x2x4 on 8-GPU hosts: stage 0 on host 0, stage 1 on host 1
+    tp0, tp1 = norm_allreduce(plain, first), norm_allreduce(plain, last)
+    mp0, mp1 = norm_allreduce(mp, first), norm_allreduce(mp, last)
+    assert tp1[7]["Process Group Ranks"] == "[8, 9]" and tp1[4] == TP_S
+    assert (mp1[7]["Process Group Ranks"], mp1[7]["Group size"], mp1[7]["Process Group Description"]) == \
+        ("[0, 1, 8, 9]", 4, "mp_group")
+    assert mp1[4] == 36 and "TREE" in mp1[3]      # its own stream; a scalar across 2 hosts takes the tree
+    # TP only: the last stage (done with backward first in 1F1B) finishes its norm a millisecond before stage 0.
+    # Model-parallel: it waits for stage 0 there, both ends meet, and its kernel grows by that wait.
+    assert tp1[1] < tp0[1] - 500.0
+    assert mp1[1] == pytest.approx(mp0[1], abs=1e-6)
+    assert mp1[1] - mp1[0] > (tp1[1] - tp1[0]) + 500.0
+    pgs = lambda run: [pg["ranks"] for pg in run.metadata(last)["distributedInfo"]["pg_config"]]  # noqa: E731
+    assert [0, 1, 8, 9] in pgs(mp) and [0, 1, 8, 9] not in pgs(plain)
+
+
+@pytest.mark.parametrize("level", ["coarse", "segment"])
+def test_coarse_granularity_keeps_the_embedding_kernels(level):
+    """The embedding block has no GEMM to fold its element-wise kernels into: at coarse granularity it
+    stays as it is (its lookup and gradient kernels were dropped before, and their time with them)."""
+    from lumos.emulator.costs import KernelCosts
+    from lumos.emulator.program import Program
+
+    fine_s, lvl_s = (from_config(_compose(["model=tiny", f"emulator.granularity={g}"])) for g in ("fine", level))
+    fine, lvl = (Program(s, KernelCosts(s.cluster, s.knobs.compute)) for s in (fine_s, lvl_s))
+    names = lambda steps: [k.name for st in steps if hasattr(st, "kernels") for k in st.kernels]  # noqa: E731
+    base = lambda steps: sum(k.base_us for st in steps if hasattr(st, "kernels") for k in st.kernels)  # noqa: E731
+    for a, b in ((fine.embed_fwd, lvl.embed_fwd), (fine.embed_bwd, lvl.embed_bwd)):
+        assert base(b) == pytest.approx(base(a), rel=1e-12) and base(a) > 0
+    assert any("indexSelectLargeIndex" in n for n in names(lvl.embed_fwd))
+    assert any("compute_grad_weight" in n for n in names(lvl.embed_bwd))

@@ -140,7 +140,8 @@ def test_realism_command_passes_its_flags_through(monkeypatch, tmp_path, capsys)
     monkeypatch.setattr(realism, "points", points)
     out = tmp_path / "rows.csv"
     assert main(["emulate", "--realism", "--sample", "4", "--workers", "1", "--out", str(out)]) == 0
-    assert seen == {"sample": 4, "datasets": ["fig1", "fig7", "vtrain_single"]}
+    assert seen == {"sample": 4, "datasets": ["fig1", "fig7", "vtrain_single", "sc21_table1", "sc21_table2",
+                                              "korthikanti_2022"]}
     printed = capsys.readouterr().out
     assert "EMULATED vs MEASURED" in printed
     lines = {ln.split()[0]: ln.split() for ln in printed.splitlines() if ln.startswith(("fig7", "vtrain_single"))}
@@ -197,3 +198,55 @@ def test_vtrain_command_on_a_tiny_model_emulates_an_a100(tmp_path):
     # the same model on the default (H100) cluster has no Ampere kernels: the names come from the cluster
     assert main(["emulate", *TINY_VTRAIN, f"out={h100}", "--quiet"]) == 0
     assert _gemm_names(h100) and not any(n.startswith("ampere") for n in _gemm_names(h100))
+
+
+# ---- the multi-node Selene data sets (issue 29) ------------------------------------------------------
+
+def test_selene_rows_are_the_printed_tables_with_derived_iteration_times():
+    from lumos.emulator.measured import korthikanti_points, megatron_flops, sc21_points
+
+    t1 = {p.label: p for p in sc21_points(1)}
+    assert len(t1) == 10 and {p.dataset for p in t1.values()} == {"sc21_table1"}
+    # 145.6B, 80 layers, hidden 12288, TP8 PP8 on 1536 GPUs (DP 24), batch 2304, 148 TFLOP/s per GPU
+    p = t1["145.6B_8x8x24"]
+    assert megatron_flops(2304, 80, 12288) == 96.0 * 2304 * 2048 * 80 * 12288 ** 2 * (
+        1 + 2048 / (6 * 12288) + 51200 / (16 * 80 * 12288))
+    assert p.total_ms == pytest.approx(1e3 * megatron_flops(2304, 80, 12288) / (1536 * 148e12))
+    assert round(p.total_ms) == 24817 and p.model == "145.6B"
+    assert ("parallel.dp=24" in p.overrides and "model.ffn_hidden=49152" in p.overrides
+            and "model.head_dim=128" in p.overrides and "cluster=a100_selene" in p.overrides
+            and "training=megatron_sc21" in p.overrides and "model.micro_batch_size=1" in p.overrides)
+    t2 = sc21_points(2)
+    assert [q.label for q in t2] == ["174.6B_8x12x4", "174.6B_8x12x8", "174.6B_8x12x16",
+                                     "529.6B_8x35x2", "529.6B_8x35x4", "529.6B_8x35x8"]
+    assert [q.model for q in t2].count("174.6B") == 3
+    # strong scaling: the same batch on twice the GPUs at a lower per-GPU rate
+    assert t2[1].total_ms / t2[0].total_ms == pytest.approx(153 / (2 * 149))
+    k = {q.label: q.total_ms for q in korthikanti_points()}
+    assert k == {"22B_8x1x1": 1420.0, "175B_8x8x1": 18130.0, "530B_8x35x1": 49050.0, "1000B_8x64x1": 94420.0}
+    assert set(realism.MULTI_NODE) <= set(realism.DATASETS)
+    assert [len(realism.dataset_points(d)) for d in realism.MULTI_NODE] == [10, 6, 4]
+
+
+def test_a_selene_row_that_cannot_be_laid_out_names_the_file_and_line(tmp_path):
+    from lumos.emulator.measured import korthikanti_points
+
+    bad = tmp_path / "bad_selene.csv"
+    bad.write_text("params_b,heads,hidden,layers,tp,pp,gpus,global_batch,micro_batch,full_recompute_s\n"
+                   "22,64,6144,48,8,1,8,4,1,1.42\n175,96,12288,96,8,8,60,64,1,18.13\n")
+    with pytest.raises(MeasurementError, match=r"bad_selene.csv: line 3: 60 GPUs is not a multiple of tp\*pp=64"):
+        korthikanti_points(bad)
+    missing = tmp_path / "no_time.csv"
+    missing.write_text("params_b,heads,hidden,layers,tp,pp,gpus,global_batch,micro_batch\n22,64,6144,48,8,1,8,4,1\n")
+    with pytest.raises(MeasurementError, match=r"no_time.csv: no rows, or columns \['full_recompute_s'\] missing"):
+        korthikanti_points(missing)
+
+
+def test_spearman_per_model_is_the_worst_model_with_three_layouts():
+    rows = [{"model": "a", "measured_ms": m, "emulated_ms": e} for m, e in ((1, 1), (2, 2), (3, 3))]
+    rows += [{"model": "b", "measured_ms": m, "emulated_ms": e} for m, e in ((1, 3), (2, 2), (3, 1))]
+    rows += [{"model": "c", "measured_ms": 1, "emulated_ms": 5}, {"model": "c", "measured_ms": 2, "emulated_ms": 1}]
+    assert realism.spearman_per_model(rows) == pytest.approx(-1.0)
+    assert realism.spearman_per_model(rows[:3]) == pytest.approx(1.0)
+    assert math.isnan(realism.spearman_per_model(rows[6:]))   # two layouts rank nothing
+    assert math.isnan(realism.spearman_per_model([{"measured_ms": 1, "emulated_ms": 1}] * 3))

@@ -28,10 +28,11 @@ H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
           "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
-          "intervals_real", "search"]
+          "intervals_real", "search", "endtoend"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real")
+BOTH = ("endtoend",)   # predicted from an EMULATED base vs MEASURED on hardware: says both
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
-           "fig_emulator_realism", "fig_coverage"]
+           "fig_emulator_realism", "fig_coverage", "fig_endtoend"]
 TWO_BLOCKS = ("transfer_real", "emulator_realism")   # a summary block above the rows
 pytestmark = pytest.mark.slow
 
@@ -77,6 +78,8 @@ def work(tmp_path_factory) -> Path:
     for run in profile["h200"]["traces"]:
         shutil.copytree(H200 / run, work / "h200" / run)
     profile["h200"]["dir"] = "h200"
+    peer = profile["endtoend"]["fig7"]["peer"]   # the repository's file (Fig. 7's measurements are the package's)
+    peer["file"] = str(ROOT / peer["file"])
     (work / "tiny.yaml").write_text(yaml.safe_dump(profile))
     snakemake(work)
     return work
@@ -92,7 +95,9 @@ def test_every_table_is_written_with_finite_numbers(work):
         assert md[0].startswith("**"), name
         if name not in TWO_BLOCKS:
             assert len(md) == len(df) + 4, name
-        if name not in MEASURED:
+        if name in BOTH:
+            assert "EMULATED" in md[0] and "MEASURED on hardware" in md[0], name
+        elif name not in MEASURED:
             assert "emulated" in md[0], name
         else:
             assert "emulated" not in md[0], name
@@ -198,6 +203,42 @@ def test_emulator_realism_table_is_emulated_vs_the_published_measurements(work):
     assert list(vt["config"]) == list(sample) and list(vt["point"]) == list(range(36))   # both shards, in order
     assert list(vt["measured_ms"]) == [p.total_ms for p in sample.values()]   # full precision, as published
     assert (rows["emulated_ms"] > 0).all()
+
+
+def test_endtoend_table_scores_predictions_from_the_emulated_base_against_fig7(work):
+    import json
+
+    from lumos.emulator.measured import fig7_points
+
+    r = work / "results" / "tiny"
+    df = pd.read_csv(r / "tables" / "endtoend.csv")
+    rows = df[df["row"] == "target"].set_index("target")
+    assert list(rows.index) == ["2x2x8", "2x2x16", "2x2x32", "2x4x4"] and (rows["n"] == 1).all()
+    measured = {p.label: p for p in fig7_points()}
+    for target, row in rows.iterrows():
+        # the tiny profile's own route: its base emulated with the H100 profile, the target predicted from it
+        doc = json.loads((r / "endtoend" / "fig7" / "predict" / f"gpt3_15b-{target}" / "seed0.json").read_text())
+        assert "measured" not in doc   # no emulated actual: the reference is the hardware
+        pred = doc["predicted"]["iteration_us"] / 1e3
+        m = measured[target]
+        assert row["measured_iteration_ms"] == m.total_ms
+        assert row["predicted_iteration_ms_mean"] == pytest.approx(pred, rel=1e-5)   # CSV: 6 digits
+        assert row["error_pct_mean"] == pytest.approx(100 * (pred - m.total_ms) / m.total_ms, abs=1e-3)
+        for part, ms in m.parts_ms.items():
+            assert row[f"measured_{part}_ms"] == ms
+            got = 100 * (doc["predicted"][f"{part}_us"] / 1e3 - ms) / m.total_ms
+            assert row[f"{part}_error_pts_mean"] == pytest.approx(got, abs=1e-3)
+        assert abs(row["error_pct_mean"]) < 15
+    assert list(rows["peer_group"]) == ["DP", "DP", "DP", "PP"]
+    assert list(rows["peer_abs_error_max_pct"]) == [2.98, 2.98, 2.98, 6.83]
+    summary = df[df["row"] == "summary"].iloc[0]
+    assert summary["abs_error_pct_mean"] == pytest.approx(rows["abs_error_pct_mean"].mean(), abs=1e-4)
+    assert summary["peer_abs_error_mean_pct"] == 3.3
+    assert set(df["rests_on"]) == {"predicted from an EMULATED base vs MEASURED on hardware (paper)"}
+    resolved = yaml.safe_load((r / "endtoend" / "fig7" / "base" / "seed0" / "config.resolved.yaml").read_text())
+    assert (resolved["model"]["name"], resolved["parallel"]["dp"], resolved["seed"]) == ("gpt3_15b", 4, 0)
+    md = (r / "tables" / "endtoend.md").read_text()
+    assert "| fig7 | gpt3_15b-2x2x4 | 2x2x8 | 1 |" in md and "| 797.0 |" in md
 
 
 def test_every_figure_is_written(work):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 import pipeline_config as pc  # noqa: E402
+import endtoend_plan  # noqa: E402
 
 # Every job (and the shims it starts) composes from the same Hydra groups.
 os.environ["LUMOS_CONFIG_DIR"] = str(Path(config.get("config_dir", "config")).resolve())
@@ -28,6 +29,10 @@ wildcard_constraints:
 
 def seeds_of(run):
     return list(range(int(config.get("seeds_per_run", {}).get(run, config["seeds"]))))
+
+
+# Prediction vs hardware (table endtoend): one plan per published data set (workflow/rules/endtoend.smk).
+ENDTOEND = endtoend_plan.plans(config, seeds_of)
 
 
 def h200_traces():
@@ -184,6 +189,8 @@ def table_names():
         names.append("statistics")
     if config.get("search"):
         names.append("search")
+    if ENDTOEND:
+        names.append("endtoend")
     if config.get("coverage"):
         names.append("coverage")
         if config.get("real_traces"):
@@ -212,6 +219,8 @@ def figure_names():
         names.append("fig_emulator_realism")
     if config.get("coverage"):
         names.append("fig_coverage")
+    if ENDTOEND:
+        names.append("fig_endtoend")
     return names
 
 

@@ -28,6 +28,8 @@ def figure_inputs(wildcards):
         return {"data": f"{R}/data/emulator_realism.csv", "table": f"{R}/tables/emulator_realism.csv"}
     if name == "fig_coverage":
         return {"table": f"{R}/tables/coverage.csv"}
+    if name == "fig_endtoend":
+        return {"table": f"{R}/tables/endtoend.csv"}
     raise ValueError(f"unknown figure {name!r}")
 
 
@@ -38,7 +40,7 @@ rule figure:
         png=f"{F}/{{name}}.png",
         pdf=f"{F}/{{name}}.pdf",
     wildcard_constraints:
-        name="fig1_breakdown|fig6_timeline|fig7_scaleout|fig8_variants|fig_ablation|fig_error_ci|fig_h200_whatif|fig_emulator_realism|fig_coverage",
+        name="fig1_breakdown|fig6_timeline|fig7_scaleout|fig8_variants|fig_ablation|fig_error_ci|fig_h200_whatif|fig_emulator_realism|fig_coverage|fig_endtoend",
     params:
         breakdown_run=config.get("figures", {}).get("breakdown_run"),
         timeline_labels={k: config.get("figures", {}).get(f"timeline_{k}") for k in ("real", "emulated")},

@@ -1,9 +1,11 @@
 # Is the emulator realistic? Every published measurement it can be checked against (resources/measurements/),
 # emulated and compared: emulated vs measured iteration time (and, where published, the breakdown).
-# vTrain's single-node A100 rows run as `realism.shards` single-core jobs; Fig. 1 and Fig. 7 as one job.
+# vTrain's single-node A100 rows run as `realism.shards` single-core jobs; Fig. 1 and Fig. 7 as one job; each
+# multi-node Selene data set (Narayanan et al. SC'21 Tables 1-2, Korthikanti et al. 2022) as one job.
 
 REALISM = config.get("realism") or {}
 REALISM_PAPER = [d for d in ("fig1", "fig7") if d in REALISM.get("datasets", [])]
+REALISM_MULTI = [d for d in ("sc21_table1", "sc21_table2", "korthikanti_2022") if d in REALISM.get("datasets", [])]
 
 
 def realism_shards():
@@ -14,7 +16,8 @@ def realism_shards():
 
 def realism_csvs():
     return ([f"{R}/realism/vtrain_single/shard{k}.csv" for k in realism_shards()]
-            + ([f"{R}/realism/paper.csv"] if REALISM_PAPER else []))
+            + ([f"{R}/realism/paper.csv"] if REALISM_PAPER else [])
+            + [f"{R}/realism/multinode/{d}.csv" for d in REALISM_MULTI])
 
 
 def realism_inputs(datasets):
@@ -67,6 +70,29 @@ rule realism_paper:
     threads: 1
     resources:
         mem_mb=4000,   # as rule emulate: the 175B emulation (about 0.4 GB, 35 s)
+        runtime=20,
+    script:
+        "../scripts/realism.py"
+
+
+rule realism_multinode:
+    """A multi-node A100 data set (NVIDIA Selene, 8-3072 GPUs), one job each: 1-2 CPU-minutes."""
+    input:
+        lambda w: realism_inputs([w.dataset]),
+    output:
+        csv=f"{R}/realism/multinode/{{dataset}}.csv",
+    params:
+        datasets=lambda w: [w.dataset],
+        overrides=job_overrides("emulate"),
+    wildcard_constraints:
+        dataset="|".join(REALISM_MULTI) or "none",
+    log:
+        f"{R}/logs/realism/multinode/{{dataset}}.log",
+    benchmark:
+        f"{R}/benchmarks/realism/multinode/{{dataset}}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
         runtime=20,
     script:
         "../scripts/realism.py"

@@ -30,6 +30,8 @@ with logged(smk):
         fig = Fg.realism_figure(data["data"], data["table"][data["table"]["row"] == "summary"])
     elif name == "fig_coverage":
         fig = Fg.coverage_figure(data["table"])
+    elif name == "fig_endtoend":
+        fig = Fg.endtoend_figure(data["table"])
     else:
         raise ValueError(f"unknown figure {name!r}")
     Fg.save_figure(fig, smk.output.png, smk.output.pdf)

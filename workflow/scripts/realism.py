@@ -1,4 +1,5 @@
-"""Shim of rules `realism_vtrain` (one shard of vTrain's rows) and `realism_paper` (Fig. 1 and Fig. 7):
+"""Shim of rules `realism_vtrain` (one shard of vTrain's rows), `realism_paper` (Fig. 1 and Fig. 7) and
+`realism_multinode` (one Selene data set):
 each published configuration emulated on one core, one CSV row each (emulated vs measured)."""
 import sys
 

@@ -21,7 +21,9 @@ with logged(smk):
     tag = "" if smk.params.tag == "default" else f" [tag {smk.params.tag}]"
     extra = f"; overrides {list(smk.params.overrides)}" if smk.params.overrides else ""
     title = ("Emulator realism, emulated vs measured (published measurements: the paper's Fig. 1 and Fig. 7 on "
-             "H100s, vTrain's single-node A100 runs): |error| % of the iteration time per data set, "
-             f"error = 100 x (emulated - measured) / measured, Spearman rank correlation{tag}{extra}")
+             "H100s, vTrain's single-node A100 runs, Megatron-LM's multi-node A100 runs on Selene from Narayanan "
+             "et al. SC'21 and Korthikanti et al. 2022): |error| % of the iteration time per data set, "
+             "error = 100 x (emulated - measured) / measured, Spearman rank correlation over the data set and "
+             f"the worst over its models with 3+ layouts{tag}{extra}")
     T.write_realism_table(summary, configs, smk.output.csv, smk.output.md, title)
     print(T.to_markdown(summary, title))
