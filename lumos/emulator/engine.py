@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 COMPUTE, COMM, WAIT = 0, 1, 2
+MP_STREAM = 36   # the model-parallel group's NCCL stream, only with schedule.grad_norm_group: model_parallel
 
 
 class Rand:
@@ -126,7 +127,6 @@ class Device:
     """One emulated GPU: its streams, its speed, and whether NCCL currently holds SMs."""
 
     STREAMS = (7, 20, 24, 28, 32)
-    MP_STREAM = 36            # only with schedule.grad_norm_group: model_parallel (rank.MP_S)
 
     def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric):
         self.env, self.rank, self.slowness = env, rank, slowness
@@ -135,7 +135,7 @@ class Device:
         self.rand, self.recorder, self.fabric = rand, recorder, fabric
         self.active_comm = 0
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
-        sids = self.STREAMS + ((self.MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ())
+        sids = self.STREAMS + ((MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ())
         self.streams = {sid: Stream(self, sid) for sid in sids}
 
 

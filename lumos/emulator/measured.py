@@ -75,9 +75,17 @@ def vtrain_points(path: Path = VTRAIN_CSV) -> list[Point]:
     return out
 
 
-def fig7_points(path: Path = FIG7_CSV) -> list[Point]:
+def _commented_rows(path: Path, need: tuple) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(line for line in fh if not line.startswith("#"))]
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    missing = [c for c in need if rows and c not in rows[0]]
+    if not rows or missing:
+        raise MeasurementError(f"{path}: no rows, or columns {missing} missing")
+    return rows
+
+
+def fig7_points(path: Path = FIG7_CSV) -> list[Point]:
+    rows = _commented_rows(path, ("config", "tp", "pp", "dp", "total") + PARTS)
     out = []
     for r in rows:
         tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
@@ -90,15 +98,6 @@ def fig7_points(path: Path = FIG7_CSV) -> list[Point]:
 def fig1_point() -> Point:
     return Point("fig1", "175B 8x4x8", ("model=gpt3_175b", "parallel=paper_175b"), FIG1["total"],
                  {k: FIG1[k] for k in PARTS})
-
-
-def _commented_rows(path: Path, need: tuple) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
-    missing = [c for c in need if rows and c not in rows[0]]
-    if not rows or missing:
-        raise MeasurementError(f"{path}: no rows, or columns {missing} missing")
-    return rows
 
 
 def megatron_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:

@@ -9,11 +9,10 @@ stalls shape the timeline without costing a simulation event each.
 from __future__ import annotations
 
 
-from .engine import COMM, COMPUTE, WAIT, Comm, Item
+from .engine import COMM, COMPUTE, MP_STREAM, WAIT, Comm, Item
 from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
-MP_S = 36   # the model-parallel group's NCCL stream (schedule.grad_norm_group: model_parallel)
 
 
 class Thread:
@@ -370,7 +369,7 @@ class RankProgram:
         self.op_begin(th, "aten::_foreach_norm", {"Input Dims": [[int(self.stage_params)]], "Input type": ["float"]})
         self.launch(th, COMPUTE_S, norm)
         self.op_end(th)
-        sid = TP_S if self.norm_group is self.tp_group else MP_S   # a process group of its own: its own stream
+        sid = TP_S if self.norm_group is self.tp_group else MP_STREAM   # a process group of its own: its own stream
         self._wait_op(th, [self._comm_op(th, sid, self._comm(self.norm_group, "allreduce", 1), "c10d::allreduce_")])
         yield from self._item(th)
         th.t += self._jit_block(self.h.optimizer_python_us)   # clip factor, param groups, lr schedule

@@ -1,22 +1,16 @@
 """Which predictions table `endtoend` scores against hardware, and where they come from (endtoend_plan)."""
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import endtoend_plan as ep  # workflow/scripts/, on the path by conftest.py
+import pipeline_config as pc
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-import endtoend_plan as ep  # noqa: E402
-import pipeline_config as pc  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def repo_config(monkeypatch):
-    monkeypatch.setenv("LUMOS_CONFIG_DIR", str(ROOT / "config"))
-    monkeypatch.chdir(ROOT)
+pytestmark = pytest.mark.usefixtures("repo_config")
 
 
 def load(name: str) -> dict:

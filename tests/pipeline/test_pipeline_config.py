@@ -1,19 +1,13 @@
 """Run names, which overrides reach which job, and which Hydra group files a job reads."""
 
-import sys
 from pathlib import Path
 
+import pipeline_config as pc  # workflow/scripts/, on the path by conftest.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-import pipeline_config as pc  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def repo_config(monkeypatch):
-    monkeypatch.setenv("LUMOS_CONFIG_DIR", str(ROOT / "config"))
-    monkeypatch.chdir(ROOT)
+pytestmark = pytest.mark.usefixtures("repo_config")
 
 
 def test_run_names_round_trip():
