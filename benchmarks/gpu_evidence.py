@@ -45,14 +45,46 @@ def configurations(base: dict) -> dict:
     }
 
 
-def command_line(sizes: dict, side: bool, device: str, out: str) -> list[str]:
+def command_line(sizes: dict, side: bool, device: str, out: str, steps: int = 3) -> list[str]:
     cmd = ["lumos", "capture", "gpt", "--layers", sizes["layers"], "--hidden", sizes["hidden"],
            "--ffn", sizes["ffn"], "--heads", sizes["heads"], "--seq", sizes["seq"],
            "--micro-batch", sizes["micro_batch"], "--micro-batches", sizes["microbatches"],
-           "--vocab", 1024, "--steps", 3, "--warmup", 1, "--device", device, "--out", out]
+           "--vocab", 1024, "--steps", steps, "--warmup", 1, "--device", device, "--out", out]
     if not side:
         cmd.append("--no-side-stream")
     return [str(c) for c in cmd]
+
+
+def record_one(sizes: dict, side: bool, dest: Path, device: str, seed: int = 0, steps: int = 3) -> dict:
+    """Record one configuration of the bundled GPT into dest/rank0.json.gz; its summary row.
+
+    The earlier recordings' models are collected and the peak-memory counter reset first, so
+    `max_memory_gib` is this configuration's own peak (the recordings of 2026-11-30 did not
+    collect, and their peaks grew from one recording to the next).
+    """
+    import gc
+
+    import torch
+
+    from lumos.capture.gpt import GPTConfig, run_gpt
+
+    cuda = device.startswith("cuda")
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    cfg = GPTConfig(layers=sizes["layers"], hidden=sizes["hidden"], ffn=sizes["ffn"], heads=sizes["heads"],
+                    seq=sizes["seq"], micro_batch=sizes["micro_batch"], vocab=1024)
+    start = time.perf_counter()
+    path = run_gpt(cfg, out_dir=dest, steps=steps, warmup=1, device=device,
+                   dtype="bfloat16" if cuda else "float32", side_stream=side, seed=seed,
+                   microbatches=sizes["microbatches"], log=None)
+    row = {"sizes": dict(sizes), "side_stream": side,
+           "command": " ".join(command_line(sizes, side, device, str(dest), steps)) + f" --seed {seed}",
+           "wall_s": round(time.perf_counter() - start, 2), "trace_bytes": path.stat().st_size}
+    if cuda:
+        row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    return row
 
 
 def environment(device: str) -> dict:
@@ -73,22 +105,29 @@ def environment(device: str) -> dict:
     return env
 
 
-def pack(out: Path, piece_mib: int = 15) -> list[str]:
+def pack(out: Path, piece_mib: int = 15, name: str = "evidence", order=None) -> list[str]:
     """The traces, decompressed, and summary.json as one xz-compressed tar, cut into pieces.
 
     xz over the tar of all traces compresses about 3x better than the per-file
     gzip (the traces repeat each other), which keeps the pieces within what a
-    device run may bring back. Unpack with `cat evidence.tar.xz.part-* | xz -d | tar x`.
+    device run may bring back. Unpack with `cat evidence.tar.xz.part-* | xz -d | tar x`
+    (`name` replaces `evidence`). `order`: the trace directory names in the order to
+    pack them (a truncated pack keeps the first); default every configuration's first
+    repetition first.
     """
     import gzip
     import io
     import shutil
 
-    tar = out / "evidence.tar"
+    tar = out / f"{name}.tar"
+    if order is None:   # every configuration's first repetition first: a truncated pack still holds one of each
+        def key(p):
+            return (p.parent.name.rsplit("_r", 1)[1], p.parent.name)
+    else:
+        def key(p):
+            return (order.index(p.parent.name) if p.parent.name in order else len(order), p.parent.name)
     with tarfile.open(tar, "w") as tf:
-        # every configuration's first repetition first: a truncated pack still holds one of each
-        for gz in sorted((out / "traces").glob("*/rank*.json.gz"),
-                         key=lambda p: (p.parent.name.rsplit("_r", 1)[1], p.parent.name)):
+        for gz in sorted((out / "traces").glob("*/rank*.json.gz"), key=key):
             raw = gzip.decompress(gz.read_bytes())
             info = tarfile.TarInfo(f"traces/{gz.parent.name}/{gz.name[:-3]}")
             info.size, info.mtime = len(raw), 0
@@ -96,11 +135,11 @@ def pack(out: Path, piece_mib: int = 15) -> list[str]:
         tf.add(out / "summary.json", arcname="summary.json")
     if shutil.which("xz"):
         subprocess.run(["xz", "-T0", "-6", "-f", str(tar)], check=True)
-        packed = out / "evidence.tar.xz"
+        packed = out / f"{name}.tar.xz"
     else:  # pragma: no cover - xz is on every machine this runs on
         import lzma
 
-        packed = out / "evidence.tar.xz"
+        packed = out / f"{name}.tar.xz"
         packed.write_bytes(lzma.compress(tar.read_bytes(), preset=6))
         tar.unlink()
     dest = out / "pack"
@@ -108,9 +147,9 @@ def pack(out: Path, piece_mib: int = 15) -> list[str]:
     data, names = packed.read_bytes(), []
     step = piece_mib << 20
     for i in range(0, len(data), step):
-        name = dest / f"evidence.tar.xz.part-{i // step:02d}"
-        name.write_bytes(data[i:i + step])
-        names.append(f"{name.name} ({min(step, len(data) - i)} bytes)")
+        piece = dest / f"{name}.tar.xz.part-{i // step:02d}"
+        piece.write_bytes(data[i:i + step])
+        names.append(f"{piece.name} ({min(step, len(data) - i)} bytes)")
     packed.unlink()
     return names
 
@@ -127,10 +166,6 @@ def main(argv=None) -> int:
     ap.add_argument("--pack", action="store_true")
     args = ap.parse_args(argv)
 
-    import torch
-
-    from lumos.capture.gpt import GPTConfig, run_gpt
-
     out = Path(args.out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     base = TINY if args.tiny else BASE
@@ -144,23 +179,8 @@ def main(argv=None) -> int:
             if time.perf_counter() - t0 > args.budget_s:
                 summary["runs"].append({"config": name, "rep": rep, "skipped": "budget"})
                 continue
-            sizes = {**base, **change}
-            dest = out / "traces" / f"{name}_r{rep}"
-            cfg = GPTConfig(layers=sizes["layers"], hidden=sizes["hidden"], ffn=sizes["ffn"],
-                            heads=sizes["heads"], seq=sizes["seq"], micro_batch=sizes["micro_batch"],
-                            vocab=1024)
-            start = time.perf_counter()
-            path = run_gpt(cfg, out_dir=dest, steps=3, warmup=1, device=args.device,
-                           dtype="bfloat16" if args.device.startswith("cuda") else "float32",
-                           side_stream=side, seed=rep, microbatches=sizes["microbatches"], log=None)
-            wall = time.perf_counter() - start
-            row = {"config": name, "rep": rep, "sizes": sizes, "side_stream": side,
-                   "command": " ".join(command_line(sizes, side, args.device, str(dest))) + f" --seed {rep}",
-                   "wall_s": round(wall, 2), "trace_bytes": path.stat().st_size}
-            if args.device.startswith("cuda"):
-                row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-                torch.cuda.reset_peak_memory_stats()
-                torch.cuda.empty_cache()
+            row = {"config": name, "rep": rep,
+                   **record_one({**base, **change}, side, out / "traces" / f"{name}_r{rep}", args.device, seed=rep)}
             summary["runs"].append(row)
             print(json.dumps(row), flush=True)
     summary["total_s"] = round(time.perf_counter() - t0, 1)

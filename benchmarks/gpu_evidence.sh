@@ -8,8 +8,12 @@
 # a wheel folder .whl/ travels with the tree (orjson, which the GPU image lacks), it
 # is installed into /tmp/site first when missing. The traces are recorded under a scratch folder;
 # DEST receives summary.json, log.txt and the xz pieces (benchmarks/gpu_evidence.py).
+#
+# RECORD (default: benchmarks/gpu_evidence.py) names another recorder with the same flags and output
+# (benchmarks/prereg_h200.sh sets it to `benchmarks/prereg_h200.py record`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+record="${RECORD:-benchmarks/gpu_evidence.py}"
 dest="${1:?usage: gpu_evidence.sh DEST [flags]}"; shift
 work="$(mktemp -d /tmp/gpu_evidence.XXXXXX)"
 if ! python3 -c "import orjson" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
@@ -20,6 +24,6 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 mkdir -p "$dest"
 (command -v nvidia-smi >/dev/null && nvidia-smi) >"$dest/log.txt" 2>&1 || true
-python3 benchmarks/gpu_evidence.py --out "$work" --pack "$@" 2>&1 \
+python3 $record --out "$work" --pack "$@" 2>&1 \
   | grep -v -E "^USDT:|^STAGE:" | tee -a "$dest/log.txt"
 cp "$work/summary.json" "$work"/pack/* "$dest/"

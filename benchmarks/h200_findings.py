@@ -105,7 +105,7 @@ def main(argv=None) -> int:
               f"violations {int(rep['violations'].sum())}; dPRO-style mean |error| "
               f"{rep['dpro_error_pct'].abs().mean():.2f}%, worst {rep['dpro_error_pct'].abs().max():.2f}%")
         w = pd.read_csv(tables / "h200_whatif.csv")
-        w = w[~w["target"].isin(["base", "no_side_stream"])]
+        w = w[w["role"] == "what-if"] if "role" in w else w[~w["target"].isin(["base", "no_side_stream"])]
         for b, g in w.groupby("base"):
             h = g[g["target"] != "mbs_2"]
             below = int((h["predicted_iteration_ms"] < h["measured_min_ms"]).sum())

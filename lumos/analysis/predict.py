@@ -73,7 +73,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
-            gemm_efficiency: str = "waves", plan: Plan | None = None) -> dict:
+            gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -82,13 +82,24 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     replays (`lumos.analysis.uncertainty.predict_interval`, seeded by `seed`). `gemm_efficiency`:
     'waves' or 'flops' (`lumos.transform.suppliers.compute`). `plan`: `base_plan(base_tables, step=step,
     gemm_efficiency=...)` made earlier, for many predictions from one base (as `lumos search` does).
+    `clocks` (auto, recorded, steady, off): the sustained-clock model of the base's GPU
+    (`lumos.transform.suppliers.clocks`; auto = recorded where the profile has the GPU and the
+    base says its profiler schedule, else off).
     """
     if plan is None:
         plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
-    out = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=compute_speed,
-                    network_speed=network_speed, microbatch_rule=microbatch_rule, **tgt)
-    graph, sched, bd = simulate_plan(out, engine=engine)
+
+    def run(speed):
+        o = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=speed,
+                      network_speed=network_speed, microbatch_rule=microbatch_rule, **tgt)
+        return (o, *simulate_plan(o, engine=engine))
+
+    out, graph, sched, bd = run(compute_speed)
+    clock = clock_setting(base_tables, clocks)
+    if clock is not None:
+        out, graph, sched, bd, clock_doc = _under_clock(run, clock, compute_speed, (out, graph, sched, bd))
+        out.notes.append(clock_doc["note"])
     predicted = _round(bd.as_dict())
     doc = {"base": base_name,
            "target": {"tp": out.tp, "pp": out.pp, "dp": out.dp, "layers": out.layers,
@@ -108,6 +119,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                          "gemm": plan.compute.gemm_summary()},
            "notes": out.notes,
            "structure": structure_summary(plan.st.recovery)}
+    if clock is not None:
+        doc["clock"] = {k: v for k, v in clock_doc.items() if k != "note"}
     doc["memory"] = memory_of(out, memory)
     if samples:
         from lumos.analysis.uncertainty import predict_interval
@@ -122,6 +135,63 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
         doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}
         doc["emulated_actual"] = bool((actual_manifest or {}).get("emulated", False))
     return doc
+
+
+def clock_setting(base_tables: Sequence[TraceTable], mode: str):
+    """(mode, SustainedClock, base window) for the base's GPU, or None for no clock model.
+
+    `recorded` and `steady` need the constants and the base's profiler schedule and say which is
+    missing; `auto` falls back to None without them.
+    """
+    from lumos.transform.suppliers.clocks import CLOCK_MODES, clock_for
+    from lumos.transform.suppliers.collectives import load_profile
+    from lumos.trace import find_steps
+
+    if mode not in CLOCK_MODES:
+        raise ValueError(f"clocks must be one of {', '.join(CLOCK_MODES)}, got {mode!r}")
+    if mode == "off":
+        return None
+    t = base_tables[0]
+    dev = t.metadata.get("deviceProperties") or [{}]
+    gpu = dev[0].get("name") if isinstance(dev, list) and dev and isinstance(dev[0], dict) else None
+    clock = clock_for(gpu, load_profile())
+    cap = t.metadata.get("lumosCapture") or {}
+    steps = find_steps(t)
+    missing = ("config/predict/cluster.yaml has no sustained_clock for its GPU "
+               f"({gpu or 'no deviceProperties name'})" if clock is None else
+               "it does not say its profiler schedule (lumosCapture wait/warmup, written by `lumos capture`)"
+               if not {"wait", "warmup"} <= set(cap) else "it has no ProfilerStep# ranges" if not steps else None)
+    if missing:
+        if mode == "auto":
+            return None
+        raise ValueError(f"{t.path}: --clocks {mode} needs the base's clock model, but {missing}")
+    period_ms = sum(s.end - s.start for s in steps) / len(steps) / 1e3
+    skipped = int(cap["wait"]) + int(cap["warmup"])
+    mode = "recorded" if mode == "auto" else mode
+    return mode, clock, gpu, skipped, len(steps), period_ms
+
+
+def _under_clock(run, setting, compute_speed, first, max_rounds: int = 6):
+    """Re-time compute kernels by the target's clock over the base's until the period settles: a slower
+    clock lengthens the iteration, which can move more of the profiled window past the boost (the
+    factor only grows with the period, so the rounds rise to a fixed point)."""
+    mode, clock, gpu, skipped, steps, base_ms = setting
+    base_level = clock.window(base_ms, skipped, steps)
+    result, factor, rounds = first, 1.0, 0
+    while rounds < max_rounds:
+        period_ms = result[3].iteration.iteration_us / 1e3
+        level = clock.window(period_ms, skipped, steps) if mode == "recorded" else 1.0 + clock.steady
+        if abs(level / base_level - factor) < 1e-4:
+            break
+        factor, rounds = level / base_level, rounds + 1
+        result = run((compute_speed or 1.0) / factor)
+    out, graph, sched, bd = result
+    what = (f"a recording made like the base's ({skipped} iterations before {steps} profiled, "
+            f"{bd.iteration.iteration_us / 1e3:.1f} ms each)" if mode == "recorded" else "a long run")
+    note = (f"sustained clocks ({gpu}, {mode}): compute kernels x{factor:.4f} the base's time, the clock of {what} "
+            f"against the base's ({base_ms:.1f} ms iterations); --clocks off leaves them as measured")
+    return out, graph, sched, bd, {"mode": mode, "gpu": gpu, "factor": round(factor, 5), "rounds": rounds,
+                                   "base_period_ms": round(base_ms, 3), "constants": clock.as_dict(), "note": note}
 
 
 def read_manifest(path: str | Path) -> dict:

@@ -382,7 +382,8 @@ DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmup: int = 1,
             wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
             seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print,
-            annotate: bool = True, with_stack: bool = False, profile_memory: bool = False) -> Path:
+            annotate: bool = True, with_stack: bool = False, profile_memory: bool = False,
+            log_clocks: bool | None = None) -> Path:
     """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path.
 
     Each iteration runs `microbatches` forward/backward passes (gradient
@@ -390,7 +391,9 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
     ranges below but `ProfilerStep#N` (and no autograd marker): the trace any
     training loop gives, whose layers `lumos.transform.recover` has to find.
     `with_stack=True` records Python stacks (and so module calls) as well;
-    `profile_memory=True` the allocator's `[memory]` events.
+    `profile_memory=True` the allocator's `[memory]` events. `log_clocks` (None:
+    on for a CUDA device) logs that GPU's clocks, power and temperature
+    (`lumos.capture.clocks`).
     """
     require_torch()
     if microbatches < 1:
@@ -401,7 +404,7 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
                                   seed=seed, rank=rank, microbatches=microbatches, log=log,
                                   annotate=annotate, with_stack=with_stack,
-                                  profile_memory=profile_memory)
+                                  profile_memory=profile_memory, log_clocks=log_clocks)
     finally:
         if dist_info is not None and dist_info[3]:
             require_torch().distributed.destroy_process_group()
@@ -409,7 +412,7 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
                        side_stream, seed, rank, microbatches, log, annotate=True, with_stack=False,
-                       profile_memory=False) -> Path:
+                       profile_memory=False, log_clocks=None) -> Path:
     torch = require_torch()
     from .profile import lumos_profile
 
@@ -461,7 +464,8 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
-                       metadata=meta, with_stack=with_stack, profile_memory=profile_memory) as cap:
+                       metadata=meta, with_stack=with_stack, profile_memory=profile_memory,
+                       device=dev, log_clocks=log_clocks) as cap:
         for it in range(cap.total_iterations):
             loss = train_step()
             cap.step()
@@ -507,6 +511,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-memory", action="store_true",
                    help="record the allocator's [memory] events too; their peak calibrates the memory "
                         "model's workspace constant")
+    p.add_argument("--log-clocks", action=argparse.BooleanOptionalAction, default=None,
+                   help="log the GPU's SM/memory clocks, power, temperature and clock-event reasons "
+                        "(NVML, every 10 ms) into the trace's lumosCapture.clocks (default: on for CUDA)")
     p.add_argument("--out", required=True, help="directory for rank{R}.json.gz")
     p.add_argument("--quiet", action="store_true", help="no per-iteration log")
 
@@ -528,7 +535,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
                    log=None if args.quiet else print, annotate=args.annotate, with_stack=args.with_stack,
-                   profile_memory=args.profile_memory)
+                   profile_memory=args.profile_memory, log_clocks=args.log_clocks)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return path
 

@@ -55,6 +55,11 @@ Settings, and why Lumos needs each (docs/capture.md has the longer version):
   torch writes no `distributedInfo` block (no process group), one is added
   (`{"backend": null, "rank": R, "world_size": W}`, W the `world_size`
   argument, else R + 1) so the reader knows the rank of every file.
+- `log_clocks` (on when the capture's device is CUDA): the GPU's SM and memory
+  clocks, power, temperature and clock-event reasons, read through NVML every
+  10 ms during the profiled steps, go into `lumosCapture["clocks"]`
+  (`lumos.capture.clocks`): a kernel that ran slower because the GPU clocked
+  down (power or thermal limit) is then told from one that did more work.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import require_torch
+from .clocks import ClockSampler, unavailable
 
 #: Top-level key under which the capture settings are recorded in each trace.
 CAPTURE_METADATA_KEY = "lumosCapture"
@@ -173,20 +179,37 @@ class LumosCapture:
     """
 
     def __init__(self, profiler, total_iterations: int, rank: int, world_size: int, target: Path,
-                 annotator=None):
+                 annotator=None, clocks=None, first_active: int = 0):
         self.profiler = profiler
         self.total_iterations = total_iterations
         self.rank = rank
         self.world_size = world_size
         self.target = target
         self.annotator = annotator     # a ModuleAnnotator, or None (no model, or annotate=False)
+        self.clocks = clocks           # a ClockSampler, or None (clocks not logged)
+        self.first_active = first_active   # wait + warmup: the first recorded iteration
         self.path: Path | None = None
+        self.iterations_done = 0
+        if first_active == 0:
+            self._clocks_step_begins()
 
     def step(self) -> None:
         """End of one iteration: close the annotator's ranges, then `profiler.step()`."""
         if self.annotator is not None:
             self.annotator.step()
+        self.iterations_done += 1
+        last = self.iterations_done == self.total_iterations
+        if last and self.clocks is not None:
+            self.clocks.stop()   # before profiler.step(): its on_trace_ready writes the block
         self.profiler.step()
+        if self.first_active <= self.iterations_done < self.total_iterations:
+            self._clocks_step_begins()
+
+    def _clocks_step_begins(self) -> None:
+        """A recorded iteration (ProfilerStep#step_num) begins: mark it, sampling from the first."""
+        if self.clocks is not None:
+            self.clocks.mark(self.profiler.step_num)
+            self.clocks.start()
 
     def microbatch(self, i: int) -> None:
         """Name the following forward / backward ranges `mb{i}` (until `step()`).
@@ -206,7 +229,8 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
                   model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
                   embedding: str | bool | None = None,
                   head: str | bool | None = None, with_stack: bool = False,
-                  profile_memory: bool = False) -> Iterator[LumosCapture]:
+                  profile_memory: bool = False, device=None,
+                  log_clocks: bool | None = None) -> Iterator[LumosCapture]:
     """Profile `steps` steady-state iterations; write `<out_dir>/rank{R}.json.gz`.
 
     The loop inside must run `cap.total_iterations` (= wait + warmup + steps)
@@ -222,6 +246,13 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     ValueError before anything runs. `with_stack=True` records Python stacks,
     module calls among them. `profile_memory=True` records the allocator's
     `[memory]` events (`lumos.trace.memory_events` reads their peak).
+
+    `device` is the device the model runs on (default: `model`'s, else the
+    current CUDA device when CUDA is profiled, else the CPU). `log_clocks`
+    (None: on when that device is CUDA) samples its clocks, power and
+    temperature through NVML into `lumosCapture["clocks"]`
+    (`lumos.capture.clocks`); when it is off or NVML cannot be used the block
+    is `{"source": None, "why": ...}`.
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
@@ -251,6 +282,7 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
     }
     if metadata:
         settings.update(metadata)
+    clocks, clocks_why = _clock_sampler(_capture_device(torch, device, model, acts), log_clocks)
     cap: LumosCapture
 
     def on_trace_ready(prof) -> None:
@@ -266,6 +298,11 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
         meta = dict(settings)
         if annotator is not None:   # embedding and head are known only after the first forward
             meta["annotation"] = annotator.metadata()
+        if clocks is not None:
+            clocks.stop()           # already stopped by cap.step(), unless the loop ended early
+            meta["clocks"] = clocks.metadata()
+        else:
+            meta["clocks"] = unavailable(clocks_why)
         write_bytes_atomic(target, _finish_trace(raw, r, ws, meta))
         cap.path = target
 
@@ -281,13 +318,45 @@ def lumos_profile(out_dir: str | os.PathLike, *, steps: int = 3, warmup: int = 1
         kwargs["experimental_config"] = exp
     if annotator is not None:
         annotator.attach()
+    if clocks is not None:
+        clocks.open()   # NVML's start-up cost lands here, before the profiler, not in a step
     try:
         with torch.profiler.profile(**kwargs) as prof:
-            cap = LumosCapture(prof, wait + warmup + steps, r, ws, target, annotator)
+            cap = LumosCapture(prof, wait + warmup + steps, r, ws, target, annotator,
+                               clocks=clocks, first_active=wait + warmup)
             yield cap
     finally:
+        if clocks is not None:
+            clocks.stop()
         if annotator is not None:
             annotator.detach()
+
+
+def _capture_device(torch, device, model, activities):
+    """The device the model runs on: `device`, else the model's, else current CUDA if profiled."""
+    if device is not None:
+        dev = torch.device(device)
+    elif model is not None:
+        first = next(iter(model.parameters()), None)
+        if first is None:
+            first = next(iter(model.buffers()), None)
+        dev = first.device if first is not None else torch.device("cpu")
+    elif torch.cuda.is_available() and torch.profiler.ProfilerActivity.CUDA in activities:
+        dev = torch.device("cuda")
+    else:
+        dev = torch.device("cpu")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _clock_sampler(dev, log_clocks: bool | None):
+    """(ClockSampler, None) when clocks are logged, else (None, why not)."""
+    if log_clocks is False:
+        return None, "off (log_clocks=False)"
+    if dev.type != "cuda":
+        return None, f"the capture's device is {dev.type}, not a CUDA GPU"
+    return ClockSampler(dev.index), None
 
 
 def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
@@ -297,7 +366,8 @@ def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
                   metadata: Mapping[str, Any] | None = None,
                   model=None, annotate: bool = True, blocks: str | Sequence[str] | None = None,
                   embedding: str | bool | None = None, head: str | bool | None = None,
-                  with_stack: bool = False, profile_memory: bool = False) -> Path:
+                  with_stack: bool = False, profile_memory: bool = False, device=None,
+                  log_clocks: bool | None = None) -> Path:
     """Run `step_fn()` wait + warmup + steps times under the profiler; return the trace path.
 
     `step_fn` is one full training iteration (forward, backward, optimizer
@@ -306,14 +376,16 @@ def profile_steps(step_fn: Callable[[], Any], steps: int = 3, warmup: int = 1,
     are written to `<out_dir>/rank{R}.json.gz`, each inside a `ProfilerStep#N`
     range. `model`, `annotate`, `blocks`, `embedding`, `head`: as for
     `lumos_profile` (pass `model` to annotate its layers; on by default), as are
-    `with_stack` and `profile_memory`.
+    `with_stack`, `profile_memory`, `device` and `log_clocks` (the GPU's clocks,
+    on for a CUDA device).
 
     >>> profile_steps(train_step, steps=2, out_dir="traces/run1", model=model)  # doctest: +SKIP
     """
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
                        world_size=world_size, activities=activities, metadata=metadata,
                        model=model, annotate=annotate, blocks=blocks, embedding=embedding,
-                       head=head, with_stack=with_stack, profile_memory=profile_memory) as cap:
+                       head=head, with_stack=with_stack, profile_memory=profile_memory,
+                       device=device, log_clocks=log_clocks) as cap:
         for _ in range(cap.total_iterations):
             step_fn()
             cap.step()

@@ -39,6 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gemm-efficiency", choices=("waves", "flops"), default="waves",
                    help="how a re-shaped GEMM is re-timed: waves (default: waves x k, wave quantization over "
                         "the GPU's SMs where the kernel names its tile) or flops (the FLOP ratio alone)")
+    p.add_argument("--clocks", choices=("auto", "recorded", "steady", "off"), default="auto",
+                   help="sustained GPU clocks (lumos/transform/suppliers/clocks.py): recorded (compute kernels at the "
+                        "clock a recording of the target made like the base's would show), steady (a long run), off "
+                        "(as measured); auto (default): recorded where config/predict/cluster.yaml has the base's GPU "
+                        "and the base says its profiler schedule, else off")
     add_memory_flags(p)
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
@@ -117,7 +122,8 @@ def run(args) -> int:
                       compute_speed=args.compute_speed, network_speed=args.network_speed,
                       microbatch_rule=args.microbatch_rule,
                       memory=memory_overrides(args),
-                      samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan)
+                      samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
+                      clocks=args.clocks)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     text = json.dumps(doc, indent=1)

@@ -210,8 +210,10 @@ def h200_whatif_figure(table: pd.DataFrame):
         for xi, top, (_, r) in zip(x + off, first["measured_max_ms"], rows.iterrows()):
             ax.text(xi, max(top, r["predicted_iteration_ms"]) * 1.03 + 3, f"{r['error_pct']:+.0f}%",
                     ha="center", va="bottom", fontsize=6, rotation=90)
-    ax.set_xticks(x, [t + ("" if f == "(none)" else "\n" + f.replace(" --", "\n--"))
-                      for t, f in zip(targets, first["flags"])], fontsize=7)
+    roles = first["role"] if "role" in first else [""] * len(targets)
+    ax.set_xticks(x, [t + ("\n(clock calibration)" if r == "clock calibration" else "")
+                      + ("" if f == "(none)" else "\n" + f.replace(" --", "\n--"))
+                      for t, f, r in zip(targets, first["flags"], roles)], fontsize=7)
     ax.set_ylabel("iteration time (ms)")
     ax.set_ylim(0, float(np.nanmax(first["measured_max_ms"])) * 1.3)
     ax.set_title("What-if predictions from one H200 base trace vs measured on hardware (one H200, bundled "

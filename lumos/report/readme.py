@@ -48,10 +48,12 @@ def render(tables_dir: Path) -> str:
 
 
 H200_BEGIN, H200_END = "<!-- h200:begin -->", "<!-- h200:end -->"
-H200_COLUMNS = {"target": "target", "flags": "lumos predict flags", "base": "base",
+H200_COLUMNS = {"target": "target", "role": "role", "flags": "lumos predict flags", "base": "base",
+               "clock_factor": "clock x",
                 "predicted_iteration_ms": "predicted ms", "measured_iteration_ms": "measured ms (mean of 6)",
                 "measured_min_ms": "min", "measured_max_ms": "max", "error_pct": "error %",
-                "spread_pct": "spread %", "exposed_compute_error_pct": "compute error %"}
+                "spread_pct": "spread %", "exposed_compute_error_pct": "compute error %",
+                "other_error_pct": "other error %"}
 
 
 def render_h200(tables_dir: Path) -> str:

@@ -112,13 +112,16 @@ def replay_real_table(data: pd.DataFrame, source: str = "real") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def h200_whatif_table(docs: list[dict]) -> pd.DataFrame:
+def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per what-if target and base recording: predicted vs the mean of every measured iteration.
 
     `docs` are `lumos predict` JSON documents with `predicted_by_base` (the prediction from each
     recording of the base) and `measured_runs` (one entry per recorded run and profiled step)
     added by the pipeline. `spread_pct` is (max - min) / mean over the measured iterations,
-    `run_to_run_pct` the difference between the two recordings' means.
+    `run_to_run_pct` the difference between the two recordings' means. `role`: what-if, unchanged (no
+    flag), or clock calibration for the targets in `calibration` (the sustained-clock constants were
+    fitted on their recordings: not an independent check). `clock_factor`: the sustained-clock model's
+    factor on compute kernels (1 where it was off or changed nothing).
     """
     rows = []
     for doc in docs:
@@ -131,7 +134,10 @@ def h200_whatif_table(docs: list[dict]) -> pd.DataFrame:
                    "flags": " ".join(doc["flags"]) or "(none)", "base": base,
                    "microbatches": doc["microbatches"], "micro_batch": doc["target"].get("micro_batch"),
                    "layers": doc["target"]["layers"], "hidden": doc["target"]["hidden"],
-                   "ffn": doc["target"]["ffn"], "n_measured": len(runs)}
+                   "ffn": doc["target"]["ffn"], "n_measured": len(runs),
+                   "role": ("clock calibration" if doc["label"] in calibration else
+                            "what-if" if doc["flags"] else "unchanged"),
+                   "clock_factor": doc.get("clock_by_base", {}).get(base, 1.0)}
             for p in PARTS:
                 row[f"predicted_{p}_ms"] = pred[f"{p}_us"] / 1e3
                 row[f"measured_{p}_ms"] = float(runs[f"{p}_us"].mean()) / 1e3

@@ -88,6 +88,7 @@ class _Templates:
         self.edges = []
         self.switch_lag = []     # lag of the hand-off into the block in the base (None: none)
         self.lead_lag = []       # (intra-thread, inter-thread) lag into the block's first task
+        self.handoff_binds = []  # the hand-off (not program order) set the block's start in the base
         local = np.full(g.n_tasks, -1, np.int64)     # a task's index in its block
         for b in st.blocks:
             local[b.tasks] = np.arange(len(b.tasks))
@@ -101,6 +102,9 @@ class _Templates:
             lead_inter = lag[ee[lead & (cls[ee] == _INTER)]]
             self.lead_lag.append((float(lead_intra.max()) if len(lead_intra) else None,
                                   float(lead_inter.max()) if len(lead_inter) else None))
+            into = ee[lead & ((cls[ee] == _INTRA) | (cls[ee] == _INTER))]
+            ready = g.ts[src[into]] + g.dur[src[into]] + lag[into]
+            self.handoff_binds.append(bool(len(into)) and cls[into[np.argmax(ready)]] == _INTER)
             ext_ok = cls[ee] != _INTER
             hand_lags = lag[ee[~ext_ok]]
             self.switch_lag.append(float(hand_lags.max()) if len(hand_lags) else None)
@@ -116,6 +120,7 @@ class _Templates:
         self.handoff = {k: float(np.median(v)) for k, v in hand.items()}
         # host time before a forward / backward step starts, and between blocks inside a step
         self.step_lead = {}
+        self.step_handoff_binds = {}
         interior = defaultdict(list)
         seen = set()
         for i in sorted(range(len(st.blocks)), key=lambda i: st.blocks[i].start):
@@ -129,6 +134,7 @@ class _Templates:
                 continue
             seen.add(key)
             self.step_lead[key] = self.lead_lag[i]
+            self.step_handoff_binds[key] = self.handoff_binds[i]
         self.interior_lag = {ph: float(np.median(v)) for ph, v in interior.items()}
         # step leads of stages that replicate a base stage's role (middle stages, extra micro-batches):
         # the base's value for that micro-batch unless it is an outlier among the base's micro-batches
@@ -286,13 +292,17 @@ class _Templates:
             np.clip(self.edges[bi][0][3], 0.0, None).sum())
 
     def lead(self, rank: int, phase: str, mb: int, replica: bool):
-        """Host lag before a step's first block: the base's own value, or a robust one for a replica."""
-        ll = self.step_lead.get((rank, phase, mb % self.base_mb))
-        if ll is None or not replica:
-            return ll
-        pool = self.step_lead_pool[(rank, phase, ll[0] is None, ll[1] is None)]
-        return tuple(x if x is None or not self._outlier(x, pool[j]) else self._stats(pool[j])[0]
-                     for j, x in enumerate(ll))
+        """Host lag before a step's first block: the base's own value, or a robust one for a replica;
+        as (program-order lag, hand-off lag, whether the hand-off set the start in the base)."""
+        key = (rank, phase, mb % self.base_mb)
+        ll = self.step_lead.get(key)
+        if ll is None:
+            return None
+        if replica:
+            pool = self.step_lead_pool[(rank, phase, ll[0] is None, ll[1] is None)]
+            ll = tuple(x if x is None or not self._outlier(x, pool[j]) else self._stats(pool[j])[0]
+                       for j, x in enumerate(ll))
+        return (*ll, self.step_handoff_binds[key])
 
     def base_rank_for(self, stage: int, pp: int) -> int:
         """The base rank whose stage plays the same role (first, last, or middle -> first)."""
@@ -554,12 +564,19 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     if len(isrc):
         b.edge(ids[isrc], ids[idst], icls, ilag if host_scale is None else ilag * host_scale)
     joined = set()
+    intra_lead = lead[0] if lead is not None else None
+    if lead is not None and len(lead) > 2 and lead[2] and state["thread"] in (None, blk.thread_role):
+        # the base started this step after a hand-off from another thread (the main thread resuming
+        # after the autograd thread's backward) plus host time (the next batch, the forward's Python);
+        # here nothing hands off (a warm-up forward after a pipeline send and its synchronize), so
+        # that host time follows the thread's own last task
+        intra_lead = max(intra_lead or 0.0, lead[1])
     for k in range(len(edst)):
         src = state["last_on"].get((int(ekind[k]), int(erole[k])))
         if src is not None:
             lg = elag[k]
-            if lead is not None and edst[k] == 0 and ecls[k] == _INTRA and lead[0] is not None:
-                lg = lead[0]
+            if lead is not None and edst[k] == 0 and ecls[k] == _INTRA and intra_lead is not None:
+                lg = intra_lead
             b.edge(src, ids[edst[k]], ecls[k], lg)
             joined.add(int(edst[k]))
     if lay.first_cpu >= 0:
@@ -571,7 +588,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             # program order: a block whose base copy opened its thread's step (the first
             # micro-batch's embedding) has no in-edge there; a replica still follows the
             # work before it on the thread
-            lg = lead[0] if lead is not None and lead[0] is not None else 0.0
+            lg = intra_lead if intra_lead is not None else 0.0
             b.edge(src, ids[first_cpu], _INTRA, lg)
         if prev is not None and prev != role:
             src = state["last_on"].get((_CPU, prev))

@@ -109,8 +109,10 @@ def test_every_table_is_written_with_finite_numbers(work):
     whatif = pd.read_csv(tables / "h200_whatif.csv")
     assert len(whatif) == 1 and whatif["target"].iloc[0] == "layers_1.5x"
     assert whatif["n_measured"].iloc[0] == 3 and whatif["layers"].iloc[0] == 18
-    # predicted 189.9 ms vs 193.3 +- 9 measured (3 steps of one recording)
-    assert abs(whatif["error_pct"].iloc[0]) < 6.0
+    # 18 layers: ~195 ms iterations, so the profiled window (390-975 ms of work) reaches into the clock's dip
+    # (config/predict/cluster.yaml: 850-1000 ms at +10.8%); predicted 195.7 ms vs 193.3 measured (3 steps)
+    assert whatif["role"].iloc[0] == "what-if" and 1.01 < whatif["clock_factor"].iloc[0] < 1.04
+    assert abs(whatif["error_pct"].iloc[0]) < 3.0
     real = pd.read_csv(tables / "replay_real.csv")
     row = real.iloc[0]
     assert (row["trace"], row["rank"], row["step"], row["tasks"], row["violations"]) == ("dlrm_rank0", 0, 10, 1460, 0)

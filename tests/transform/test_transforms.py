@@ -130,3 +130,32 @@ def test_width_retimes_gemms_by_flops(tiny_plan):
     tp = np.flatnonzero(tiny_plan.role == "tp")
     big = tp[st0.nbytes[tp] > 64][0]
     assert st1.nbytes[big] == 2 * st0.nbytes[big]
+
+
+def test_a_warm_up_forward_keeps_the_host_time_its_base_step_had_after_a_hand_off(tiny_plan, tiny_runs):
+    """Stage 0 of the base (PP 2) starts forwards 2 and 3 when the main thread resumes after the autograd
+    thread's backward (the binding in-edge is the hand-off) plus ~15 ms of host time (the next batch, the
+    forward's Python). At PP 4 those forwards are warm-up ones: they follow a pipeline send and its
+    `cudaStreamSynchronize` on the same thread, with no backward before them. The host time must move to
+    that program-order edge; dropped with the hand-off, the GPU sat idle in the emulated actual where the
+    prediction had the next send spinning, and "other" came out 24% short, exposed communication 67%
+    long (tiny 2x2x2 -> 2x4x2, EMULATED)."""
+    from lumos.trace import load_run
+    from lumos.analysis.predict import predict
+    from lumos.transform.rebuild import _Templates
+
+    tm = _Templates(tiny_plan)
+    assert [tm.step_handoff_binds[(0, "forward", mb)] for mb in range(4)] == [False, False, True, True]
+    out = change_pp(tiny_plan, 4)
+    g = out.graph
+    for b in _blocks(out, 0, "embedding"):
+        if b.phase != "forward" or b.mb == 0:
+            continue
+        first = min((t for t in b.tasks if g.kind[t] == TaskKind.CPU), key=lambda t: g.ts[t])
+        e = np.flatnonzero(g.dst == first)
+        assert [(str(g.name[g.src[k]]), int(g.cls[k])) for k in e] == [("cudaStreamSynchronize", EdgeClass.INTRA_THREAD)]
+        ll = tm.step_lead[(0, "forward", b.mb)]
+        assert g.lag[e[0]] == pytest.approx(ll[1] if b.mb >= 2 else ll[0])   # 14725.0 and 15085.6 us: the hand-offs'
+    doc = predict(load_run(tiny_runs["base"]), {"pp": 4}, actual_tables=load_run(tiny_runs["pp4"]))
+    err = doc["component_error_pct"]
+    assert abs(err["other_us"]) < 5 and abs(err["exposed_comm_us"]) < 20 and abs(doc["error_pct"]) < 3

@@ -15,6 +15,7 @@ with logged(smk):
             for b in smk.params.bases]
     doc = docs[0]
     doc["predicted_by_base"] = {Path(b).name: d["predicted"] for b, d in zip(smk.params.bases, docs)}
+    doc["clock_by_base"] = {Path(b).name: d.get("clock", {}).get("factor", 1.0) for b, d in zip(smk.params.bases, docs)}
     doc["label"] = smk.wildcards.label
     doc["flags"] = list(smk.params.flags)
     doc["measured_runs"] = [row for d in smk.params.actual for row in measured_steps(d)]

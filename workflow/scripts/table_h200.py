@@ -10,8 +10,10 @@ with logged(smk):
     from lumos.report import tables as T
 
     docs = [json.load(open(p)) for p in smk.input]
-    df = T.h200_whatif_table(docs)
+    df = T.h200_whatif_table(docs, calibration=smk.config["h200"].get("clock_calibration", []))
     title = ("What-if predictions from the H200 base trace vs measured on hardware (one H200, bundled GPT, "
-             "bf16): measured = mean over 2 recordings x 3 profiled steps; spread = (max - min) / mean of those")
+             "bf16): measured = mean over 2 recordings x 3 profiled steps; spread = (max - min) / mean of those; "
+             "clock x = the sustained-clock model's factor on compute kernels, fitted on the `clock calibration` "
+             "target's recordings (config/predict/cluster.yaml)")
     T.write_table(df, smk.output.csv, smk.output.md, title)
     print(T.to_markdown(df, title))
