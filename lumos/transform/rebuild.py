@@ -14,13 +14,13 @@ as observed in the base); sends and receives of neighbouring stages are paired
 for rendezvous. One-off stalls of the base (a bucket that waited for a late
 peer, a host stall inside one block or before one step) are kept at most once:
 re-issued buckets take the median bucket, repeated blocks and replicated step
-leads that are outliers (modified z-score > 3.5) take the median one.
+leads that are outliers (modified z-score > 3.5) take the median one. What a copy
+needs to know about its base block is read once by `templates.Templates`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from .plan import Plan, comm_roles, dp_group, stage_ranks
 from .schedule import layers_of_stage, one_f_one_b
 from .structure import Block, RunStructure
 from .suppliers import CollectiveSpec, ComputeSpec
+from .templates import Templates
 
 # plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array
 # protocols, which costs more than the comparison itself (millions of times in one rebuild)
@@ -38,332 +39,6 @@ _INTRA, _INTER, _CROSS = int(EdgeClass.INTRA_THREAD), int(EdgeClass.INTER_THREAD
 _STREAM_WAIT, _DEVICE_WAIT = int(WaitKind.STREAM), int(WaitKind.DEVICE)
 
 MULTI_TENSOR_OPS = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
-
-
-class _Templates:
-    """Template blocks of the input plan, looked up by role, with their edges pre-split."""
-
-    def __init__(self, plan: Plan):
-        g, st = plan.graph, plan.st
-        self.plan = plan
-        self.layer, self.embed, self.head, self.p2p = {}, {}, {}, defaultdict(list)
-        self.dp, self.optimizer, self.prologue = [], {}, {}
-        self.bucket = {}      # layer -> its gradient-bucket reduction (lumos capture gpt)
-        first_main = {}
-        for i, b in enumerate(st.blocks):
-            if b.kind == "layer":
-                self.layer.setdefault((b.layer, b.phase, b.mb), i)
-            elif b.kind == "embedding":
-                self.embed.setdefault((b.phase, b.mb), i)
-            elif b.kind == "head":
-                self.head.setdefault((b.phase, b.mb), i)
-            elif b.kind == "p2p":
-                self.p2p[tuple(sorted(b.shape))].append(i)
-            elif b.kind == "dp":
-                self.dp.append(i)
-            elif b.kind == "bucket":
-                self.bucket.setdefault(b.layer, i)
-            elif b.kind == "optimizer":
-                self.optimizer.setdefault(b.rank, []).append(i)
-            if b.kind in ("p2p", "layer", "embedding", "head") and b.rank not in first_main:
-                first_main[b.rank] = b.start
-        for i, b in enumerate(st.blocks):
-            if b.kind == "glue" and b.start < first_main.get(b.rank, np.inf):
-                self.prologue.setdefault(b.rank, []).append(i)
-            elif b.kind == "glue":
-                self.optimizer.setdefault(b.rank, []).append(i)   # trailing glue goes with the optimizer
-        for r in self.optimizer:
-            self.optimizer[r].sort(key=lambda i: st.blocks[i].start)
-        self.base_layers = 1 + max(k[0] for k in self.layer) if self.layer else 0
-        self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
-        self.ranks = sorted({b.rank for b in st.blocks})
-        self.host_only = not np.any(g.kind == _GPU)   # a CPU capture: the host does the work
-        # per block: tasks, internal edges (local ids), external in-edges (by source processor)
-        keep = g.cls != _CROSS
-        src, dst = g.src[keep], g.dst[keep]
-        cls, lag = g.cls[keep], g.lag[keep]
-        blk = st.task_block
-        order = np.argsort(blk[dst], kind="stable")
-        bounds = np.searchsorted(blk[dst][order], np.arange(len(st.blocks) + 1))
-        self.edges = []
-        self.switch_lag = []     # lag of the hand-off into the block in the base (None: none)
-        self.lead_lag = []       # (intra-thread, inter-thread) lag into the block's first task
-        self.handoff_binds = []  # the hand-off (not program order) set the block's start in the base
-        local = np.full(g.n_tasks, -1, np.int64)     # a task's index in its block
-        for b in st.blocks:
-            local[b.tasks] = np.arange(len(b.tasks))
-        for i, b in enumerate(st.blocks):
-            e = order[bounds[i]:bounds[i + 1]]
-            inside = blk[src[e]] == i
-            ei, ee = e[inside], e[~inside]
-            intra = (local[src[ei]], local[dst[ei]], cls[ei], lag[ei])
-            lead = local[dst[ee]] == 0
-            lead_intra = lag[ee[lead & (cls[ee] == _INTRA)]]
-            lead_inter = lag[ee[lead & (cls[ee] == _INTER)]]
-            self.lead_lag.append((float(lead_intra.max()) if len(lead_intra) else None,
-                                  float(lead_inter.max()) if len(lead_inter) else None))
-            into = ee[lead & ((cls[ee] == _INTRA) | (cls[ee] == _INTER))]
-            ready = g.ts[src[into]] + g.dur[src[into]] + lag[into]
-            self.handoff_binds.append(bool(len(into)) and cls[into[np.argmax(ready)]] == _INTER)
-            ext_ok = cls[ee] != _INTER
-            hand_lags = lag[ee[~ext_ok]]
-            self.switch_lag.append(float(hand_lags.max()) if len(hand_lags) else None)
-            ee = ee[ext_ok]
-            ext = (g.proc_kind[g.proc[src[ee]]], st.proc_role[g.proc[src[ee]]], local[dst[ee]], cls[ee], lag[ee])
-            self.edges.append((intra, ext))
-        # hand-off lags between threads, from the base's inter-thread edges
-        it = np.flatnonzero(g.cls == _INTER)
-        hand = defaultdict(list)
-        for k in it:
-            a, c = st.proc_role[g.proc[g.src[k]]], st.proc_role[g.proc[g.dst[k]]]
-            hand[(int(a), int(c))].append(float(g.lag[k]))
-        self.handoff = {k: float(np.median(v)) for k, v in hand.items()}
-        # host time before a forward / backward step starts, and between blocks inside a step
-        self.step_lead = {}
-        self.step_handoff_binds = {}
-        interior = defaultdict(list)
-        seen = set()
-        for i in sorted(range(len(st.blocks)), key=lambda i: st.blocks[i].start):
-            bl = st.blocks[i]
-            if bl.kind not in ("layer", "embedding", "head"):
-                continue
-            key = (bl.rank, bl.phase, bl.mb)
-            if key in seen:
-                if self.lead_lag[i][0] is not None:
-                    interior[bl.phase].append(self.lead_lag[i][0])
-                continue
-            seen.add(key)
-            self.step_lead[key] = self.lead_lag[i]
-            self.step_handoff_binds[key] = self.handoff_binds[i]
-        self.interior_lag = {ph: float(np.median(v)) for ph, v in interior.items()}
-        # step leads of stages that replicate a base stage's role (middle stages, extra micro-batches):
-        # the base's value for that micro-batch unless it is an outlier among the base's micro-batches
-        # of the same (rank, phase, lead pattern) -- a one-off host stall -- which a replica replaces
-        # by their median (ordinary run-to-run variation of host time is kept, so totals stay unbiased)
-        pat = defaultdict(list)
-        for (r, ph, mb), ll in self.step_lead.items():
-            pat[(r, ph, ll[0] is None, ll[1] is None)].append(ll)
-        self.step_lead_pool = {k: [np.array([x[j] for x in v], float) if not k[2 + j] else None
-                                   for j in range(2)] for k, v in pat.items()}
-        # a block used more than once in the new program (layer l >= L takes base layer l mod L;
-        # micro-batch i >= m takes i mod m) is, on a repeated use, replaced by a typical block -- the
-        # median host+device time among the base's interior layer blocks of the same rank and phase,
-        # over layers and micro-batches (all transformer layers do the same work) -- when its own time
-        # is an outlier among them: a one-off stall inside one block is kept once, where it happened,
-        # never copied
-        self.uses: dict[int, int] = defaultdict(int)
-        self._pools: dict = {}
-        self._layouts: dict = {}
-        self._pool_stats: dict = {}
-        self.typical = {}
-        cand = defaultdict(list)
-        for r in self.ranks:
-            mine = [i for i, bl in enumerate(st.blocks) if bl.rank == r and bl.kind == "layer"]
-            ls = sorted({st.blocks[i].layer for i in mine})
-            inner = set(ls[1:-1]) if len(ls) > 2 else set(ls)
-            for i in mine:
-                bl = st.blocks[i]
-                if bl.layer in inner:
-                    cost = self._cost(i)
-                    cand[(r, bl.phase)].append((cost, bl.layer, i))
-        self.block_cost = {}
-        self.cost_pool = {}
-        for k, v in cand.items():
-            v.sort()
-            self.typical[k] = v[(len(v) - 1) // 2][2]
-            self.cost_pool[k] = np.array([c for c, _, _ in v])
-            for c, _, i in v:
-                self.block_cost[i] = c
-        # DP buckets: the bucket size is the largest data-parallel all-reduce observed; the template
-        # re-issued for every new bucket is a *typical* full-size bucket (median duration), never one
-        # specific bucket: a bucket's measured span includes waiting for DP peers that were not
-        # profiled (the first bucket of an iteration absorbs their arrival skew, a straggling peer
-        # delays a few others), and copying one such bucket into every re-issued one replicates a
-        # one-off wait tens of times. The base's first bucket is kept once per stage, as the first
-        # bucket issued (its wait is a property of the iteration, not of a bucket).
-        self.bucket_bytes = 0.0
-        self.dp_after_backward = False
-        self.dp_template = None
-        self.dp_first: dict[int, int] = {}
-        self.dp_typical: dict[int, int] = {}
-        dp_rows = []          # (rank, start, bytes, duration, block)
-        for i in self.dp:
-            ts = [t for t in st.blocks[i].tasks if st.coll[t] is not None]
-            if ts:
-                dp_rows.append((st.blocks[i].rank, st.blocks[i].start, float(st.nbytes[ts[0]]),
-                                float(g.dur[ts[0]]), i))
-        if dp_rows:
-            self.bucket_bytes = max(r[2] for r in dp_rows)
-            for r in self.ranks:
-                mine = sorted((x for x in dp_rows if x[0] == r), key=lambda x: x[1])
-                if not mine:
-                    continue
-                self.dp_first[r] = mine[0][4]
-                full = [x for x in mine if x[2] >= self.bucket_bytes] or mine
-                self.dp_typical[r] = _median_block(full)
-            self.dp_template = _median_block([x for x in dp_rows if x[2] >= self.bucket_bytes])
-        # DeepSpeed without gradient bucketing in the backward (vTrain's setup) all-reduces every bucket
-        # once the backward is done: then no DP block of the base starts before its rank's last backward
-        last_bwd = {}
-        for b in st.blocks:
-            if b.kind in ("layer", "embedding", "head") and b.phase == "backward":
-                last_bwd[b.rank] = max(last_bwd.get(b.rank, -np.inf), b.start)
-        self.dp_after_backward = bool(dp_rows) and all(row[1] > last_bwd.get(row[0], np.inf) for row in dp_rows)
-
-    def layout(self, bi: int) -> "_BlockLayout":
-        """What `_emit` needs of block `bi` that does not depend on where it is emitted (cached:
-        a rebuild emits each base block many times)."""
-        lay = self._layouts.get(bi)
-        if lay is None:
-            lay = self._layouts[bi] = _BlockLayout.of(self.plan, self.plan.st.blocks[bi])
-        return lay
-
-    def _stats(self, pool: np.ndarray) -> tuple[float, float]:
-        """Median and MAD of one of the templates' pools (each kept for the templates' life)."""
-        st = self._pool_stats.get(id(pool))
-        if st is None:
-            med = float(np.median(pool))
-            st = self._pool_stats[id(pool)] = (med, float(np.median(np.abs(pool - med))))
-        return st
-
-    def _outlier(self, x: float, pool: np.ndarray) -> bool:
-        """`is_outlier(x, pool)`, the pool's median and MAD computed once."""
-        if len(pool) < 3:
-            return False
-        return _beyond(x, *self._stats(pool))
-
-    def reset(self) -> None:
-        """Forget the uses of the previous rebuild (the templates are kept per plan, `rebuild`)."""
-        self.uses = defaultdict(int)
-
-    def dp_bucket(self, base_rank: int, first: bool) -> int:
-        """Template block of a re-issued gradient bucket on a stage played by `base_rank`."""
-        if first and base_rank in self.dp_first:
-            return self.dp_first[base_rank]
-        return self.dp_typical.get(base_rank, self.dp_template)
-
-    def stage_param_count(self, rank: int, fallback: float) -> float:
-        """Parameters of a base stage, as its gradient-zeroing / grad-norm op's Input Dims say."""
-        st = self.plan.st
-        for i in self.prologue.get(rank, []) + self.optimizer.get(rank, []):
-            for t in st.blocks[i].tasks:
-                d = st.op_dims[t]
-                if st.op_name[t] in ("aten::zero_", "aten::_foreach_norm") and d and len(d) == 1 \
-                        and isinstance(d[0], tuple) and len(d[0]) == 1:
-                    return float(d[0][0])
-        return fallback
-
-    def layer_block(self, layer: int, phase: str, mb: int) -> int:
-        key = (layer % self.base_layers, phase, mb % self.base_mb)
-        bi = self.layer[key]
-        self.uses[bi] += 1
-        if self.uses[bi] > 1:      # a replica: this block again unless it holds a one-off stall
-            bl = self.plan.st.blocks[bi]
-            k = (bl.rank, bl.phase)
-            if k in self.typical:
-                cost = self.block_cost.get(bi)
-                if cost is None:    # a first/last layer of its base stage: not in the pool
-                    cost = self._cost(bi)
-                if self._outlier(cost, self.cost_pool[k]):
-                    return self.typical[k]
-        return bi
-
-    def role_block(self, table: dict, phase: str, mb: int) -> int | None:
-        return table.get((phase, mb % self.base_mb))
-
-    def p2p_block(self, blocks: list, k: int) -> int:
-        """The k-th pipeline exchange of a shape: the base's blocks in turn; a repeated use of one that
-        holds a one-off wait (an outlier among the shape's blocks) takes the median one instead."""
-        bi = blocks[k % len(blocks)]
-        self.uses[bi] += 1
-        if self.uses[bi] > 1 and len(blocks) >= 3:
-            key = tuple(blocks)
-            if key not in self._pools:      # durations do not change during a rebuild
-                cost = {i: self._cost(i) for i in blocks}
-                self._pools[key] = (cost, np.array(sorted(cost.values())))
-            cost, pool = self._pools[key]
-            if self._outlier(cost[bi], pool):
-                return _median_block([(0, 0.0, 0.0, cost[i], i) for i in blocks])
-        return bi
-
-    def _cost(self, bi: int) -> float:
-        """Host + device time of a block: its tasks' durations plus its internal (host) lags."""
-        return float(self.plan.graph.dur[self.plan.st.blocks[bi].tasks].sum()) + float(
-            np.clip(self.edges[bi][0][3], 0.0, None).sum())
-
-    def lead(self, rank: int, phase: str, mb: int, replica: bool):
-        """Host lag before a step's first block: the base's own value, or a robust one for a replica;
-        as (program-order lag, hand-off lag, whether the hand-off set the start in the base)."""
-        key = (rank, phase, mb % self.base_mb)
-        ll = self.step_lead.get(key)
-        if ll is None:
-            return None
-        if replica:
-            pool = self.step_lead_pool[(rank, phase, ll[0] is None, ll[1] is None)]
-            ll = tuple(x if x is None or not self._outlier(x, pool[j]) else self._stats(pool[j])[0]
-                       for j, x in enumerate(ll))
-        return (*ll, self.step_handoff_binds[key])
-
-    def base_rank_for(self, stage: int, pp: int) -> int:
-        """The base rank whose stage plays the same role (first, last, or middle -> first)."""
-        if stage == pp - 1 and pp > 1:
-            return self.ranks[-1]
-        return self.ranks[0]
-
-
-def is_outlier(x: float, pool, z: float = 3.5) -> bool:
-    """A one-off high value: modified z-score 0.6745 (x - median) / MAD above `z` (Iglewicz-Hoaglin).
-
-    With a zero MAD (identical samples) anything above the median is an outlier; fewer than three
-    samples say nothing about what is typical, so nothing is.
-    """
-    pool = np.asarray(pool, float)
-    if len(pool) < 3:
-        return False
-    med = float(np.median(pool))
-    return _beyond(x, med, float(np.median(np.abs(pool - med))), z)
-
-
-def _beyond(x: float, med: float, mad: float, z: float = 3.5) -> bool:
-    if mad <= 0.0:
-        return x > med * (1 + 1e-9) + 1e-9
-    return 0.6745 * (x - med) / mad > z
-
-
-def _median_block(rows: list) -> int:
-    """The block of the lower-median duration among rows (rank, start, bytes, duration, block)."""
-    rows = sorted(rows, key=lambda x: (x[3], x[1]))
-    return rows[(len(rows) - 1) // 2][4]
-
-
-@dataclass
-class _BlockLayout:
-    """A base block's tasks by processor: the distinct (kind, role) pairs and each task's index into
-    them, the last task (by start) on each, its collectives and its first CPU task."""
-    kinds: list
-    roles: list
-    which: np.ndarray
-    last: list          # ((kind, role), local index of the last task there)
-    comm: list          # local indices of the collective tasks
-    first_cpu: int      # local index of the first CPU task, -1: none
-
-    @classmethod
-    def of(cls, plan: Plan, blk) -> "_BlockLayout":
-        g, st = plan.graph, plan.st
-        T = blk.tasks
-        pk = g.proc_kind[g.proc[T]].astype(np.int64)
-        pr = st.proc_role[g.proc[T]].astype(np.int64)
-        pairs = list(zip(pk.tolist(), pr.tolist()))
-        uniq = list(dict.fromkeys(pairs))
-        index = {u: i for i, u in enumerate(uniq)}
-        last = {}
-        for k in np.argsort(g.ts[T], kind="stable").tolist():
-            last[pairs[k]] = k
-        cpu = np.flatnonzero(g.kind[T] == _CPU)
-        return cls(kinds=[u[0] for u in uniq], roles=[u[1] for u in uniq],
-                   which=np.array([index[p] for p in pairs], np.int64), last=list(last.items()),
-                   comm=[k for k, c in enumerate(st.coll[T]) if c is not None],
-                   first_cpu=int(cpu[0]) if len(cpu) else -1)
 
 
 class _Builder:
@@ -421,7 +96,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     m = microbatches or plan.microbatches
     tm = plan.memo.get("templates")
     if tm is None:      # the same plan rebuilt again (a search's two replays): its templates are reused
-        tm = plan.memo["templates"] = _Templates(plan)
+        tm = plan.memo["templates"] = Templates(plan)
     tm.reset()
     if not tm.layer:
         raise ValueError("the base run has no layer ranges: cannot rebuild its pipeline")
@@ -531,9 +206,9 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     return out
 
 
-def _grads(state, params: float, tm: _Templates, emit, flush: bool = False) -> None:
+def _grads(state, params: float, tm: Templates, emit, flush: bool = False) -> None:
     """Issue every gradient bucket that is now full (all remaining ones with `flush`); where the base
-    all-reduces only after its backward (`_Templates.dp_after_backward`), only at the flush."""
+    all-reduces only after its backward (`Templates.dp_after_backward`), only at the flush."""
     state["ready"] += params
     if tm.dp_after_backward and not flush:
         return

@@ -16,7 +16,7 @@ from lumos.graph.model import TaskKind
 from lumos.trace import load_run
 from lumos.transform.layers import change_layers
 from lumos.transform.pp import change_pp
-from lumos.transform.rebuild import is_outlier
+from lumos.transform.templates import is_outlier
 from lumos.transform.whatif import base_plan
 
 STALL_US = 30_000.0

@@ -142,9 +142,9 @@ def test_a_warm_up_forward_keeps_the_host_time_its_base_step_had_after_a_hand_of
     long (tiny 2x2x2 -> 2x4x2, EMULATED)."""
     from lumos.trace import load_run
     from lumos.analysis.predict import predict
-    from lumos.transform.rebuild import _Templates
+    from lumos.transform.templates import Templates
 
-    tm = _Templates(tiny_plan)
+    tm = Templates(tiny_plan)
     assert [tm.step_handoff_binds[(0, "forward", mb)] for mb in range(4)] == [False, False, True, True]
     out = change_pp(tiny_plan, 4)
     g = out.graph
