@@ -23,7 +23,7 @@ from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
-from .run_replay import run_breakdown
+from .run_replay import critical_rank, run_breakdown
 
 __all__ = ["predict", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
 
@@ -48,7 +48,7 @@ def measure_run(tables: Sequence[TraceTable], step=None) -> dict:
         name = t.name[sel.event]
         comm = sel.is_gpu & np.array([is_comm_kernel(n) for n in name], dtype=bool)
         per[t.rank] = breakdown(sel.ts, sel.ts + sel.dur, sel.is_gpu, comm, sel.in_step)
-    crit = max(per, key=lambda r: per[r].iteration_us)
+    crit = critical_rank(per)
     return {"critical_rank": crit, **per[crit].as_dict()}
 
 

@@ -20,7 +20,7 @@ from lumos.trace import TraceTable
 
 from .breakdown import breakdown, relative_error_pct
 
-__all__ = ["RunBreakdown", "occupancy", "measured_times", "run_breakdown", "replay_run_graph"]
+__all__ = ["RunBreakdown", "critical_rank", "occupancy", "measured_times", "run_breakdown", "replay_run_graph"]
 
 
 @dataclass
@@ -63,6 +63,17 @@ def measured_times(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     return start, end
 
 
+# Ranks whose GPU spans are this close to the longest are tied: which of them is longest is noise (a grad
+# norm all-reduced over every stage ends them together), so the tie goes to the lowest rank, the first stage.
+TIE_SHARE = 0.005
+
+
+def critical_rank(per: dict) -> int:
+    """The rank whose breakdown stands for the run: the longest GPU span, a near-tie to the lowest rank."""
+    longest = max(b.iteration_us for b in per.values())
+    return min(r for r, b in per.items() if b.iteration_us >= longest * (1.0 - TIE_SHARE))
+
+
 def run_breakdown(graph: Graph, start: np.ndarray, end: np.ndarray, measured: bool = False) -> RunBreakdown:
     """Run-level breakdown of a simulated (or, with `measured`, the measured) timeline."""
     if measured:
@@ -76,7 +87,7 @@ def run_breakdown(graph: Graph, start: np.ndarray, end: np.ndarray, measured: bo
     for r in np.unique(ranks):
         mine = graph.rank == r
         per[int(r)] = breakdown(start[mine], end[mine], gpu[mine], graph.comm[mine], graph.in_step[mine])
-    crit = max(per, key=lambda r: per[r].iteration_us)
+    crit = critical_rank(per)
     return RunBreakdown(critical_rank=crit, per_rank=per, iteration=per[crit])
 
 

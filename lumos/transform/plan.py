@@ -67,10 +67,16 @@ def tp_group(rank: int, tp: int) -> tuple:
     return tuple(range(rank, rank + tp))
 
 
+def mp_group(rank: int, tp: int, pp: int, dp: int) -> tuple:
+    """The model-parallel group of `rank`: its TP ranks in every stage (Megatron's grad-norm all-reduce)."""
+    base = (rank // tp) % dp * tp
+    return tuple(s * tp * dp + base + t for s in range(pp) for t in range(tp))
+
+
 def comm_roles(st: RunStructure) -> np.ndarray:
-    """tp / dp / pp per communication task, from its group's size and stride (Megatron's layout: TP ranks
-    adjacent, DP ranks TP apart); anything else, e.g. Megatron's grad-norm all-reduce over the
-    model-parallel group, is "other"."""
+    """tp / dp / pp / mp per communication task, from its group's size and stride (Megatron's layout: TP
+    ranks adjacent, DP ranks TP apart, stages TP x DP apart): mp is the model-parallel group, TP x PP ranks
+    (Megatron's grad-norm all-reduce); anything else is "other"."""
     role = np.empty(len(st.coll), dtype=object)
     for t in np.flatnonzero(st.coll != None):  # noqa: E711
         g = st.group[t] or ()
@@ -80,6 +86,8 @@ def comm_roles(st: RunStructure) -> np.ndarray:
             role[t] = "tp"
         elif len(g) == st.dp and st.dp > 1 and (len(g) < 2 or g[1] - g[0] == st.tp):
             role[t] = "dp"      # (a model-parallel group, TP x PP ranks, of the same size strides by TP x DP)
+        elif st.pp > 1 and len(g) == st.tp * st.pp and tuple(sorted(g)) == mp_group(min(g), st.tp, st.pp, st.dp):
+            role[t] = "mp"
         else:
             role[t] = "other"
     return role

@@ -26,7 +26,7 @@ import numpy as np
 
 from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
 
-from .plan import Plan, comm_roles, dp_group, stage_ranks
+from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
 from .schedule import layers_of_stage, one_f_one_b
 from .structure import Block, RunStructure
 from .suppliers import CollectiveSpec, ComputeSpec
@@ -197,7 +197,8 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
         for bi in tm.optimizer.get(base_rank, []):
             emit(bi, scale_params=ratio)
     graph, stt = _assemble(plan, b)
-    groups = [v for v in pairs.values() if len(v) == 2]
+    stt.pp = pp     # the roles of the new collectives (a model-parallel group spans the new stages)
+    groups = [v for key, v in pairs.items() if len(v) == (pp if key[0] == "mp" else 2)]
     out = plan.clone()
     out.graph, out.st = graph, stt
     out.role = comm_roles(stt)
@@ -312,6 +313,15 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             if dp_bytes is not None:
                 nbytes[k] = dp_bytes
             dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec("allreduce", nbytes[k], group[k]))
+        elif role == "mp":
+            # the grad norm's all-reduce spans every stage: the new stages' TP ranks, one rendezvous of all
+            # the stages (each stage's n-th such call meets the others' n-th), so no stage ends before the last
+            old = CollectiveSpec(coll[k], nbytes[k], group[k])
+            group[k] = mp_group(rank, plan.tp, pp, plan.dp)
+            dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(coll[k], nbytes[k], group[k]))
+            c = state["counters"]
+            pairs[("mp", c[("mp",)])].append(int(ids[k]))
+            c[("mp",)] += 1
     if p2p_ops is not None:
         p2p_k = sorted([k for k in comm_k if coll[k] in ("send", "recv")], key=lambda k: g.ts[T[k]])
         avail = {"send": [k for k in p2p_k if coll[k] == "send"], "recv": [k for k in p2p_k if coll[k] == "recv"]}

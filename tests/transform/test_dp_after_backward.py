@@ -44,9 +44,8 @@ def test_each_bucket_is_a_block_and_is_issued_after_the_backward(runs):
     assert all(sum(plan.st.coll[t] is not None for t in b.tasks) == 1 for b in dp)
     assert _allreduces_per_rank(plan) == {0: 11, 2: 11}
     # vTrain's stack all-reduces the grad norm over the model-parallel group (TP x PP = ranks 0 and 2): as
-    # large as the DP group, but not a DP collective (it was counted as a twelfth bucket)
-    other = [t for t in range(plan.graph.n_tasks) if plan.st.coll[t] is not None and plan.role[t] == "other"]
-    norm = [t for t in other if len(plan.st.group[t]) > 1]     # the rest: TP 1's one-rank all-reduces
+    # large as the DP group, but not a DP collective (it was counted as a twelfth bucket): role mp
+    norm = [t for t in range(plan.graph.n_tasks) if plan.st.coll[t] is not None and plan.role[t] == "mp"]
     assert sorted(int(plan.graph.rank[t]) for t in norm) == [0, 2]
     assert all(tuple(plan.st.group[t]) == (0, 2) and plan.st.coll[t] == "allreduce" for t in norm)
     more = transform(plan, global_batch=8)      # 4 micro-batches instead of 2: the same gradients
