@@ -138,7 +138,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
 
 
 def clock_setting(base_tables: Sequence[TraceTable], mode: str):
-    """(mode, SustainedClock, base window) for the base's GPU, or None for no clock model.
+    """(mode, SustainedClock, GPU name, iterations before the profiled ones, profiled steps, base period ms)
+    for the base's GPU, or None for no clock model.
 
     `recorded` and `steady` need the constants and the base's profiler schedule and say which is
     missing; `auto` falls back to None without them.
