@@ -36,11 +36,6 @@ from lumos.transform.suppliers.clocks import busy_ratios, fit_sustained_clock
 H200 = Path(__file__).resolve().parents[1] / "resources" / "traces" / "h200"
 
 
-def window(rec) -> tuple[float, float]:
-    p = rec.period_us / 1e3
-    return rec.skipped * p, (rec.skipped + len(rec.step_dur)) * p
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", default="mbcount_4", help="configuration whose recordings the fit uses")
@@ -65,11 +60,11 @@ def main() -> None:
     calib = [n for n in runs if n.rsplit("_r", 1)[0] == args.calibration or n == args.calibration]
     if not calib:
         raise SystemExit(f"no recording of {args.calibration!r} under {H200}")
-    model, fit = fit_sustained_clock([ratios[n] for n in calib], [window(b) for b in base], args.bin_ms)
+    model, fit = fit_sustained_clock([ratios[n] for n in calib], [b.window_ms() for b in base], args.bin_ms)
     print(f"2. fit on {', '.join(calib)} ({fit['bins']} bins): boost_ms {model.boost_ms:g}, dip_ms {model.dip_ms:g}, "
           f"dip {model.dip:.4f}, steady {model.steady:.4f}; weighted RMS {fit['rms_before_pct']}% -> "
           f"{fit['rms_after_pct']}%")
-    base_level = np.mean([model.mean(*window(b)) for b in base])
+    base_level = np.mean([model.mean(*b.window_ms()) for b in base])
     print("3. out of sample (recordings sharing the base's kernels, not used by the fit): weighted RMS %, "
           "no model -> model; mean ratio measured / model")
     for name, (t, y, w) in ratios.items():

@@ -153,8 +153,7 @@ def clock_setting(base_tables: Sequence[TraceTable], mode: str):
     if mode == "off":
         return None
     t = base_tables[0]
-    dev = t.metadata.get("deviceProperties") or [{}]
-    gpu = dev[0].get("name") if isinstance(dev, list) and dev and isinstance(dev[0], dict) else None
+    gpu = t.gpu_name
     clock = clock_for(gpu, load_profile())
     cap = t.metadata.get("lumosCapture") or {}
     steps = find_steps(t)

@@ -10,7 +10,6 @@ the raw document once and keeps only kernels and profiler steps.
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,8 @@ import numpy as np
 import orjson
 
 from .errors import TraceError
+from .reader import _read_bytes
+from .table import gpu_name
 
 __all__ = ["KernelRecord", "read_kernels"]
 
@@ -44,17 +45,19 @@ class KernelRecord:
     def period_us(self) -> float:
         return float(np.mean(self.step_dur))
 
+    def window_ms(self) -> tuple[float, float]:
+        """The profiled steps in busy time (ms from the run's first iteration, at the run's period)."""
+        p = self.period_us / 1e3
+        return self.skipped * p, (self.skipped + len(self.step_dur)) * p
+
 
 def read_kernels(path: str | os.PathLike) -> KernelRecord:
     """The kernels and profiler steps of one trace file (.json or .json.gz)."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
-        doc = orjson.loads(gzip.decompress(raw) if p.name.endswith(".gz") else raw)
-    except FileNotFoundError:
-        raise TraceError(p, "no such file") from None
-    except (OSError, EOFError, orjson.JSONDecodeError) as exc:
-        raise TraceError(p, f"not a readable trace: {exc}") from None
+        doc = orjson.loads(_read_bytes(p))   # gzip by magic bytes, one-line errors naming the file
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(p, f"not valid JSON: {exc}") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         raise TraceError(p, "no traceEvents list")
@@ -77,9 +80,7 @@ def read_kernels(path: str | os.PathLike) -> KernelRecord:
     steps.sort()
     cap = doc.get("lumosCapture") or {}
     skipped = int(cap["wait"]) + int(cap["warmup"]) if "wait" in cap and "warmup" in cap else None
-    dev = doc.get("deviceProperties") or [{}]
-    gpu = dev[0].get("name") if isinstance(dev, list) and dev and isinstance(dev[0], dict) else None
     return KernelRecord(path=p, key=np.array(keys, dtype=object)[order], ts=np.array(ts)[order],
                         dur=np.array(dur)[order], step_start=np.array([s for s, _ in steps]),
-                        step_dur=np.array([d for _, d in steps]), skipped=skipped, gpu=gpu,
+                        step_dur=np.array([d for _, d in steps]), skipped=skipped, gpu=gpu_name(doc),
                         config=dict(cap.get("config") or {}))

@@ -20,6 +20,14 @@ FLOAT_COLUMNS = ("ts", "dur")
 OBJECT_COLUMNS = ("name", "sync_kind", "coll_name", "dtype", "pg_ranks", "input_dims")
 
 
+def gpu_name(metadata: dict) -> str | None:
+    """The first device's name in a trace's `deviceProperties` (Kineto, our emulator and capture write it)."""
+    dev = metadata.get("deviceProperties")
+    first = dev[0] if isinstance(dev, list) and dev else None
+    name = first.get("name") if isinstance(first, dict) else None
+    return name if isinstance(name, str) else None
+
+
 @dataclass
 class TraceTable:
     """Events of one rank's trace, as parallel arrays (row i is event i).
@@ -76,6 +84,10 @@ class TraceTable:
         kw = {c: getattr(self, c)[index] for c in self.columns()}
         return TraceTable(path=self.path, rank=self.rank, world_size=self.world_size,
                           metadata=self.metadata, unmodelled=self.unmodelled, **kw)
+
+    @property
+    def gpu_name(self) -> str | None:
+        return gpu_name(self.metadata)
 
     def category_counts(self) -> dict[str, int]:
         codes, counts = np.unique(self.cat, return_counts=True)

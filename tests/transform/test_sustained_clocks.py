@@ -66,7 +66,7 @@ def test_the_shipped_calibration_runs_slow_down_after_850_ms(recordings):
 def test_profile_constants_are_the_fit_of_the_calibration_runs(recordings):
     """config/predict/cluster.yaml records what `python benchmarks/h200_clocks.py` fits."""
     base, calib = recordings
-    windows = [(b.skipped * b.period_us / 1e3, (b.skipped + 3) * b.period_us / 1e3) for b in base]
+    windows = [b.window_ms() for b in base]
     model, fit = fit_sustained_clock([busy_ratios(base, c) for c in calib], windows)
     profile = OmegaConf.to_container(OmegaConf.load(config_dir() / "predict" / "cluster.yaml"))
     recorded = clock_for("NVIDIA H200", profile)
