@@ -19,6 +19,7 @@ from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 from lumos.transform.plan import Plan
+from lumos.transform.speed import compute_kernels
 from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
@@ -73,7 +74,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             actual_manifest: dict | None = None, base_name: str = "", engine: str = "auto",
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
-            gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto") -> dict:
+            gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto",
+            host: str = "median") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -84,10 +86,12 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     gemm_efficiency=...)` made earlier, for many predictions from one base (as `lumos search` does).
     `clocks` (auto, recorded, steady, off): the sustained-clock model of the base's GPU
     (`lumos.transform.suppliers.clocks`; auto = recorded where the profile has the GPU and the
-    base says its profiler schedule, else off).
+    base says its profiler schedule, else off). `host` (median, step): the base's host work as the median
+    over its profiled steps, with an interval that draws one step's at a time, or the selected step's
+    own (`lumos.graph.host_steps`).
     """
     if plan is None:
-        plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency)
+        plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
 
     def run(speed):
@@ -124,9 +128,16 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     doc["memory"] = memory_of(out, memory)
     if samples:
         from lumos.analysis.uncertainty import predict_interval
+        clock_steps = None
+        if clock is not None and clock_doc.get("step_levels"):
+            mask = np.zeros(graph.n_tasks, dtype=bool)
+            kernels = compute_kernels(out)
+            mask[:len(kernels)] = kernels
+            clock_steps = (mask, clock_doc["step_levels"])
         doc["interval"] = predict_interval(base_tables, graph, out.pairs, samples, seed,
                                            lambda s, e: run_breakdown(graph, s, e).iteration,
-                                           engine="reference" if engine == "reference" else "compiled")
+                                           engine="reference" if engine == "reference" else "compiled",
+                                           step=step, host_steps=host == "median", clock_steps=clock_steps)
     if actual_tables is not None:
         measured = measure_run(actual_tables, step=step)
         doc["measured"] = _round(measured)
@@ -190,8 +201,14 @@ def _under_clock(run, setting, compute_speed, first, max_rounds: int = 6):
             f"{bd.iteration.iteration_us / 1e3:.1f} ms each)" if mode == "recorded" else "a long run")
     note = (f"sustained clocks ({gpu}, {mode}): compute kernels x{factor:.4f} the base's time, the clock of {what} "
             f"against the base's ({base_ms:.1f} ms iterations); --clocks off leaves them as measured")
+    levels = []
+    if mode == "recorded":   # each profiled step's own clock over the window's mean (the interval draws one)
+        p = bd.iteration.iteration_us / 1e3
+        mean = clock.window(p, skipped, steps)
+        levels = [round(clock.mean((skipped + k) * p, (skipped + k + 1) * p) / mean, 6) for k in range(steps)]
     return out, graph, sched, bd, {"mode": mode, "gpu": gpu, "factor": round(factor, 5), "rounds": rounds,
-                                   "base_period_ms": round(base_ms, 3), "constants": clock.as_dict(), "note": note}
+                                   "base_period_ms": round(base_ms, 3), "constants": clock.as_dict(),
+                                   "step_levels": levels, "note": note}
 
 
 def read_manifest(path: str | Path) -> dict:

@@ -8,15 +8,9 @@ structure and the gaps (edge lags, release times) stay step k's, and only a
 graph whose dependencies are the real ones moves the timeline the way the
 hardware did.
 
-Matching (`match_tasks`): tasks are paired per processor by aligning the two
-name sequences in time order, as a diff aligns lines: runs of names that agree
-pair up in order; inside a stretch that differs, and for an op that moved, the
-n-th task named X left over takes the n-th X left over. An op only one step ran
-finds no partner and shifts nothing after it. Processors are matched by their
-trace ids (pid/tid, device/stream) where both sides have the id, the rest by
-their order in the trace. GPU ops carried in from an earlier step are matched
-only with carried-in ops, and ops launched in the step only with ops launched
-in the step, so a backlog of different length shifts nothing on its stream. A task
+Matching (`lumos.graph.match.match_tasks`): tasks are paired per processor by aligning the two
+name sequences in time order, as a diff aligns lines, carried-in GPU ops only with carried-in
+ones, so a backlog of different length shifts nothing on its stream. A task
 without a match keeps its own duration. What is transferred is the graph's
 replay duration: for a call that waited for the GPU, the part after the wait
 (`lumos.graph.timing`), so neither side's waiting is carried over.
@@ -44,7 +38,6 @@ Example
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -52,6 +45,7 @@ import numpy as np
 
 from lumos.baselines.dpro import DproGraph, build_dpro, replay_dpro
 from lumos.graph import DEFAULT_GAP_THRESHOLD_US, Graph, build_graph
+from lumos.graph.match import TaskKeys, match_tasks
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.trace import EmptyStepError, TraceTable
 from lumos.trace.steps import Step
@@ -76,112 +70,11 @@ class NotSameJobError(ValueError):
     """The two iterations share too few tasks (by processor, name and occurrence) to be one job's."""
 
 
-@dataclass
-class TaskKeys:
-    """What matching reads of each task: kind, processor id in the trace, carried-in flag,
-    name, and the order on its processor (measured start, then trace row)."""
-    kind: np.ndarray      # int8 TaskKind
-    proc_key: np.ndarray  # int64 (pid<<32|tid) or (device<<32|stream)
-    carry: np.ndarray     # bool: GPU op carried in from an earlier step
-    name: np.ndarray      # object
-    ts: np.ndarray
-    event: np.ndarray
-
-    @classmethod
-    def of_graph(cls, g: Graph) -> "TaskKeys":
-        gpu = g.kind == TaskKind.GPU
-        return cls(kind=g.kind.astype(np.int8), proc_key=g.proc_key[g.proc].astype(np.int64),
-                   carry=gpu & ~g.in_step, name=g.name, ts=g.ts, event=g.event)
-
-    @classmethod
-    def of_dpro(cls, d: DproGraph, table: TraceTable) -> "TaskKeys":
-        """dPRO nodes keyed by the stream they ran on in the trace (not by the baseline's queue)."""
-        key = table.device[d.event].astype(np.int64) * (1 << 32) + (table.stream[d.event].astype(np.int64) & 0xFFFFFFFF)
-        return cls(kind=np.full(len(d), TaskKind.GPU, np.int8), proc_key=key, carry=d.carry_in.astype(bool),
-                   name=d.name, ts=d.ts, event=d.event)
-
-
-def _proc_map(target: TaskKeys, source: TaskKeys) -> dict[tuple[int, int], int]:
-    """(kind, target proc key) -> source proc key: same id where the source has it, else by order."""
-    out: dict[tuple[int, int], int] = {}
-    for kind in (TaskKind.CPU, TaskKind.GPU):
-        t_keys = sorted(set(target.proc_key[target.kind == kind].tolist()))
-        s_keys = sorted(set(source.proc_key[source.kind == kind].tolist()))
-        common = set(t_keys) & set(s_keys)
-        out.update({(int(kind), k): k for k in common})
-        rest_s = [k for k in s_keys if k not in common]
-        for k, s in zip((k for k in t_keys if k not in common), rest_s):
-            out[(int(kind), k)] = s
-    return out
-
-
-def _frame(keys: TaskKeys, proc: np.ndarray, names: pd.Index) -> pd.DataFrame:
-    import pandas as pd   # here, not at import: `lumos replay` needs none of it
-    df = pd.DataFrame({"kind": keys.kind.astype(np.int64), "proc": proc, "carry": keys.carry.astype(bool),
-                       "name": names.get_indexer(keys.name), "ts": keys.ts, "event": keys.event,
-                       "task": np.arange(len(keys.kind))})
-    return df.sort_values(["ts", "event"], kind="stable")
-
-
-def _pair_by_occurrence(a_names: list, b_names: list) -> list[tuple[int, int]]:
-    """Positions (i, j): the n-th name X of `a` with the n-th name X of `b`."""
-    where: dict = {}
-    for j, x in enumerate(b_names):
-        where.setdefault(x, []).append(j)
-    seen: dict = {}
-    out = []
-    for i, x in enumerate(a_names):
-        k = seen.get(x, 0)
-        seen[x] = k + 1
-        js = where.get(x)
-        if js is not None and k < len(js):
-            out.append((i, js[k]))
-    return out
-
-
-def _align(a_names: list, b_names: list) -> list[tuple[int, int]]:
-    """Positions (i, j) of two processors' name sequences paired as a diff pairs lines: runs
-    that agree are paired in order, and inside a stretch where they differ the n-th X with
-    the n-th X. An op one step ran and the other did not then shifts nothing after it (pairing
-    by occurrence over the whole processor shifted every later op of that name)."""
-    out = []
-    sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=True)
-    for tag, i0, i1, j0, j1 in sm.get_opcodes():
-        if tag == "equal":
-            out.extend(zip(range(i0, i1), range(j0, j1)))
-        elif tag == "replace":
-            out.extend((i0 + i, j0 + j) for i, j in _pair_by_occurrence(a_names[i0:i1], b_names[j0:j1]))
-    # what is left (an op that moved past others) by occurrence among the left-overs
-    a_used, b_used = {i for i, _ in out}, {j for _, j in out}
-    a_rest = [i for i in range(len(a_names)) if i not in a_used]
-    b_rest = [j for j in range(len(b_names)) if j not in b_used]
-    out.extend((a_rest[i], b_rest[j]) for i, j in _pair_by_occurrence([a_names[i] for i in a_rest],
-                                                                      [b_names[j] for j in b_rest]))
-    return out
-
-
-def match_tasks(target: TaskKeys, source: TaskKeys) -> np.ndarray:
-    """For each target task, the source task it matches (-1: none): per processor (and
-    carried-in or not), the two name sequences aligned in time order (`_align`)."""
-    import pandas as pd   # here, not at import: `lumos replay` needs none of it
-    pmap = _proc_map(target, source)
-    t_proc = np.array([pmap.get((int(k), int(p)), -1) for k, p in zip(target.kind, target.proc_key)], dtype=np.int64)
-    names = pd.Index(pd.unique(np.concatenate([target.name, source.name])))
-    t = _frame(target, t_proc, names)
-    s = _frame(source, source.proc_key.astype(np.int64), names)
-    on = ["kind", "proc", "carry"]
-    theirs = {k: (grp["name"].tolist(), grp["task"].to_numpy()) for k, grp in s.groupby(on, sort=False)}
-    out = np.full(len(target.kind), -1, dtype=np.int64)
-    for k, grp in t.groupby(on, sort=False):
-        if k not in theirs:
-            continue
-        b_names, b_task = theirs[k]
-        a_task = grp["task"].to_numpy()
-        pairs = _align(grp["name"].tolist(), b_names)
-        if pairs:
-            i, j = np.array(pairs).T
-            out[a_task[i]] = b_task[j]
-    return out
+def dpro_keys(d: DproGraph, table: TraceTable) -> TaskKeys:
+    """dPRO nodes keyed by the stream they ran on in the trace (not by the baseline's queue)."""
+    key = table.device[d.event].astype(np.int64) * (1 << 32) + (table.stream[d.event].astype(np.int64) & 0xFFFFFFFF)
+    return TaskKeys(kind=np.full(len(d), TaskKind.GPU, np.int8), proc_key=key, carry=d.carry_in.astype(bool),
+                    name=d.name, ts=d.ts, event=d.event)
 
 
 def _kind_mask(kind: np.ndarray, durations: str) -> np.ndarray:
@@ -433,7 +326,7 @@ def dpro_with_durations(d: DproGraph, table: TraceTable, s: DproGraph, source_ta
     tasks, so `durations='cpu'` leaves it unchanged)."""
     if durations == "cpu":
         return d
-    m = match_tasks(TaskKeys.of_dpro(d, table), TaskKeys.of_dpro(s, source_table))
+    m = match_tasks(dpro_keys(d, table), dpro_keys(s, source_table))
     dur = d.dur.copy()
     dur[m >= 0] = s.dur[m[m >= 0]]
     return dataclasses.replace(d, dur=dur)

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "clock a recording of the target made like the base's would show), steady (a long run), off "
                         "(as measured); auto (default): recorded where config/predict/cluster.yaml has the base's GPU "
                         "and the base says its profiler schedule, else off")
+    p.add_argument("--host", choices=("median", "step"), default="median",
+                   help="the base's host work (CPU ops and the Python between them): median (default: each op "
+                        "and gap the median over the base's profiled steps; --samples draws one step's at a "
+                        "time) or step (the selected step's own); lumos/graph/host_steps.py")
     add_memory_flags(p)
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
@@ -87,7 +91,7 @@ def memory_overrides(args) -> dict:
 _LAST_BASE: dict = {}
 
 
-def _base_and_plan(path: str, step, gemm_efficiency: str):
+def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median"):
     from lumos.trace import load_run
     from lumos.transform.whatif import base_plan
 
@@ -98,9 +102,10 @@ def _base_and_plan(path: str, step, gemm_efficiency: str):
         _LAST_BASE.clear()
         _LAST_BASE.update(key=key, tables=load_run(path), plans={})
     plans = _LAST_BASE["plans"]
-    if (step, gemm_efficiency) not in plans:
-        plans[(step, gemm_efficiency)] = base_plan(_LAST_BASE["tables"], step=step, gemm_efficiency=gemm_efficiency)
-    return _LAST_BASE["tables"], plans[(step, gemm_efficiency)]
+    if (step, gemm_efficiency, host) not in plans:
+        plans[(step, gemm_efficiency, host)] = base_plan(_LAST_BASE["tables"], step=step,
+                                                         gemm_efficiency=gemm_efficiency, host=host)
+    return _LAST_BASE["tables"], plans[(step, gemm_efficiency, host)]
 
 
 def run(args) -> int:
@@ -109,7 +114,7 @@ def run(args) -> int:
     from lumos.trace.atomic import write_text_atomic
 
     try:
-        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency)
+        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
@@ -123,7 +128,7 @@ def run(args) -> int:
                       microbatch_rule=args.microbatch_rule,
                       memory=memory_overrides(args),
                       samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
-                      clocks=args.clocks)
+                      clocks=args.clocks, host=args.host)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     text = json.dumps(doc, indent=1)

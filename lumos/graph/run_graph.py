@@ -19,6 +19,7 @@ from lumos.trace import TraceTable
 
 from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .edges.cross_rank import CommOp, add_rendezvous, match_ops, parse_ranks
+from .host_steps import host_steps, with_host_medians
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph
 
 
@@ -62,13 +63,16 @@ def comm_ops(graph: Graph, table: TraceTable, offset: int = 0) -> list[CommOp]:
 
 def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int] | None = None,
                     edge_classes=ALL_EDGE_CLASSES,
-                    gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US) -> Graph:
-    """Per-rank graphs of `tables` (or of `ranks` among them), concatenated and joined by rendezvous."""
+                    gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, host_medians: bool = False) -> Graph:
+    """Per-rank graphs of `tables` (or of `ranks` among them), concatenated and joined by rendezvous.
+    `host_medians`: each rank's host work the median over its profiled steps (`host_steps`)."""
     if ranks is not None:
         want = set(int(r) for r in ranks)
         tables = [t for t in tables if t.rank in want]
-    graphs = [build_graph(t, step=step, edge_classes=edge_classes, gap_threshold_us=gap_threshold_us)
-              for t in tables]
+    build = {"edge_classes": edge_classes, "gap_threshold_us": gap_threshold_us}
+    graphs = [build_graph(t, step=step, **build) for t in tables]
+    if host_medians:
+        graphs = [with_host_medians(g, host_steps(g, t, **build)) for g, t in zip(graphs, tables)]
     run, offsets = concat_graphs(graphs)
     if EdgeClass.CROSS_RANK not in frozenset(EdgeClass(c) for c in edge_classes):
         return run

@@ -121,7 +121,9 @@ def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> 
     `run_to_run_pct` the difference between the two recordings' means. `role`: what-if, unchanged (no
     flag), or clock calibration for the targets in `calibration` (the sustained-clock constants were
     fitted on their recordings: not an independent check). `clock_factor`: the sustained-clock model's
-    factor on compute kernels (1 where it was off or changed nothing).
+    factor on compute kernels (1 where it was off or changed nothing). Where the documents carry
+    `interval_by_base` (`lumos predict --samples`): the 90% interval, its width in % of the measured
+    mean, the share of measured iterations inside it and whether the measured mean is.
     """
     rows = []
     for doc in docs:
@@ -147,6 +149,13 @@ def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> 
             row["run_to_run_pct"] = 100.0 * float(per_run.max() - per_run.min()) / mean
             row["within_spread"] = bool(row["measured_min_ms"] <= row["predicted_iteration_ms"]
                                         <= row["measured_max_ms"])
+            interval = doc.get("interval_by_base", {}).get(base)
+            if interval is not None:
+                lo, hi = (x / 1e3 for x in interval["iteration_us"]["90"])
+                row["predicted_lo90_ms"], row["predicted_hi90_ms"] = lo, hi
+                row["width90_pct"] = 100.0 * (hi - lo) / mean
+                row["measured_in_90_pct"] = 100.0 * float(((it >= lo) & (it <= hi)).mean())
+                row["mean_in_90"] = bool(lo <= mean <= hi)
             for p in COMPONENT_PARTS:
                 m = row[f"measured_{p}_ms"]
                 row[f"{p}_error_pct"] = 100.0 * (row[f"predicted_{p}_ms"] - m) / m if m else float("nan")

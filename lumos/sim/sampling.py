@@ -33,6 +33,11 @@ for this collective in step s). The collective may not end before
 so a rank that arrives later waits less, as it does on a cluster. Tasks
 the peers do not bound (no wait, no other step) get no floor (-inf).
 
+Where the base was profiled for several steps, a prediction also takes each
+sample's host work from one of them (the step k drawn by u[step_u]): every
+CPU task and program-order gap is multiplied by `step_task[k, i]` /
+`step_lag[k, j]`, that step's value over the median the point replay uses.
+
 `draws` makes the random numbers with numpy's Generator, so the compiled
 sampler (`sample_compiled`) and the plain one (`sample_reference`) read the
 very same numbers; the tests hold their durations equal.
@@ -47,7 +52,7 @@ from numba import njit
 
 from lumos import intervals
 
-__all__ = ["DurationModel", "draws", "sample_reference", "sample_compiled", "with_peers"]
+__all__ = ["DurationModel", "draws", "sample_reference", "sample_compiled", "with_host_steps", "with_peers"]
 
 
 @dataclass
@@ -71,6 +76,9 @@ class DurationModel:
     peer_u: int = -1                      # uniform that picks the step (-1: none)
     peer_at: np.ndarray | None = None    # float64 per task: when the peers were ready (-inf: no floor)
     peer_lead: np.ndarray | None = None  # float64 per task: compute time before it, which the peer factor stretches
+    step_task: np.ndarray | None = None  # float64 (steps, tasks): host work of a profiled step over its median (1: none)
+    step_lag: np.ndarray | None = None   # float64 (steps, edges): the same for program-order gaps
+    step_u: int = -1                     # uniform that picks the profiled step (-1: none)
 
     @property
     def peered(self) -> np.ndarray:
@@ -114,6 +122,12 @@ def sample_reference(model: DurationModel, u: np.ndarray, f: np.ndarray
     for j in range(len(lag)):
         x = model.lag_base[j]
         lag[j] = x * pick(model.lag_pool[j], u[model.lag_u[j]]) if model.lag_pool[j] >= 0 else x
+    if model.step_u >= 0:
+        k = int(u[model.step_u] * len(model.step_task))
+        for i in range(len(dur)):
+            dur[i] = dur[i] * model.step_task[k, i]
+        for j in range(len(lag)):
+            lag[j] = lag[j] * model.step_lag[k, j]
     if model.peer_at is None:
         return dur, lag, None
     fp = f[model.peer_factor] if model.peer_factor >= 0 else 1.0
@@ -167,6 +181,10 @@ def sample_compiled(model: DurationModel, u: np.ndarray, f: np.ndarray,
     m = model
     _sample(m.base, m.task_pool, m.task_u, m.factor, m.lag_base, m.lag_pool, m.lag_u,
             m.pool_ptr, m.pool_val, u, f, dur, lag)
+    if m.step_u >= 0:
+        k = int(u[m.step_u] * len(m.step_task))
+        dur *= m.step_task[k]
+        lag *= m.step_lag[k]
     if m.peer_at is None:
         return dur, lag, None
     step = int(u[m.peer_u] * len(m.peer_delta)) if m.peer_u >= 0 else -1
@@ -174,6 +192,23 @@ def sample_compiled(model: DurationModel, u: np.ndarray, f: np.ndarray,
     _floors(m.peer_at, m.peer_lead, m.peer_slot, delta, step, float(f[m.peer_factor]) if m.peer_factor >= 0 else 1.0,
             dur, floor)
     return dur, lag, floor
+
+
+def with_host_steps(model: DurationModel, task_ratio: np.ndarray, lag_ratio: np.ndarray,
+                    drop_factor: np.ndarray | None = None) -> DurationModel:
+    """The model with each sample's host work taken from one profiled step, drawn at random:
+    `task_ratio` (steps, tasks) and `lag_ratio` (steps, edges), that step's value over the median
+    the point uses, NaN where the step says nothing (then 1). The tasks in `drop_factor` (default:
+    those with a ratio) lose their rank speed factor, which the same steps fitted: the step draw
+    carries that spread whole."""
+    if len(task_ratio) < 2:
+        return model
+    t = np.where(np.isfinite(task_ratio), task_ratio, 1.0)
+    e = np.where(np.isfinite(lag_ratio), lag_ratio, 1.0)
+    factor = model.factor.copy()
+    factor[np.isfinite(task_ratio).any(axis=0) if drop_factor is None else drop_factor] = -1
+    return replace(model, factor=factor, step_task=t, step_lag=e, step_u=model.n_uniform,
+                   n_uniform=model.n_uniform + 1)
 
 
 def with_peers(model: DurationModel, start: np.ndarray, end: np.ndarray, compute: np.ndarray) -> DurationModel:

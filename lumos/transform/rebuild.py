@@ -355,6 +355,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     parts["wait_kind"].append(wk)
     parts["wait_target"].append(wt)
     parts["event"].append(g.event[T])
+    parts["base_rank"].append(g.rank[T])
     parts["layer"].append(np.full(n, layer, np.int32))
     parts["phase"].append(np.full(n, {"forward": 0, "backward": 1}.get(blk.phase, 2 if blk.kind == "optimizer" else -1), np.int8))
     mp = b.m_parts
@@ -409,7 +410,10 @@ def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
                   proc_key=np.array([p[2] for p in procs], np.int64), proc_name=names,
                   src=src.astype(np.int64), dst=dst.astype(np.int64), cls=cls.astype(np.int8),
                   lag=lag.astype(np.float64), inferred=np.zeros(len(src), bool))
-    graph.summary = {"tasks": n, "edges": graph.edge_counts(), "predicted": True}
+    # each task's origin in the base (its rank's trace row; -1: made here), for what is keyed by it
+    # (the host step draw of an interval, `lumos.analysis.uncertainty.host_step_ratios`)
+    graph.summary = {"tasks": n, "edges": graph.edge_counts(), "predicted": True,
+                     "base_event": tp["event"].astype(np.int64), "base_rank": tp["base_rank"].astype(np.int64)}
     mp = {k: cat(v) for k, v in b.m_parts.items()}
     role = np.zeros(len(procs), np.int64)
     role[:] = [p[4] for p in procs]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 from lumos.graph.model import TaskKind
 
 from .plan import Plan
@@ -20,6 +22,14 @@ from .suppliers import CollectiveSpec
 from .suppliers.compute import op_class
 
 NOT_COMPUTE = ("Memcpy HtoD", "Memcpy DtoH", "Memcpy PtoP", "Memcpy HtoH")
+
+
+def compute_kernels(plan: Plan) -> np.ndarray:
+    """Per task: a GPU kernel that runs on the SMs (not a collective, not a copy over PCIe / NVLink)."""
+    g, st = plan.graph, plan.st
+    coll = np.array([c is not None for c in st.coll], dtype=bool)
+    copy_op = np.array([str(n).startswith(NOT_COMPUTE) for n in g.name], dtype=bool)
+    return (g.kind == TaskKind.GPU) & ~g.comm.astype(bool) & ~coll & ~copy_op
 
 
 def change_speed(plan: Plan, compute: float | None = None, network: float | None = None) -> Plan:
@@ -32,11 +42,7 @@ def change_speed(plan: Plan, compute: float | None = None, network: float | None
     out = plan.clone()
     g, st = out.graph, out.st
     if compute != 1.0:
-        for t in range(g.n_tasks):
-            if g.kind[t] != TaskKind.GPU or g.comm[t] or st.coll[t] is not None:
-                continue
-            if str(g.name[t]).startswith(NOT_COMPUTE):
-                continue
+        for t in np.flatnonzero(compute_kernels(out)):
             g.dur[t] = out.compute.scale(g.dur[t], op_class(str(st.op_name[t] or "")), 1.0 / compute)
         out.notes.append(f"compute kernels x{compute:g} faster (fixed part per class kept)")
     if network != 1.0:

@@ -32,17 +32,24 @@ from .speed import change_speed
 from .tp import change_tp
 from .width import change_width
 
-__all__ = ["base_plan", "transform", "memory_of", "structure_report"]
+__all__ = ["HOST_MODES", "base_plan", "transform", "memory_of", "structure_report"]
+
+
+HOST_MODES = ("median", "step")
 
 
 def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None,
-              gemm_efficiency: str = "waves") -> Plan:
+              gemm_efficiency: str = "waves", host: str = "median") -> Plan:
     """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it.
     `gemm_efficiency`: 'waves' (GEMMs re-timed by the wave model where the kernel names a tile) or
-    'flops' (by the FLOP ratio alone); `suppliers/compute.py`."""
+    'flops' (by the FLOP ratio alone); `suppliers/compute.py`. `host`: 'median' (each CPU task and
+    program-order gap the median over the rank's profiled steps, `lumos.graph.host_steps`) or 'step'
+    (the selected step's own)."""
     if gemm_efficiency not in ("waves", "flops"):
         raise ValueError(f"gemm_efficiency must be 'waves' or 'flops', got {gemm_efficiency!r}")
-    graph = build_run_graph(tables, step=step)
+    if host not in HOST_MODES:
+        raise ValueError(f"host must be one of {', '.join(HOST_MODES)}, got {host!r}")
+    graph = build_run_graph(tables, step=step, host_medians=host == "median")
     profile = profile or load_profile()
     found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
     if all(h.source == "none" for h in how):

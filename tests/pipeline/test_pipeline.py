@@ -113,6 +113,11 @@ def test_every_table_is_written_with_finite_numbers(work):
     # (config/predict/cluster.yaml: 850-1000 ms at +10.8%); predicted 195.7 ms vs 193.3 measured (3 steps)
     assert whatif["role"].iloc[0] == "what-if" and 1.01 < whatif["clock_factor"].iloc[0] < 1.04
     assert abs(whatif["error_pct"].iloc[0]) < 3.0
+    # the 90% interval of 100 sampled replays: host work one base step at a time, compute at one profiled
+    # step's clock (the third step of 18 layers runs in the dip), so it spans the measured steps' clocks
+    lo, hi = whatif["predicted_lo90_ms"].iloc[0], whatif["predicted_hi90_ms"].iloc[0]
+    assert lo < whatif["predicted_iteration_ms"].iloc[0] < hi and whatif["width90_pct"].iloc[0] > 4.0
+    assert whatif["measured_in_90_pct"].iloc[0] == pytest.approx(100 / 3, abs=1e-3)   # 1 of the 3 measured steps
     real = pd.read_csv(tables / "replay_real.csv")
     row = real.iloc[0]
     assert (row["trace"], row["rank"], row["step"], row["tasks"], row["violations"]) == ("dlrm_rank0", 0, 10, 1460, 0)

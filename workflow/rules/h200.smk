@@ -25,6 +25,7 @@ rule predict_h200:
         bases=lambda w: h200_bases(),
         actual=lambda w: h200_dirs(config["h200"]["targets"][w.label]["config"]),
         flags=lambda w: list(config["h200"]["targets"][w.label]["flags"]),
+        samples=config.get("h200", {}).get("samples", 0),
     wildcard_constraints:
         label=r"[A-Za-z0-9_.+-]+",
     log:

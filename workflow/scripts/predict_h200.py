@@ -11,10 +11,13 @@ smk = snakemake  # noqa: F821
 with logged(smk):
     from lumos.analysis.predict import measured_steps
 
-    docs = [json.loads(run_cli(["predict", str(b), *smk.params.flags, "--format", "json"]))
+    samples = ["--samples", str(smk.params.samples), "--seed", "0"] if smk.params.samples else []
+    docs = [json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json"]))
             for b in smk.params.bases]
     doc = docs[0]
     doc["predicted_by_base"] = {Path(b).name: d["predicted"] for b, d in zip(smk.params.bases, docs)}
+    if samples:
+        doc["interval_by_base"] = {Path(b).name: d["interval"] for b, d in zip(smk.params.bases, docs)}
     doc["clock_by_base"] = {Path(b).name: d.get("clock", {}).get("factor", 1.0) for b, d in zip(smk.params.bases, docs)}
     doc["label"] = smk.wildcards.label
     doc["flags"] = list(smk.params.flags)

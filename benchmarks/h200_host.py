@@ -1,0 +1,61 @@
+"""Host work from one step or from every profiled step, on the H200 what-ifs (measured on hardware).
+
+    python benchmarks/h200_host.py [--samples 1000] [--seed 0]
+
+Every target of the pipeline's `h200` config (config/config.yaml) predicted from each base
+recording with `lumos predict --host step` (the selected step's host work) and `--host median`
+(each CPU op and gap the median over the base's profiled steps, `lumos.graph.host_steps`), the
+second with its 90% interval from `--samples` sampled replays (host work drawn one base step at a
+time, compute kernels at one profiled step's clock). Errors against the mean of the target's six
+measured iterations (2 recordings x 3 profiled steps), the interval in % of that mean, and the
+share of the six inside it. Prints the Markdown rows docs/prediction.md shows; ~3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+H200 = Path(__file__).resolve().parents[1] / "resources" / "traces" / "h200"
+FLAGS = {"--layers": "layers", "--hidden": "hidden", "--ffn": "ffn", "--micro-batch": "micro_batch",
+         "--global-batch": "global_batch"}
+
+
+def main() -> None:
+    from omegaconf import OmegaConf
+
+    from lumos.analysis.predict import measured_steps, predict
+    from lumos.config import config_dir
+    from lumos.trace import load_run
+    from lumos.transform.whatif import base_plan
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    cfg = OmegaConf.to_container(OmegaConf.load(config_dir() / "config.yaml"))["h200"]
+    bases = {b: load_run(H200 / b) for b in cfg["bases"]}
+    plans = {(b, h): base_plan(t, host=h) for b, t in bases.items() for h in ("step", "median")}
+    for label, t in cfg["targets"].items():
+        kw = {FLAGS[f]: int(v) for f, v in zip(t["flags"][::2], t["flags"][1::2])}
+        target = {k: kw.pop(k) for k in ("layers", "hidden", "ffn") if k in kw}
+        measured = np.array([s["iteration_us"] for d in sorted(H200.glob(f"{t['config']}_r*"))
+                             for s in measured_steps(d)])
+        mean = measured.mean()
+        cells = [f"`{label}`"]
+        for b, tables in bases.items():
+            step = predict(tables, target, plan=plans[(b, "step")], host="step", **kw)
+            med = predict(tables, target, plan=plans[(b, "median")], host="median", samples=args.samples,
+                          seed=args.seed, **kw)
+            lo, hi = med["interval"]["iteration_us"]["90"]
+            inside = int(((measured >= lo) & (measured <= hi)).sum())
+            err = [100 * (d["predicted"]["iteration_us"] / mean - 1) for d in (step, med)]
+            cells += [f"{err[0]:+.2f} -> {err[1]:+.2f}",
+                      f"[{100 * (lo / mean - 1):+.1f}, {100 * (hi / mean - 1):+.1f}], {inside} of {len(measured)}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Host time from every profiled step of a rank, not from the one step a graph is built on.
+
+One step's host time is one draw. On the H200 base recorded twice (measured on hardware,
+`resources/traces/h200/base_r0`), the main thread was busy 47 ms in the first profiled step and
+72-73 ms in the next two; the second recording's was 35-40 ms in all three. A prediction reuses
+the base's CPU work as measured, so a host-bound target (micro-batch 2) inherits whatever the
+chosen step's host did: +40.6% from one recording, -18.3% from the other.
+
+`host_steps` pairs every CPU task of the step graph, and every program-order edge between two
+CPU tasks (the Python between ops), with its partner in each other profiled step of the same
+rank (`match.match_tasks`, the pairing transfer uses). `with_host_medians` puts the median over
+the steps on each of them (the point a prediction starts from); `HostSteps.ratios` is each
+step's value over that median, which a prediction interval draws one step at a time, so a host
+that was slow in one profiled step widens the interval instead of moving the point.
+GPU durations and every other lag stay the step's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lumos.trace import EmptyStepError, TraceTable, find_steps
+
+from .build import build_graph
+from .match import TaskKeys, match_tasks
+from .model import EdgeClass, Graph, TaskKind
+
+__all__ = ["MIN_HOST_MATCHED", "HostSteps", "host_steps", "with_host_medians"]
+
+# Below this share of the step's CPU tasks finding a partner, another step is not the same
+# program (a first step that also compiled, a step that checkpointed) and says nothing here.
+MIN_HOST_MATCHED = 0.9
+
+
+@dataclass
+class HostSteps:
+    """Per profiled step (rows; the graph's own step first): each CPU task's replay duration and
+    each program-order lag between CPU tasks of its partner in that step (NaN: no partner, or
+    not host work)."""
+    steps: list[int]
+    task: np.ndarray   # (steps, n_tasks)
+    lag: np.ndarray    # (steps, n_edges)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    def medians(self) -> tuple[np.ndarray, np.ndarray]:
+        """Median over the steps of each task and edge (NaN where no step has it)."""
+        return _nanmedian(self.task), _nanmedian(self.lag)
+
+    def ratios(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each step's value over the median (NaN where the step has no partner or the median is 0)."""
+        mt, ml = self.medians()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.where(mt > 0, self.task / mt, np.nan), np.where(ml > 0, self.lag / ml, np.nan))
+
+
+def _nanmedian(a: np.ndarray) -> np.ndarray:
+    out = np.full(a.shape[1], np.nan)
+    seen = np.isfinite(a).any(axis=0)
+    if seen.any():
+        out[seen] = np.nanmedian(a[:, seen], axis=0)
+    return out
+
+
+def _host_edges(g: Graph) -> np.ndarray:
+    cpu = g.kind == TaskKind.CPU
+    return (g.cls == EdgeClass.INTRA_THREAD) & cpu[g.src] & cpu[g.dst]
+
+
+def host_steps(graph: Graph, table: TraceTable, **build) -> HostSteps:
+    """The host work of `graph` (one step of `table`'s rank) in every profiled step of the trace
+    that is the same program (`MIN_HOST_MATCHED` of its CPU tasks paired). `build`: as `build_graph`."""
+    cpu = graph.kind == TaskKind.CPU
+    host_edge = _host_edges(graph)
+    own = graph.summary.get("step")
+    rows_t = [np.where(cpu, graph.dur, np.nan)]
+    rows_l = [np.where(host_edge, graph.lag, np.nan)]
+    steps = [own]
+    mine = TaskKeys.of_graph(graph)
+    for s in find_steps(table):
+        if s.number == own:
+            continue
+        try:
+            other = build_graph(table, step=s.number, **build)
+        except EmptyStepError:
+            continue
+        match = match_tasks(mine, TaskKeys.of_graph(other))
+        paired = cpu & (match >= 0)
+        if not cpu.any() or paired.sum() < MIN_HOST_MATCHED * cpu.sum():
+            continue
+        task = np.full(graph.n_tasks, np.nan)
+        task[paired] = other.dur[match[paired]]
+        edges = {(int(a), int(b)): float(x) for a, b, x in
+                 zip(other.src[_host_edges(other)], other.dst[_host_edges(other)], other.lag[_host_edges(other)])}
+        lag = np.full(graph.n_edges, np.nan)
+        for e in np.flatnonzero(host_edge & (match[graph.src] >= 0) & (match[graph.dst] >= 0)):
+            x = edges.get((int(match[graph.src[e]]), int(match[graph.dst[e]])))
+            if x is not None:
+                lag[e] = x
+        rows_t.append(task)
+        rows_l.append(lag)
+        steps.append(s.number)
+    return HostSteps(steps=steps, task=np.array(rows_t), lag=np.array(rows_l))
+
+
+def with_host_medians(graph: Graph, host: HostSteps) -> Graph:
+    """`graph` with each CPU task's duration and each program-order lag between CPU tasks set to
+    its median over `host`'s steps; unchanged with one step."""
+    if host.n_steps < 2:
+        return graph
+    mt, ml = host.medians()
+    g = graph.copy()
+    t, e = np.isfinite(mt), np.isfinite(ml)
+    g.dur[t] = mt[t]
+    g.lag[e] = ml[e]
+    g.summary = {**g.summary, "host_steps": [int(s) for s in host.steps]}
+    return g
