@@ -1,4 +1,4 @@
-"""Print the measured facts the README's H200 section states beside its tables (measured on hardware).
+"""Print the measured facts docs/results.md's H200 section states beside its tables (measured on hardware).
 
     python benchmarks/h200_findings.py [--tables results/tables]
 
@@ -7,7 +7,7 @@
 2. Kernel time by class in the default step: the prediction's GPU tasks vs the target as measured.
 3. Host speed: mean `aten::split` CPU time per profiled step of every recording.
 4. Memory: the model's prediction for the base vs `max_memory_allocated` in summary.json.
-5. With --tables (the pipeline's tables): the summaries the README quotes from replay_h200 and
+5. With --tables (the pipeline's tables): the summaries docs/results.md quotes from replay_h200 and
    h200_whatif, and transfer_real without resnet_1gpu (its 56 rows dominate that table).
 """
 

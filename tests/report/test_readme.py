@@ -1,0 +1,244 @@
+"""The front page and docs/results.md as `python -m lumos.report.readme` writes them.
+
+The headline numbers are checked on small hand-made tables whose right answers are worked out
+in the comments, not on the live `results/tables/` (which a fresh clone does not have).
+"""
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lumos.report import headline as H
+from lumos.report import readme
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPER_HEADER = "group,targets,abs_error_min_pct,abs_error_max_pct,abs_error_mean_pct,scope,what\n"
+RESTS = "predicted from an EMULATED base vs MEASURED on hardware"
+
+
+def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
+    """Every file the headline reads, with a few rows each."""
+    tables, bench = d / "tables", d / "benchmarks"
+    tables.mkdir()
+    # replay: 3 real ranks of 2 traces, 2 H200 traces; worst |error| 0.5; 1 violation;
+    # dPRO |error| 2, 4, 0, 6, 1 -> mean 2.6, worst 6; tasks 100 + 50 + 30 = 180 real, 1000 + 1500 H200
+    pd.DataFrame({"trace": ["a", "a", "b"], "rank": [0, 1, 0], "tasks": [100, 50, 30], "violations": [0, 1, 0],
+                  "error_pct": [0.0, -0.5, 0.25], "dpro_error_pct": [2.0, -4.0, 0.0]}
+                 ).to_csv(tables / "replay_real.csv", index=False)
+    pd.DataFrame({"trace": ["h1", "h2"], "rank": [0, 0], "tasks": [1000, 1500], "violations": [0, 0],
+                  "error_pct": [0.0, 0.0], "dpro_error_pct": [6.0, -1.0]}).to_csv(tables / "replay_h200.csv", index=False)
+    for group, lumos_s, dpro_s in (("real", 1.5, 2.25), ("h200", 3.0, 4.5)):
+        (bench / "replay" / group).mkdir(parents=True)
+        for sim, s in (("lumos", lumos_s), ("dpro", dpro_s)):
+            (bench / "replay" / group / f"{sim}.tsv").write_text(f"s\th:m:s\tmax_rss\n{s}\t0:00:01\t100.0\n")
+    # transfer: the "all" summary row is read, the others are not
+    cols = ["row", "trace", "predictions"] + [f"{m}_{k}_abs_pct" for m in ("lumos", "dpro", "same_as_k", "kernel_ratio")
+                                              for k in ("mean", "median")]
+    pd.DataFrame([["summary", "a", 4, 9, 9, 9, 9, 9, 9, 9, 9],
+                  ["summary", "all", 10, 1.234, 0.5, 10.0, 5.0, 20.0, 6.0, 30.0, 7.0],
+                  ["prediction", "a", None, None, None, None, None, None, None, None, None]],
+                 columns=cols).to_csv(tables / "transfer_real.csv", index=False)
+    # scale-out: nine-target groups 1, 2, 3 -> mean 2, worst 3; TP 0.5, 1.5 -> mean 1, worst 1.5
+    pd.DataFrame({"group": ["DP", "PP", "DP+PP", "TP", "TP"], "label": ["d", "p", "dp", "t1", "t2"],
+                  "n": [10, 10, 10, 5, 5], "abs_error_pct_mean": [1.0, 2.0, 3.0, 0.5, 1.5]}
+                 ).to_csv(tables / "scaleout.csv", index=False)
+    pd.DataFrame({"group": ["variant"], "label": ["V1"], "n": [10], "abs_error_pct_mean": [1.25]}
+                 ).to_csv(tables / "variants.csv", index=False)
+    # H200 what-ifs: w1, w2 from b0 |1|, |-2| -> mean 1.5, worst 2; from b1 |-3|, |5| -> 4, 5; mbs_2 apart
+    h = pd.DataFrame({"target": ["base", "w1", "w1", "w2", "w2", "mbs_2", "mbs_2"],
+                      "base": ["b0", "b0", "b1", "b0", "b1", "b0", "b1"],
+                      "role": ["unchanged"] + ["what-if"] * 6,
+                      "error_pct": [1.0, 1.0, -3.0, -2.0, 5.0, 40.0, -20.0]})
+    for col in readme.H200_COLUMNS:
+        if col not in h:
+            h[col] = 1.0
+    h["an_extra_column"] = "ignored"
+    if h200_interval:   # what-if rows 100, 50, 100, 100, 0, 50 -> 66.67; the unchanged row's 0 is not counted
+        h["predicted_lo90_ms"], h["predicted_hi90_ms"] = 0.9, 1.1
+        h["measured_in_90_pct"] = [0.0, 100.0, 50.0, 100.0, 100.0, 0.0, 50.0]
+    h.to_csv(tables / "h200_whatif.csv", index=False)
+    pd.DataFrame({"row": ["summary", "summary", "configuration"], "dataset": ["d1", "d2", "d1"],
+                  "n": [2, 10, None], "mean_abs_error_pct": [1.26, 10.04, None]}
+                 ).to_csv(tables / "emulator_realism.csv", index=False)
+    pd.DataFrame({"row": ["target", "target", "summary", "target", "summary", "summary"],
+                  "dataset": ["ds1", "ds1", "ds1", "ds2", "ds2", "all"], "n": [10, 10, 2, 1, 1, 3],
+                  "abs_error_pct_mean": [2.0, 4.0, 3.0, 6.0, 6.0, 4.0],
+                  "worst_abs_error_pct": [None, None, 4.0, None, 6.0, 6.0],
+                  "peer": ["Peer X", "Peer X", "Peer X", "-", "-", "-"],
+                  "peer_error": ["DP: 1-2% (3 layouts)", "PP: 3-4% (3 layouts)", "all: 3% mean (6 layouts)", "-", "-", "-"],
+                  "rests_on": [f"{RESTS} (paper)"] * 3 + [f"{RESTS} (Someone et al.)"] * 2 + [f"{RESTS} (paper)"]}
+                 ).to_csv(tables / "endtoend.csv", index=False)
+    # coverage: 2 predictions (e1, e2); the pooled rows give 90.0 (replay) and 75.0 (all predictions)
+    pd.DataFrame({"experiment": ["base", "e1", "e2", "all: replay", "all: DP", "all: all predictions"],
+                  "group": ["replay", "DP", "PP", "replay", "DP", "all predictions"], "seeds": [30] * 6,
+                  "coverage90_pct": [90.0, 80.0, 70.0, 90.0, 80.0, 75.0]}
+                 ).reindex(columns=readme.COVERAGE_COLUMNS + ("seeds",), fill_value=1.0
+                           ).to_csv(tables / "coverage.csv", index=False)
+    # real traces: 4 x 50% + 6 x 100% = 8 of 10 other steps inside; a trace with no other step is left out
+    pd.DataFrame({"trace": ["x", "y", "z"], "other_steps": [0, 4, 6], "inside90_pct": [None, 50.0, 100.0]}
+                 ).to_csv(tables / "intervals_real.csv", index=False)
+    paper = d / "paper_errors.csv"
+    paper.write_text("# the peer's errors, a fixture\n" + PAPER_HEADER +
+                     "DP,d,0.5,1.5,,group,range\nPP,p,,4,,group,bound\nall nine,d p dp,,,2.5,overall,mean\n")
+    return H.Sources(tables, bench, paper)
+
+
+EXPECTED = {
+    "Replay of real traces (unchanged iteration)": (
+        "\\|error\\| at most 0.50% on 5 ranks of 4 traces, 1 timeline violations",
+        "dPRO-style, same ranks: mean \\|error\\| 2.60%, worst 6.00%; the paper, on its own traces: 2.5% average "
+        "(its abstract)"),
+    "Transfer on real traces (step k's graph, step k+1's durations)": (
+        "mean \\|error\\| 1.23% (median 0.50%) over 10 predictions",
+        "same predictions: dPRO-style 10.00% (median 5.00%); \"nothing changes\" 20.00% (median 6.00%); "
+        "kernel-time scaling 30.00% (median 7.00%)"),
+    "The nine scale-out targets (Fig. 7) from 15B 2x2x4": (
+        "mean \\|error\\| 2.00% over 3 layouts (10 seeds each), worst layout 3.00%",
+        "the paper: DP 0.5-1.5%, PP up to 4%, all nine 2.5% mean"),
+    "TP changes from 15B 2x2x4": ("mean \\|error\\| 1.00% over 2 layouts (5 seeds each), worst layout 1.50%", H.NO_TP),
+    "H200 what-ifs (layers, width, micro-batch size and count)": (
+        "from b0 / b1: mean \\|error\\| 1.50% / 4.00% over 2 what-ifs, worst 2.00% / 5.00%; "
+        "host-bound mbs_2: +40.00% / -20.00%", "- (no published predictor on these runs)"),
+    "Emulator realism, per published data set": (
+        "mean \\|error\\| of the iteration, data set (n): d1 1.3% (2), d2 10.0% (10)",
+        "vTrain's own simulator on vTrain's single-node runs: 8.37%"),
+    "Prediction vs hardware (published runs)": (
+        "mean \\|error\\| ds1 3.00% (2 layouts), ds2 6.00% (1 layouts); worst 6.00%",
+        "Peer X: DP: 1-2% (3 layouts), PP: 3-4% (3 layouts)"),
+    "Prediction intervals: do they hold?": (
+        "90% interval holds 90.0% of 30 other seeds (base replay), 75.0% over 2 predictions; "
+        "real traces: 8 of 10 other profiled steps inside", "- (the paper gives point predictions)"),
+    "Speed: the pipeline's replay job, whole process": (
+        "2 real traces (180 tasks) in 1.50 s; 2 H200 traces (2,500 tasks) in 3.00 s",
+        "dPRO-style, same traces: 2.25 s / 4.50 s"),
+}
+
+
+def test_every_headline_number_is_computed_from_its_column(tmp_path):
+    got = H.claims(write_fixture(tmp_path))
+    assert [c.claim for c in got] == [name for name, _, _ in H.CLAIMS] == list(EXPECTED)
+    for c in got:
+        assert (c.ours, c.theirs) == EXPECTED[c.claim], c.claim
+    rests = {c.claim: c.rests_on for c in got}
+    assert rests["Prediction vs hardware (published runs)"] == RESTS   # parentheses dropped, one value
+    assert rests["TP changes from 15B 2x2x4"] == "emulated"
+    assert rests["Prediction intervals: do they hold?"] == "emulated; real traces: measured on hardware"
+
+
+def test_h200_interval_columns_are_used_when_present(tmp_path):
+    src = write_fixture(tmp_path, h200_interval=True)
+    c = {c.claim: c for c in H.claims(src)}["Prediction intervals: do they hold?"]
+    assert c.ours.endswith("; H200 what-ifs: 66.7% of measured iterations inside")
+    assert c.tables == ("coverage", "intervals_real", "h200_whatif")
+    # the host-bound target's interval, relative to the measured mean (lo 0.9, hi 1.1, measured 1.0)
+    h = {c.claim: c for c in H.claims(src)}["H200 what-ifs (layers, width, micro-batch size and count)"]
+    assert h.ours.endswith("host-bound mbs_2: +40.00% / -20.00% (90% interval -10.00% to +10.00% / "
+                           "-10.00% to +10.00% of the measured mean)")
+    view = readme.render_h200(src.tables)
+    header = view.split("\n")[2]
+    assert "| predicted ms | 90% lo ms | 90% hi ms | measured inside 90% % | measured ms (mean of 6) |" in header
+    assert "an_extra_column" not in view
+
+
+def test_h200_view_without_interval_columns(tmp_path):
+    src = write_fixture(tmp_path)
+    header = readme.render_h200(src.tables).split("\n")[2]
+    assert "| predicted ms | measured ms (mean of 6) |" in header and "90%" not in header
+
+
+def test_a_missing_table_names_itself_and_the_rest_still_render(tmp_path):
+    src = write_fixture(tmp_path)
+    (src.tables / "transfer_real.csv").unlink()
+    (src.benchmarks / "replay" / "h200" / "dpro.tsv").unlink()
+    got = {c.claim: c for c in H.claims(src)}
+    assert got["Transfer on real traces (step k's graph, step k+1's durations)"].ours == (
+        f"(not computed: {src.tables / 'transfer_real.csv'} is missing)")
+    assert "dpro.tsv is missing" in got["Speed: the pipeline's replay job, whole process"].ours
+    assert got["TP changes from 15B 2x2x4"].ours.startswith("mean \\|error\\| 1.00%")
+
+
+def test_fig7_comparison_beside_the_paper(tmp_path):
+    lines = H.fig7_comparison(write_fixture(tmp_path)).strip().split("\n")
+    assert lines[2:] == [
+        "| DP (10 seeds each) | d 1.00% | 0.5-1.5% |",
+        "| PP (10 seeds each) | p 2.00% | up to 4% |",
+        "| DP+PP (10 seeds each) | dp 3.00% | - |",
+        "| all nine | 2.00% mean, worst configuration 3.00% | 2.5% mean |",
+        f"| TP (5 seeds each) | t1 0.50%, t2 1.50% | {H.NO_TP} |",
+        "| V1-V4 (table `variants`, 10 seeds each) | V1 1.25% | - |"]
+
+
+def test_the_readme_written_from_tables_is_under_250_lines(tmp_path):
+    src = write_fixture(tmp_path)
+    page = tmp_path / "README.md"
+    page.write_text((ROOT / "README.md").read_text())
+    assert readme.paste(page, src.tables, benchmarks=src.benchmarks, paper_errors=src.paper_errors) == ["headline"]
+    text = page.read_text()
+    block = text.split("<!-- headline:begin -->\n", 1)[1].split("<!-- headline:end -->", 1)[0]
+    rows = [line for line in block.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(H.CLAIMS) and "not computed" not in block   # the header, one row per claim
+    assert len(text.splitlines()) < 250
+
+
+@pytest.mark.skipif(not (ROOT / "results" / "tables" / "scaleout.csv").exists(),
+                    reason="no pipeline results here (results/ is not committed)")
+def test_the_readme_written_from_the_current_results_is_under_250_lines(tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text((ROOT / "README.md").read_text())
+    readme.paste(page, ROOT / "results" / "tables", benchmarks=ROOT / H.Sources.benchmarks,
+                 paper_errors=ROOT / H.Sources.paper_errors)
+    assert len(page.read_text().splitlines()) < 250
+
+
+def test_the_results_page_gets_every_table_block(tmp_path):
+    src = write_fixture(tmp_path)
+    page = tmp_path / "results.md"
+    page.write_text((ROOT / "docs" / "results.md").read_text())
+    filled = readme.paste(page, src.tables, benchmarks=src.benchmarks, paper_errors=src.paper_errors)
+    # realism and endtoend paste the .md tables, which the fixture does not have: left as they were
+    assert filled == ["tables", "h200", "coverage", "fig7"]
+    text = page.read_text()
+    fig7 = text.split("<!-- fig7:begin -->\n", 1)[1].split("<!-- fig7:end -->", 1)[0]
+    assert fig7 == H.fig7_comparison(src) + "\n"
+
+
+def test_a_page_without_blocks_is_an_error(tmp_path):
+    page = tmp_path / "x.md"
+    page.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no marker block"):
+        readme.paste(page, tmp_path)
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("# 2. install with the test extras"))
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip()][-1]
+    assert lines[at + 1] == ci == "python -m pip install -e '.[test,capture]' 'torch==2.13.0' && python -m pytest -q"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md", "docs/usage.md"])
+def test_every_link_points_at_a_file_that_exists(page):
+    path = ROOT / page
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        assert dest.exists(), f"{page}: {target}"
+        if anchor and dest.suffix == ".md":
+            headings = [_slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), flags=re.M)]
+            assert anchor in headings, f"{page}: {target}"
+
+
+def test_the_readme_shows_only_committed_figures():
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (ROOT / "README.md").read_text())
+    assert len(images) >= 5
+    for image in images:
+        assert image.startswith("figures/") and image.endswith(".png") and (ROOT / image).exists(), image
