@@ -24,8 +24,8 @@ import numpy as np
 
 from lumos.trace import TraceTable, schema
 
-from .recover import Recovery, _op_groups, _range, _threads, framing, is_backward, is_gemm
-from .structure import _innermost
+from .layer_ranges import Recovery, framing, is_backward, is_gemm, op_groups, op_range, op_threads
+from .structure import innermost
 
 MIN_GEMMS = 4
 _INSTANCE = re.compile(r"_\d+$")
@@ -53,7 +53,7 @@ def _outer_gemms(table: TraceTable) -> dict[tuple, np.ndarray]:
     (pid, tid), sorted."""
     ops = np.flatnonzero(table.cat == schema.CPU_OP)
     gemm = ops[[is_gemm(str(n)) for n in table.name[ops]]]
-    top = _innermost(table, gemm, table.pid[gemm], table.tid[gemm], table.ts[gemm], outermost=True)
+    top = innermost(table, gemm, table.pid[gemm], table.tid[gemm], table.ts[gemm], outermost=True)
     gemm = gemm[top == gemm]
     out: dict[tuple, list] = defaultdict(list)
     for r in gemm.tolist():
@@ -145,13 +145,13 @@ def _stage(stage: int, table: TraceTable, window) -> tuple[list[dict], Recovery]
     cls, per_instance = lc
     k, m = len(per_instance), len(per_instance[0])
     owner = _owners(table, per_instance)
-    ths = _threads(table, {}, window)
+    ths = op_threads(table, {}, window)
     spans = [_backward_spans(table, th, owner) for th in ths]
     if len({lab for sp in spans for _, _, lab in sp}) != k * m:
         return None
-    out = [_range(table, np.array([r]), f"layer_{stage * k + i}/forward/mb{j}")
+    out = [op_range(table, np.array([r]), f"layer_{stage * k + i}/forward/mb{j}")
            for i, calls in enumerate(per_instance) for j, r in enumerate(calls)]
-    groups = _op_groups(table, ths)
+    groups = op_groups(table, ths)
     layer_groups: Counter = Counter()
     marked = []
     for th, bwd in zip(ths, spans):
@@ -166,7 +166,7 @@ def _stage(stage: int, table: TraceTable, window) -> tuple[list[dict], Recovery]
                 layer[at] = True
                 chunks[("forward", j)] += [int(at[0]), int(at[-1]) + 1]
         for lo, hi, (i, j) in bwd:
-            out.append(_range(table, th.rows[lo:hi], f"layer_{stage * k + i}/backward/mb{j}"))
+            out.append(op_range(table, th.rows[lo:hi], f"layer_{stage * k + i}/backward/mb{j}"))
             layer[lo:hi] = True
             chunks[("backward", j)] += [lo, hi]
         layer_groups.update(groups[int(r)] for r in th.rows[layer] if int(r) in groups)

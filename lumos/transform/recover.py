@@ -15,80 +15,20 @@ no layers are ever invented.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
 from lumos.graph.build import resolve_step
 from lumos.trace import TraceTable, schema
 
-from .structure import ANN, EMBEDDING_OPS, GEMM_OPS, P2P_OP, _innermost
+from .layer_ranges import (OPTIMIZER_STEP, P2P_OPS, Recovery, Thread, framing, has_layer_ranges, is_backward, is_gemm,
+                           op_groups, op_range, op_threads, with_ranges)
+from .module_calls import find_module_ranges
+from .structure import EMBEDDING_OPS
 
 MIN_PERIOD, MAX_PERIOD = 4, 512
-P2P_OPS = (P2P_OP, "c10d::send", "c10d::recv_", "c10d::isend", "c10d::irecv")
-COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
-OPTIMIZER_STEP = "Optimizer.step#"   # torch.optim's own record_function
 NONE = "no transformer layer structure"
-GEMM_BACKWARD = re.compile(r"(Addmm|Mm|Bmm|Linear|Matmul)Backward\d*$")
-BACKWARD = re.compile(r"^autograd::engine|_backward|backward\d+$", re.IGNORECASE)
-
-
-def is_gemm(name: str) -> bool:
-    """A matrix multiply, forward (`aten::linear`) or as autograd names its backward (`AddmmBackward0`)."""
-    return name in GEMM_OPS or bool(GEMM_BACKWARD.search(name))
-
-
-def is_backward(name: str) -> bool:
-    """An op of the backward pass: autograd's `evaluate_function: XBackward0`, `aten::*_backward*`
-    (not a forward op whose name merely says Backward, such as our capture's `_OpenInBackward`)."""
-    return bool(BACKWARD.search(name))
-
-
-@dataclass
-class Recovery:
-    """How a rank's layers were found, for the user to see (`lumos replay --structure`)."""
-    source: str                  # annotations | modules | repetition | none
-    layers_per_stage: int = 0
-    microbatches: int = 0
-    forward_period: int = 0      # top-level CPU ops per layer forward
-    backward_period: int = 0
-    note: str = ""
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def has_layer_ranges(table: TraceTable) -> bool:
-    ann = table.name[table.cat == schema.ANNOTATION]
-    return any(ANN.match(str(n)) for n in ann)
-
-
-@dataclass
-class _Thread:
-    rows: np.ndarray          # outermost cpu_op rows, in time order
-    tokens: np.ndarray        # int per row
-    in_optimizer: np.ndarray  # bool per row: inside torch's `Optimizer.step#` range
-
-
-def _threads(table: TraceTable, vocab: dict, window: tuple | None) -> list[_Thread]:
-    ops = np.flatnonzero(table.cat == schema.CPU_OP)
-    if window is not None:
-        ops = ops[(table.ts[ops] >= window[0]) & (table.ts[ops] < window[1])]
-    top = _innermost(table, ops, table.pid[ops], table.tid[ops], table.ts[ops], outermost=True)
-    outer = ops[(top == ops) | (top < 0)]
-    key = table.pid[outer] * (1 << 32) + (table.tid[outer] & 0xFFFFFFFF)
-    steps = np.flatnonzero((table.cat == schema.ANNOTATION)
-                           & np.char.startswith(table.name.astype(str), OPTIMIZER_STEP))
-    out = []
-    for k in np.unique(key):
-        rows = outer[key == k]
-        rows = rows[np.argsort(table.ts[rows], kind="stable")]
-        keys = [(str(table.name[r]), str(table.input_dims[r])) for r in rows]
-        opt = _innermost(table, steps, table.pid[rows], table.tid[rows], table.ts[rows]) >= 0
-        out.append(_Thread(rows, np.array([vocab.setdefault(k, len(vocab)) for k in keys], dtype=np.int64), opt))
-    return out
 
 
 def _canonical(w: tuple) -> tuple[tuple, int]:
@@ -182,20 +122,7 @@ def _modal_run(lengths: list[int]) -> int | None:
     return Counter(runs).most_common(1)[0][0] if runs else None
 
 
-def _op_groups(table: TraceTable, threads: list[_Thread]) -> dict[int, str]:
-    """Outermost op row -> the process group of the collectives it launched."""
-    runtime = {int(c): r for r, c in zip(np.flatnonzero(table.cat == schema.RUNTIME),
-                                         table.corr[table.cat == schema.RUNTIME]) if c >= 0}
-    comm = np.flatnonzero(table.is_gpu() & (table.coll_name != None))  # noqa: E711
-    calls = np.array([runtime.get(int(table.corr[g]), -1) for g in comm], dtype=np.int64)
-    ok = calls >= 0
-    comm, calls = comm[ok], calls[ok]
-    outer = np.concatenate([t.rows for t in threads]) if threads else np.zeros(0, np.int64)
-    top = _innermost(table, outer, table.pid[calls], table.tid[calls], table.ts[calls], outermost=True)
-    return {int(o): str(table.pg_ranks[g]) for o, g in zip(top, comm) if o >= 0}
-
-
-def _sequence_votes(table: TraceTable, ths: list[_Thread], fwd: tuple, bwd: tuple) -> np.ndarray:
+def _sequence_votes(table: TraceTable, ths: list[Thread], fwd: tuple, bwd: tuple) -> np.ndarray:
     """Per rotation of the backward pattern (rows): how many backward ops land in the layer and
     micro-batch whose forward created their autograd node (the `Sequence number` a forward op and
     the backward of its node share), and how many occurrences start with one of their own layer's
@@ -237,77 +164,13 @@ def _sequence_votes(table: TraceTable, ths: list[_Thread], fwd: tuple, bwd: tupl
     return votes
 
 
-def _around(table: TraceTable, rows: np.ndarray, names: list[str], hard: np.ndarray, soft: np.ndarray,
-            first: int, last: int, phase: str, mb: int) -> list[dict]:
-    """Embedding and head ranges of one micro-batch's forward or backward (positions `first` to
-    `last` on its thread): in the stretches before and after it, up to a hard stop."""
-    lo, hi = first, last
-    while lo > 0 and not hard[lo - 1]:
-        lo -= 1
-    while hi < len(rows) and not hard[hi]:
-        hi += 1
-    before = [i for i in range(lo, first) if not soft[i]]
-    after = [i for i in range(last, hi) if not soft[i]]
-    out = []
-
-    def add(idx, name):
-        if idx:
-            out.append(_range(table, rows[idx[0]:idx[-1] + 1], name))
-
-    def embedding_start(idx):
-        """Where the embedding begins: after the longest pause before its lookup (the thread
-        idles while the previous micro-batch's backward runs), taking the input copy before it."""
-        emb = [n for n, i in enumerate(idx) if names[i] in EMBEDDING_OPS]
-        if not emb:
-            return None
-        j = emb[0]
-        if j:
-            gaps = table.ts[rows[idx[1:j + 1]]] - (table.ts[rows[idx[:j]]] + table.dur[rows[idx[:j]]])
-            j = int(np.argmax(gaps)) + 1
-            if j < emb[0]:
-                return j
-        while j > 0 and names[idx[j - 1]] in COPY_OPS:
-            j -= 1
-        return j
-
-    gemm = lambda idx: any(is_gemm(names[i]) for i in idx)  # noqa: E731
-    if phase == "forward":
-        j = embedding_start(before)
-        if j is not None:
-            add(before[j:], f"embedding/forward/mb{mb}")
-        j = embedding_start(after)   # the next micro-batch's embedding, when one thread runs both
-        head = after if j is None else after[:j]
-        b = [n for n, i in enumerate(head) if is_backward(names[i])]  # and its backward
-        head = head[:b[0]] if b else head
-        if gemm(head):
-            add(head, f"head/forward/mb{mb}")
-    else:
-        emb_bwd = lambda i: "embedding" in names[i].lower() and is_backward(names[i])  # noqa: E731
-        emb = [n for n, i in enumerate(after) if emb_bwd(i)]
-        if emb:
-            add(after[:emb[-1] + 1], f"embedding/backward/mb{mb}")
-        done = [n for n, i in enumerate(before) if emb_bwd(i)]  # the previous micro-batch's
-        head = before[done[-1] + 1:] if done else before
-        b = [n for n, i in enumerate(head) if is_backward(names[i])]
-        head = head[b[0]:] if b else head
-        if gemm(head):
-            add(head, f"head/backward/mb{mb}")
-    return out
-
-
-def _range(table: TraceTable, rows: np.ndarray, name: str) -> dict:
-    end = float(np.max(table.ts[rows] + table.dur[rows]))
-    return {"name": name, "pid": int(table.pid[rows[0]]), "tid": int(table.tid[rows[0]]),
-            "ts": float(table.ts[rows[0]]), "end": end}
-
-
 def find_layer_ranges(tables: list[TraceTable], windows: list | None = None
                       ) -> tuple[list[list[dict]], list[Recovery]]:
     """Per table (one per pipeline stage, in stage order): the ranges to annotate, and how they
     were found. `windows`: per table, the (start, end) of the iteration to read (None: all)."""
     vocab: dict[str, int] = {}
     windows = windows or [None] * len(tables)
-    threads = [_threads(t, vocab, w) for t, w in zip(tables, windows)]
+    threads = [op_threads(t, vocab, w) for t, w in zip(tables, windows)]
     names = {v: k[0] for k, v in vocab.items()}
     backward_tokens = {v for k, v in vocab.items() if is_backward(k[0])}
     gemm_tokens = {v for k, v in vocab.items() if is_gemm(k[0])}
@@ -336,10 +199,10 @@ def find_layer_ranges(tables: list[TraceTable], windows: list | None = None
     return ranges, found
 
 
-def _stage_ranges(stage: int, table: TraceTable, ths: list[_Thread], pats: dict,
+def _stage_ranges(stage: int, table: TraceTable, ths: list[Thread], pats: dict,
                   first_op: str) -> tuple[list[dict], Recovery]:
     """One stage's layer, embedding, head and optimizer ranges, given the layer patterns."""
-    groups = _op_groups(table, ths)
+    groups = op_groups(table, ths)
     occ = {ph: [(ti, s) for ti, th in enumerate(ths) for s in _occurrences(th.tokens, p)]
            for ph, p in pats.items()}
     layer_groups = Counter(groups.get(int(ths[ti].rows[s + j])) for ph, p in pats.items()
@@ -370,61 +233,13 @@ def _stage_ranges(stage: int, table: TraceTable, ths: list[_Thread], pats: dict,
                 chunk = starts[mb * k:(mb + 1) * k]
                 for i, s in enumerate(chunk):
                     local = i if ph == "forward" else k - 1 - i
-                    out.append(_range(table, th.rows[s:s + len(p)], f"layer_{stage * k + local}/{ph}/mb{mb}"))
+                    out.append(op_range(table, th.rows[s:s + len(p)], f"layer_{stage * k + local}/{ph}/mb{mb}"))
                 chunks.append((ph, mb, chunk[0], chunk[-1] + len(p)))
         out += framing(table, th, layer, chunks, groups, tp_group)
     return out, Recovery("repetition", layers_per_stage=k, microbatches=mbs, forward_period=len(pats["forward"]),
                          backward_period=len(pats.get("backward", ())),
                          note=f"rank {table.rank}: {k} layers x {mbs} micro-batches per stage from a "
                               f"{len(pats['forward'])}-op forward pattern starting {first_op}")
-
-
-def framing(table: TraceTable, th: _Thread, layer: np.ndarray, chunks: list, groups: dict, tp_group) -> list[dict]:
-    """Embedding, head and optimizer ranges on one thread, around its layers: `layer` marks the
-    thread's top-level ops inside a layer range, `chunks` holds (phase, micro-batch, first
-    position, end position) of each micro-batch's run of layers."""
-    names_ = [str(table.name[r]) for r in th.rows]
-    p2p = np.array([n in P2P_OPS for n in names_], dtype=bool)
-    in_step = np.array([n.startswith(OPTIMIZER_STEP) for n in names_], dtype=bool) | th.in_optimizer
-    hard = layer | p2p | in_step
-    # a collective outside the layers' group (a gradient reduction) is passed over, not taken
-    soft = np.array([groups.get(int(r)) not in (None, tp_group) for r in th.rows], dtype=bool)
-    out = []
-    for ph, mb, first, end in chunks:
-        out += _around(table, th.rows, names_, hard, soft, first, end, ph, mb)
-    step = np.flatnonzero(in_step)
-    if len(step):   # the optimizer: from the last layer or exchange before torch's step to the thread's end
-        before = np.flatnonzero((layer | p2p)[:step[0]])
-        lo = int(before[-1]) + 1 if len(before) else 0
-        out.append(_range(table, th.rows[lo:], "optimizer"))
-    return out
-
-
-def with_ranges(table: TraceTable, ranges: list[dict]) -> TraceTable:
-    """`table` with `ranges` appended as user_annotation rows (existing rows keep their index)."""
-    if not ranges:
-        return table
-    n = len(ranges)
-    kw = {}
-    for c in table.columns():
-        col = getattr(table, c)
-        if c == "name":
-            extra = np.array([r["name"] for r in ranges], dtype=object)
-        elif c == "cat":
-            extra = np.full(n, schema.ANNOTATION, dtype=col.dtype)
-        elif c in ("pid", "tid"):
-            extra = np.array([r[c] for r in ranges], dtype=col.dtype)
-        elif c == "ts":
-            extra = np.array([r["ts"] for r in ranges])
-        elif c == "dur":
-            extra = np.array([r["end"] - r["ts"] for r in ranges])
-        elif col.dtype == object:
-            extra = np.full(n, None, dtype=object)
-        else:
-            extra = np.full(n, -1, dtype=col.dtype)
-        kw[c] = np.concatenate([col, extra])
-    return TraceTable(path=table.path, rank=table.rank, world_size=table.world_size, metadata=table.metadata,
-                      unmodelled=table.unmodelled, **kw)
 
 
 def recover_layers(tables: list[TraceTable], step=None) -> tuple[list[TraceTable], list[Recovery]]:
@@ -441,8 +256,6 @@ def recover_layers(tables: list[TraceTable], step=None) -> tuple[list[TraceTable
     for t in staged:
         s = resolve_step(t, step)
         windows.append(None if s is None else (s.start, s.end))
-    from .module_calls import find_module_ranges   # it builds on this module's helpers
-
     got = find_module_ranges(staged, windows)
     ranges, found = got if got is not None else find_layer_ranges(staged, windows)
     out, how = list(tables), list(found)

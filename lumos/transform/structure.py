@@ -100,7 +100,7 @@ class RunStructure:
     recovery: list = field(default_factory=list)  # per rank: how its layers were found (`recover.py`)
 
 
-def _innermost(table: TraceTable, cand: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+def innermost(table: TraceTable, cand: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
                outermost: bool = False) -> np.ndarray:
     """For each query (pid, tid, ts), the innermost (or outermost) candidate event containing ts; -1 if none."""
     out = np.full(len(ts), -1, dtype=np.int64)
@@ -144,8 +144,8 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
     ann_rows = np.flatnonzero((table.cat == schema.ANNOTATION) & ~np.char.startswith(names, "ProfilerStep#")
                               & (np.char.find(names, "/recompute/") < 0))
     op_rows = np.flatnonzero(table.cat == schema.CPU_OP)
-    ann = _innermost(table, ann_rows, table.pid[cev], table.tid[cev], graph.ts[cpu])
-    top = _innermost(table, op_rows, table.pid[cev], table.tid[cev], graph.ts[cpu], outermost=True)
+    ann = innermost(table, ann_rows, table.pid[cev], table.tid[cev], graph.ts[cpu])
+    top = innermost(table, op_rows, table.pid[cev], table.tid[cev], graph.ts[cpu], outermost=True)
     # launcher of each GPU task: the CPU task with the same correlation id
     corr_to_cpu = {}
     for t, e in zip(cpu, cev):
@@ -271,7 +271,7 @@ def _shape_ops(graph: Graph, by_rank: dict):
         ops = np.flatnonzero(table.cat == schema.CPU_OP)
         ops = ops[[_is_shape_op(str(x)) for x in table.name[ops]]]
         ev = graph.event[tasks]
-        outer = _innermost(table, ops, table.pid[ev], table.tid[ev], table.ts[ev], outermost=True)
+        outer = innermost(table, ops, table.pid[ev], table.tid[ev], table.ts[ev], outermost=True)
         for t, o in zip(tasks, outer):
             if o >= 0:
                 name[t], dims[t], row[t] = table.name[o], _dims_of(table, o), r * (1 << 40) + o
@@ -430,7 +430,7 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
             if table.cat[e] == schema.RUNTIME and table.corr[e] >= 0:
                 corr_rt[int(table.corr[e])] = e
         launcher_ev = np.array([corr_rt.get(int(table.corr[e]), e) if g else e for e, g in zip(ev, gpu)])
-        inner = _innermost(table, cpu_ops, table.pid[launcher_ev], table.tid[launcher_ev],
+        inner = innermost(table, cpu_ops, table.pid[launcher_ev], table.tid[launcher_ev],
                            table.ts[launcher_ev])
         for t, o in zip(tasks, inner):
             if o >= 0:

@@ -152,15 +152,15 @@ def _layer_labels(table):
     """(op name, layer range holding it) of every top-level op of the default step, time order,
     without the capture's own marker ops."""
     from lumos.graph.build import resolve_step
-    from lumos.transform.structure import _innermost
+    from lumos.transform.structure import innermost
 
     s = resolve_step(table, None)
     ops = np.flatnonzero((table.cat == schema.CPU_OP) & (table.ts >= s.start) & (table.ts < s.end))
-    top = _innermost(table, ops, table.pid[ops], table.tid[ops], table.ts[ops], outermost=True)
+    top = innermost(table, ops, table.pid[ops], table.tid[ops], table.ts[ops], outermost=True)
     outer = ops[(top == ops) | (top < 0)]
     outer = outer[np.argsort(table.ts[outer], kind="stable")]
     ann = np.flatnonzero(table.cat == schema.ANNOTATION)
-    inner = _innermost(table, ann, table.pid[outer], table.tid[outer], table.ts[outer])
+    inner = innermost(table, ann, table.pid[outer], table.tid[outer], table.ts[outer])
     out = []
     for o, a in zip(outer, inner):
         name = str(table.name[o])
