@@ -137,7 +137,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
         doc["interval"] = predict_interval(base_tables, graph, out.pairs, samples, seed,
                                            lambda s, e: run_breakdown(graph, s, e).iteration,
                                            engine="reference" if engine == "reference" else "compiled",
-                                           step=step, host_steps=host == "median", clock_steps=clock_steps)
+                                           host_steps=plan.host_steps, clock_steps=clock_steps)
     if actual_tables is not None:
         measured = measure_run(actual_tables, step=step)
         doc["measured"] = _round(measured)

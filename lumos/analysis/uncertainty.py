@@ -283,67 +283,58 @@ def attach_intervals(doc: dict, ranks, tables: Sequence[TraceTable], samples: in
 
 def predict_interval(base_tables: Sequence[TraceTable], graph: Graph, instances, samples: int, seed: int,
                      measure: Callable[[np.ndarray, np.ndarray], Breakdown], engine: str = "compiled",
-                     step=None, host_steps: bool = True,
+                     host_steps: dict | None = None,
                      clock_steps: tuple[np.ndarray, Sequence[float]] | None = None) -> dict:
     """The `interval` document of a prediction: the predicted graph's durations drawn with the
     spread fitted on the base run, each task centred on its predicted duration and mapped to a
     base class by name (unknown names: its category's pooled spread); the members of one
-    collective instance (`instances`) share their transfer draw. `host_steps`: each sample's host
-    work that of one profiled step of the base (`step`'s graph paired with the others), drawn at
-    random, where the base has several (`host_step_ratios`). `clock_steps` (compute kernel mask,
-    per profiled step of the target its clock over the mean the point uses): each sample's compute
-    kernels at the clock of one profiled step, drawn with the host step (every pair equally likely)."""
+    collective instance (`instances`) share their transfer draw. `host_steps` (base rank ->
+    `HostSteps`, the base plan's): each sample's host work that of one profiled step of the base,
+    drawn at random (`host_step_ratios`). `clock_steps` (compute kernel mask, per profiled step of
+    the target its clock over the mean the point uses): each sample's compute kernels at the clock
+    of one profiled step, drawn with the host step (every pair equally likely)."""
     model = fit_tables(base_tables).model(graph, own=False, instances=instances)
-    host = host_step_ratios(base_tables, graph, step) if host_steps else None
-    if host is not None or (clock_steps is not None and len(clock_steps[1]) >= 2):
-        task, lag = host if host is not None else (np.full((1, graph.n_tasks), np.nan),
-                                                    np.full((1, graph.n_edges), np.nan))
-        drop = np.isfinite(task).any(axis=0)
-        if clock_steps is not None and len(clock_steps[1]) >= 2:
-            mask, levels = clock_steps
-            rows = np.repeat(task, len(levels), axis=0)
-            rows[:, mask] = np.tile(np.asarray(levels, np.float64), len(task))[:, None]
-            task, lag = rows, np.repeat(lag, len(levels), axis=0)
-        model = with_host_steps(model, task, lag, drop_factor=drop)
+    host = host_step_ratios(host_steps, graph) if host_steps else None
+    levels = [] if clock_steps is None else list(clock_steps[1])
+    if host is None and len(levels) < 2:
+        return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure), seed)
+    task, lag = host if host is not None else (np.full((1, graph.n_tasks), np.nan), np.full((1, graph.n_edges), np.nan))
+    drop = np.isfinite(task).any(axis=0)
+    if len(levels) >= 2:   # every (host step, clock step) pair a row
+        task, lag = np.repeat(task, len(levels), axis=0), np.repeat(lag, len(levels), axis=0)
+        task[:, clock_steps[0]] = np.tile(np.asarray(levels, np.float64), len(task) // len(levels))[:, None]
+    model = with_host_steps(model, task, lag, drop_factor=drop)
     return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure), seed)
 
 
-def host_step_ratios(base_tables: Sequence[TraceTable], graph: Graph, step=None
-                     ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(steps, tasks) and (steps, edges) of `graph` (predicted from `base_tables`): each profiled
-    step's host work over the median, for the tasks and program-order gaps that come from a base
-    rank's step: by their base rank and trace row (a rebuilt pipeline's `base_rank` / `base_event`,
-    else their own) and the same name; a gap by its two ends'. None: no base rank was profiled for
-    two steps of one program. A rank with fewer steps than another reads 1 in the rows it lacks."""
-    from lumos.graph.host_steps import host_steps as pair_steps
-
+def host_step_ratios(host_steps: dict, graph: Graph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(steps, tasks) and (steps, edges) of `graph` (predicted from a base whose ranks' pairings
+    are `host_steps`, rank -> `HostSteps`): each profiled step's host work over the median, for the
+    tasks and program-order gaps that come from a base rank's step: by their base rank and trace
+    row (a rebuilt pipeline's `base_rank` / `base_event`, else their own) and the same name; a gap by
+    its two ends'. None: no base rank was profiled for two steps of one program. A rank with fewer
+    steps than another reads 1 in the rows it lacks."""
     n = graph.n_tasks
     origin_rank, origin_event = graph.rank.astype(np.int64), graph.event.astype(np.int64)
     if "base_event" in graph.summary:   # a rebuild: its tasks' rows in the base, then tasks added since
         ev, rk = graph.summary["base_event"], graph.summary["base_rank"]
         origin_event = np.r_[ev, np.full(n - len(ev), -1)][:n]
         origin_rank = np.r_[rk, np.full(n - len(rk), -1)][:n]
-    found = []
-    for t in base_tables:
-        if t.rank not in set(origin_rank.tolist()) or len(find_steps(t)) < 2:
-            continue
-        g = build_graph(t, step=step)
-        h = pair_steps(g, t)
-        if h.n_steps >= 2:
-            found.append((t.rank, g, *h.ratios()))
+    found = {r: h for r, h in host_steps.items() if h.n_steps >= 2 and r in set(origin_rank.tolist())}
     if not found:
         return None
-    n_steps = max(len(tr) for _, _, tr, _ in found)
+    n_steps = max(h.n_steps for h in found.values())
     task = np.full((n_steps, n), np.nan)
     lag = np.full((n_steps, graph.n_edges), np.nan)
-    for rank, g, tr, lr in found:
-        col = {int(e): i for i, e in enumerate(g.event) if e >= 0}
+    for rank, h in found.items():
+        tr, lr = h.ratios()
+        col = {int(e): i for i, e in enumerate(h.event) if e >= 0}
         mine = np.flatnonzero((origin_rank == rank) & (origin_event >= 0))
         src = np.array([col.get(int(e), -1) for e in origin_event[mine]], dtype=np.int64)
         ok = src >= 0
-        ok[ok] = graph.name[mine[ok]] == g.name[src[ok]]   # a row of this rank's trace, the same op
+        ok[ok] = graph.name[mine[ok]] == h.name[src[ok]]   # a row of this rank's trace, the same op
         task[:len(tr), mine[ok]] = tr[:, src[ok]]
-        where = {(int(g.event[a]), int(g.event[b])): j for j, (a, b) in enumerate(zip(g.src, g.dst))
+        where = {(int(a), int(b)): j for j, (a, b) in enumerate(zip(h.src_event, h.dst_event))
                  if np.isfinite(lr[:, j]).any()}
         ends = np.flatnonzero((origin_rank[graph.src] == rank) & (origin_rank[graph.dst] == rank))
         for j in ends:

@@ -38,10 +38,15 @@ MIN_HOST_MATCHED = 0.9
 class HostSteps:
     """Per profiled step (rows; the graph's own step first): each CPU task's replay duration and
     each program-order lag between CPU tasks of its partner in that step (NaN: no partner, or
-    not host work)."""
+    not host work). `event`, `name`: each task's trace row and name; `src_event`, `dst_event`: each
+    edge's ends' rows (what a predicted graph's tasks and gaps are found by)."""
     steps: list[int]
-    task: np.ndarray   # (steps, n_tasks)
-    lag: np.ndarray    # (steps, n_edges)
+    task: np.ndarray        # (steps, n_tasks)
+    lag: np.ndarray         # (steps, n_edges)
+    event: np.ndarray       # (n_tasks,)
+    name: np.ndarray        # (n_tasks,)
+    src_event: np.ndarray   # (n_edges,)
+    dst_event: np.ndarray   # (n_edges,)
 
     @property
     def n_steps(self) -> int:
@@ -94,8 +99,8 @@ def host_steps(graph: Graph, table: TraceTable, **build) -> HostSteps:
             continue
         task = np.full(graph.n_tasks, np.nan)
         task[paired] = other.dur[match[paired]]
-        edges = {(int(a), int(b)): float(x) for a, b, x in
-                 zip(other.src[_host_edges(other)], other.dst[_host_edges(other)], other.lag[_host_edges(other)])}
+        theirs = _host_edges(other)
+        edges = {(int(a), int(b)): float(x) for a, b, x in zip(other.src[theirs], other.dst[theirs], other.lag[theirs])}
         lag = np.full(graph.n_edges, np.nan)
         for e in np.flatnonzero(host_edge & (match[graph.src] >= 0) & (match[graph.dst] >= 0)):
             x = edges.get((int(match[graph.src[e]]), int(match[graph.dst[e]])))
@@ -104,7 +109,8 @@ def host_steps(graph: Graph, table: TraceTable, **build) -> HostSteps:
         rows_t.append(task)
         rows_l.append(lag)
         steps.append(s.number)
-    return HostSteps(steps=steps, task=np.array(rows_t), lag=np.array(rows_l))
+    return HostSteps(steps=steps, task=np.array(rows_t), lag=np.array(rows_l), event=graph.event, name=graph.name,
+                     src_event=graph.event[graph.src], dst_event=graph.event[graph.dst])
 
 
 def with_host_medians(graph: Graph, host: HostSteps) -> Graph:

@@ -65,15 +65,19 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
                     edge_classes=ALL_EDGE_CLASSES,
                     gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, host_medians: bool = False) -> Graph:
     """Per-rank graphs of `tables` (or of `ranks` among them), concatenated and joined by rendezvous.
-    `host_medians`: each rank's host work the median over its profiled steps (`host_steps`)."""
+    `host_medians`: each rank's host work the median over its profiled steps (`host_steps`); the
+    pairing is kept in `summary["host_steps"]` (rank -> `HostSteps`) for the interval's step draw."""
     if ranks is not None:
         want = set(int(r) for r in ranks)
         tables = [t for t in tables if t.rank in want]
     build = {"edge_classes": edge_classes, "gap_threshold_us": gap_threshold_us}
     graphs = [build_graph(t, step=step, **build) for t in tables]
-    if host_medians:
-        graphs = [with_host_medians(g, host_steps(g, t, **build)) for g, t in zip(graphs, tables)]
+    host = {t.rank: host_steps(g, t, **build) for g, t in zip(graphs, tables)} if host_medians else {}
+    if host:
+        graphs = [with_host_medians(g, host[t.rank]) for g, t in zip(graphs, tables)]
     run, offsets = concat_graphs(graphs)
+    if host:
+        run.summary["host_steps"] = {r: h for r, h in host.items() if h.n_steps >= 2}
     if EdgeClass.CROSS_RANK not in frozenset(EdgeClass(c) for c in edge_classes):
         return run
     ops = []
@@ -81,7 +85,7 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
         ops.extend(comm_ops(g, t, int(off)))
     groups = match_ops(ops, [t.rank for t in tables])
     out = add_rendezvous(run, groups)
-    out.summary["ranks"] = run.summary["ranks"]
+    out.summary = {**out.summary, **{k: run.summary[k] for k in ("ranks", "host_steps") if k in run.summary}}
     return out
 
 

@@ -69,7 +69,8 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
                              st.microbatches, step=step)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
-                collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured)
+                collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
+                host_steps=graph.summary.get("host_steps", {}))
 
 
 def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:

@@ -3,6 +3,7 @@ the step draw of a prediction's interval, and what `lumos predict --host` change
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_medians_and_ratios_are_per_task_over_the_steps(base_r0):
     assert np.allclose(task[:, i] * g.dur[i], host.task[:, i])
     assert np.nanmedian(task[:, cpu], axis=0) == pytest.approx(np.ones(len(cpu)))
     # one step: nothing to take a median of
-    one = type(host)(steps=[3], task=host.task[:1], lag=host.lag[:1])
+    one = dataclasses.replace(host, steps=[3], task=host.task[:1], lag=host.lag[:1])
     assert with_host_medians(graph, one) is graph
 
 
@@ -116,8 +117,9 @@ def test_predicted_tasks_find_their_base_steps_by_row_and_name():
     from lumos.transform.whatif import base_plan, transform
 
     tables = load_run(H200 / "base_r0")
-    out = transform(base_plan(tables), layers=24)
-    task, lag = host_step_ratios(tables, out.graph)
+    plan = base_plan(tables)
+    out = transform(plan, layers=24)
+    task, lag = host_step_ratios(plan.host_steps, out.graph)
     cpu = out.graph.kind == TaskKind.CPU
     assert task.shape == (3, out.graph.n_tasks) and lag.shape == (3, out.graph.n_edges)
     # every CPU task of the 24-layer program is a base step's task (layers 12-23 reuse the base's blocks)
