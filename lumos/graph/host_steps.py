@@ -1,8 +1,8 @@
 """Host time from every profiled step of a rank, not from the one step a graph is built on.
 
 One step's host time is one draw. On the H200 base recorded twice (measured on hardware,
-`resources/traces/h200/base_r0`), the main thread was busy 47 ms in the first profiled step and
-72-73 ms in the next two; the second recording's was 35-40 ms in all three. A prediction reuses
+`python benchmarks/h200_host.py`), the Python between `base_r0`'s CPU ops summed to 73 ms in its
+first profiled step and 96-97 ms in the next two; `base_r1`'s to 50-54 ms in all three. A prediction reuses
 the base's CPU work as measured, so a host-bound target (micro-batch 2) inherits whatever the
 chosen step's host did: +40.6% from one recording, -18.3% from the other.
 
