@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import os
 import statistics
 import sys
 import time
@@ -28,10 +29,11 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lumos.trace import reader  # noqa: E402
+from lumos.trace import reader, scanned  # noqa: E402
 
 DEFAULT = [ROOT / "resources/traces/real/kineto/resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
            ROOT / "resources/traces/real/hta/nccl_parser_config__nccl_data.json.gz",
@@ -72,7 +74,7 @@ def main() -> None:
 
         def scanner(d):
             with reader._gc_paused():
-                return reader._scanned_columns(d)
+                return scanned.scanned_columns(d)
 
         def plain(d):
             with reader._gc_paused():

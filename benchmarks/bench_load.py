@@ -36,6 +36,7 @@ from pathlib import Path
 from emulated import emulated_traces
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
 REAL = ROOT / "resources" / "traces" / "real"
 DEFAULT_REAL = [
     REAL / "kineto" / "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",

@@ -41,6 +41,7 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
 sys.path.insert(0, str(ROOT))
 
 from lumos.analysis.replay import replayed_breakdown  # noqa: E402

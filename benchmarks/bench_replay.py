@@ -36,6 +36,7 @@ import numpy as np
 from emulated import emulated_traces
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
 
 
 def _rss_mb() -> float:

@@ -27,12 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from lumos import jit
 from lumos.graph.model import Graph, TaskKind, WaitKind
 
 MEASURED_TOLERANCE_US = 1.0
 REPLAYED_TOLERANCE_US = 0.0
+# Tasks from which the compiled walk (`critical_walk.py`) beats the plain one with numba's
+# start-up (`lumos.jit`; benchmarks/bench_startup.py --kernels).
+WALK_PAYS_TASKS = 100_000
 
 
 def _last_op(graph: Graph, end: np.ndarray) -> int:
@@ -48,9 +51,12 @@ def critical_path(graph: Graph, start: np.ndarray, end: np.ndarray,
                   tolerance_us: float = REPLAYED_TOLERANCE_US) -> np.ndarray:
     """Task ids on the critical path of the timeline (start, end), earliest first.
 
-    The walk is compiled (`_walk`); `critical_path_reference` is the same rule in plain
-    Python, the definition the tests hold the compiled one to.
+    The walk is compiled (`critical_walk.walk`) where that pays, else `critical_path_reference`:
+    the same rule in plain Python, the definition the tests hold the compiled one to.
     """
+    if not jit.pays(graph.n_tasks, WALK_PAYS_TASKS):
+        return critical_path_reference(graph, start, end, tolerance_us)
+    from .critical_walk import walk
     v = _last_op(graph, end)
     if v < 0:
         return np.zeros(0, dtype=np.int64)
@@ -63,9 +69,9 @@ def critical_path(graph: Graph, start: np.ndarray, end: np.ndarray,
     n_rank = int(max(graph.proc_rank.max(initial=0), graph.wait_target.max(initial=0))) + 1
     r_ptr = np.searchsorted(ranks[order], np.arange(n_rank + 1)).astype(np.int64)
     r_procs = gpu_procs[order].astype(np.int64)
-    path = _walk(int(v), np.asarray(start, np.float64), np.asarray(end, np.float64), in_ptr, in_src, in_lag,
-                 prev_on_proc, graph.wait_kind.astype(np.int64), graph.wait_target.astype(np.int64),
-                 s_ptr, s_ops, s_end, r_ptr, r_procs, float(tolerance_us))
+    path = walk(int(v), np.asarray(start, np.float64), np.asarray(end, np.float64), in_ptr, in_src, in_lag,
+                prev_on_proc, graph.wait_kind.astype(np.int64), graph.wait_target.astype(np.int64),
+                s_ptr, s_ops, s_end, r_ptr, r_procs, float(tolerance_us))
     return path[::-1].copy()
 
 
@@ -93,60 +99,6 @@ def _stream_csr(graph: Graph, end: np.ndarray):
     ops = gpu[np.lexsort((end[gpu], graph.proc[gpu]))].astype(np.int64)
     ptr = np.searchsorted(graph.proc[ops], np.arange(n_proc + 1)).astype(np.int64)
     return ptr, ops, np.asarray(end, np.float64)[ops]
-
-
-@njit(cache=True)
-def _binds_later(ready, end_u, u, s, tol, best_ready, best_end, best):
-    """u binds the task starting at s, and (ready, end, id) beats the best so far."""
-    return abs(ready - s) <= tol and (ready > best_ready or (ready == best_ready and (
-        end_u > best_end or (end_u == best_end and u > best))))
-
-
-@njit(cache=True)
-def _walk(v, start, end, in_ptr, in_src, in_lag, prev_on_proc, wait_kind, wait_target,
-          s_ptr, s_ops, s_end, r_ptr, r_procs, tol):
-    """The path from v back (latest first); the rule of the module docstring."""
-    n = len(start)
-    seen = np.zeros(n, dtype=np.bool_)
-    path = np.empty(n, dtype=np.int64)
-    m = 0
-    while True:
-        path[m] = v
-        m += 1
-        seen[v] = True
-        s = start[v]
-        best, best_ready, best_end = -1, -np.inf, -np.inf
-        for k in range(in_ptr[v], in_ptr[v + 1]):
-            u = in_src[k]
-            ready = end[u] + in_lag[k]
-            if _binds_later(ready, end[u], u, s, tol, best_ready, best_end, best):
-                best, best_ready, best_end = u, ready, end[u]
-        u = prev_on_proc[v]
-        if u >= 0:
-            ready = end[u]
-            if _binds_later(ready, end[u], u, s, tol, best_ready, best_end, best):
-                best, best_ready, best_end = u, ready, end[u]
-        wk, w = wait_kind[v], wait_target[v]
-        if wk != 0 and len(s_ops) and w >= 0:
-            if wk == 1:
-                lo_p, hi_p = 0, 1 if w < len(s_ptr) - 1 else 0
-            else:
-                lo_p, hi_p = r_ptr[w], r_ptr[w + 1]
-            for j in range(lo_p, hi_p):
-                p = w if wk == 1 else r_procs[j]
-                a, b = s_ptr[p], s_ptr[p + 1]
-                if a == b:
-                    continue
-                k = np.searchsorted(s_end[a:b], s + tol, side="right") - 1
-                if k >= 0:
-                    u = s_ops[a + k]
-                    ready = end[u]
-                    if _binds_later(ready, end[u], u, s, tol, best_ready, best_end, best):
-                        best, best_ready, best_end = u, ready, end[u]
-        if best < 0 or seen[best]:
-            break
-        v = best
-    return path[:m]
 
 
 def critical_path_reference(graph: Graph, start: np.ndarray, end: np.ndarray,

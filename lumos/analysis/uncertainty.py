@@ -29,9 +29,9 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
-from numba import njit
 
 from lumos import intervals
+from lumos.jit import njit
 from lumos.graph import build_graph
 from lumos.graph.model import Graph, TaskKind
 from lumos.sim import prepare

@@ -24,11 +24,12 @@ measured start: they occupy their streams exactly as measured.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from lumos import jit
 from lumos.trace import schema
 from lumos.trace.steps import Step
 from lumos.trace.table import TraceTable
@@ -66,8 +67,24 @@ def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.
     return leaves, ldur
 
 
-@njit(cache=True, nogil=True)
-def _leaf_mask(ts, end, is_runtime, eps):
+# Events of one thread from which the compiled walk beats plain Python with numba's start-up
+# (`lumos.jit`; benchmarks/bench_startup.py --kernels).
+LEAF_WALK_PAYS = 3_000_000
+
+
+def _leaf_mask(ts, end, is_runtime, eps) -> np.ndarray:
+    """`_leaf_walk`, compiled where it pays, else in plain Python over lists (the same body)."""
+    if jit.pays(len(ts), LEAF_WALK_PAYS):
+        return _compiled_leaf_walk()(ts, end, is_runtime, eps)
+    return _leaf_walk(ts.tolist(), end.tolist(), is_runtime.tolist(), eps)
+
+
+@functools.cache
+def _compiled_leaf_walk():
+    return jit.njit(cache=True, nogil=True)(_leaf_walk)
+
+
+def _leaf_walk(ts, end, is_runtime, eps):
     """The call-tree walk of one thread (events by start): a task is a runtime call, or an op
     that no later event starts inside; an event inside a runtime call is folded into it."""
     n = len(ts)

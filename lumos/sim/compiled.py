@@ -50,7 +50,8 @@ same arrays, with no processors and no run-time dependencies.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from lumos.jit import njit
 
 from .arrays import SimArrays
 

@@ -48,9 +48,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from numba import njit
 
 from lumos import intervals
+from lumos.jit import njit
 
 __all__ = ["DurationModel", "draws", "sample_reference", "sample_compiled", "with_host_steps", "with_peers"]
 

@@ -20,7 +20,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import orjson
-from numba import njit
+
+from lumos.jit import njit
 
 __all__ = ["INT", "USEC", "MAX_NUMBERS", "Fragments", "Kind", "around_events", "encode_rows"]
 

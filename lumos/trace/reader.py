@@ -9,13 +9,16 @@ device work Lumos does not model: they are counted by category
 (`TraceTable.unmodelled`) so that a replay can name them.
 
 Two ways in, one result:
-- `load_trace` scans the file's bytes with a compiled (numba) JSON scanner that
+- `load_trace` scans a large file's bytes with a compiled (numba) JSON scanner that
   validates the whole document and records, for each kept event, where each
   needed field's value lies; the values are then decoded column by column
   (batched through orjson where they are not plain integers). No per-event
   Python object is ever built, so loading runs at about orjson's speed and
   its working memory is about the file's size, where a decoded document of
-  dicts takes five to eight times that.
+  dicts takes five to eight times that (`scanned.py`).
+- A file under `SCANNER_PAYS_BYTES` (uncompressed) goes down the plain path unless numba
+  runs in the process already: starting numba costs more than the scanner saves on it
+  (`lumos.jit`; `LUMOS_JIT=always` forces the scanner).
 - Anything the scanner is not sure of (invalid JSON, an escaped key, a field
   of an unexpected type, numbers near the float limits, deep nesting) sends
   the file down the plain path instead: `orjson.loads`, then `parse_document`,
@@ -28,7 +31,6 @@ The scanner (`scan.py`) compiles in about 7 s the first time (cached in `__pycac
 
 from __future__ import annotations
 
-import codecs
 import gc
 import gzip
 import os
@@ -39,12 +41,18 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from lumos import prefetch
+from lumos import jit, prefetch
 
 from . import schema
 from .errors import TraceError, format_counts
 from .table import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, TraceTable
-from .scan import F, I_FIRST, T_ABSENT, T_ARR, T_INT, T_NULL, T_NUM, T_OBJ, T_STR, T_STR_ESC, _classify, _gather, _scan
+
+# Uncompressed size from which the scanner is faster than the plain path even when it must
+# start numba first: alone it pays from about 35 MiB (16.9 ms saved per MiB against 0.6 s of
+# start-up), and with numba running the replay's simulator and critical-path walks run
+# compiled too, which moves the break-even of a whole replay to 24-33 MiB on the shipped
+# traces (benchmarks/bench_startup.py --kernels).
+SCANNER_PAYS_BYTES = 24 * 2**20
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -65,26 +73,8 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-def _read_int(value) -> int | None:
-    """An integer field as Kineto writes it (int, float, or a string such as the legacy
-    GPU tid "stream 7"); None when absent or unreadable."""
-    if value is None:
-        return None
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, float):
-        return int(value)
-    if isinstance(value, str):
-        digits = value.rsplit(" ", 1)[-1]
-        try:
-            return int(digits)
-        except ValueError:
-            return None
-    return None
-
-
 def _as_int(value, default: int = -1) -> int:
-    read = _read_int(value)
+    read = schema.read_int(value)
     return default if read is None else read
 
 
@@ -183,169 +173,6 @@ def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int]) -> TraceTa
     return table
 
 
-# --- from value locations to columns -------------------------------------------------------
-
-class _Unusual(Exception):
-    """Something the scanned path does not decide itself: the plain path takes over."""
-
-
-_GPU_CODES = np.array(sorted(set(schema.GPU_CATEGORIES) | {schema.SYNC, schema.GPU_ANNOTATION}), dtype=np.int8)
-
-
-def _values(buf, st, en, rows) -> list:
-    """The JSON values at `rows` of one field, decoded by orjson in one call."""
-    if len(rows) == 0:
-        return []
-    return orjson.loads(memoryview(_gather(buf, st[rows], en[rows], 44, True)))
-
-
-def _strings(buf, typ, st, en) -> list[str]:
-    """A column of JSON strings: the raw bytes of all of them decoded at once (a JSON
-    string holds no raw NUL, so NUL separates them); escaped ones decoded by orjson."""
-    if len(typ) == 0:
-        return []
-    joined = _gather(buf, st + 1, en - 1, 0, False)
-    try:
-        out = str(memoryview(joined), "utf-8").split("\x00")
-    except UnicodeDecodeError:
-        raise _Unusual from None
-    esc = np.flatnonzero(typ == T_STR_ESC)
-    for k, v in zip(esc.tolist(), _values(buf, st, en, esc)):
-        out[k] = v
-    return out
-
-
-def _categories(buf, typ, st, en, on_device) -> tuple[np.ndarray, dict[str, int]]:
-    """Category code of each event (-1: not one Lumos uses), as `cat.lower()` reads it,
-    and the count of device events (`on_device`) by category Lumos does not use."""
-    code = np.full(len(typ), -1, dtype=np.int8)
-    strings = np.flatnonzero((typ == T_STR) | (typ == T_STR_ESC))
-    names = _strings(buf, typ[strings], st[strings], en[strings])
-    lookup = {c: schema.CATEGORY_CODES.get(c.lower(), -1) for c in set(names)}
-    code[strings] = np.fromiter(map(lookup.__getitem__, names), dtype=np.int8, count=len(names))
-    unmodelled: dict[str, int] = {}
-    for k in np.flatnonzero((code[strings] < 0) & on_device[strings]).tolist():
-        unmodelled[names[k]] = unmodelled.get(names[k], 0) + 1
-    return code, unmodelled
-
-
-def _int_field(buf, typ, st, en, iv, default, none_default) -> np.ndarray:
-    """One integer column by `_as_int`'s rule: `none_default` where absent or null,
-    `default` where unreadable."""
-    out = np.where(typ == T_INT, iv, none_default).astype(np.int64)
-    odd = np.flatnonzero(typ > T_INT)
-    if len(odd):
-        readable = (typ[odd] != T_ARR) & (typ[odd] != T_OBJ)
-        values = [None] * len(odd)
-        for k, v in zip(np.flatnonzero(readable).tolist(), _values(buf, st, en, odd[readable])):
-            values[k] = _read_int(v)
-        fill = np.broadcast_to(default, out.shape)[odd]
-        try:
-            out[odd] = [fill[k] if v is None else v for k, v in enumerate(values)]
-        except OverflowError:
-            raise _Unusual from None
-    return out
-
-
-def _object_field(buf, typ, st, en, only=None) -> np.ndarray:
-    out = np.full(len(typ), None, dtype=object)
-    present = typ > T_NULL
-    if only is not None:
-        present &= only
-    rows = np.flatnonzero(present)
-    if len(rows):
-        out[rows] = np.fromiter(_values(buf, st, en, rows), dtype=object, count=len(rows))
-    return out
-
-
-def _check_utf8(data: bytes) -> None:
-    """orjson refuses invalid UTF-8 anywhere; the scanner only looks at structure."""
-    if data.isascii():
-        return
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    step = 1 << 22
-    try:
-        for k in range(0, len(data), step):
-            decoder.decode(data[k:k + step])
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        raise _Unusual from None
-
-
-def _scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
-    """Columns of the kept events, the document without its events (the metadata) and
-    the unmodelled device events by category.
-    Raises _Unusual where the plain path must decide."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    ok, rows, loc, args_ok, lo, hi = _scan(buf, data.count(b'"ph"'))  # every X event has a "ph" key
-    if not ok:
-        raise _Unusual
-    _check_utf8(data)
-    typ, iv = _classify(buf, loc, rows)
-    st, en = loc[:rows, :, 0], loc[:rows, :, 1]
-    f = F["cat"]
-    on_device = (typ[:, F["device"]] > T_NULL) | (typ[:, F["stream"]] > T_NULL)
-    code, unmodelled = _categories(buf, typ[:, f], st[:, f], en[:, f], on_device)
-    keep = np.flatnonzero(code >= 0)
-    code, typ, iv, st, en, args_ok = code[keep], typ[keep], iv[keep], st[keep], en[keep], args_ok[keep]
-    del loc
-    # what the plain path rejects (and names the event for) or reads otherwise
-    t_name, t_ts, t_dur = typ[:, F["name"]], typ[:, F["ts"]], typ[:, F["dur"]]
-    if not (args_ok.all() and np.all((t_name == T_STR) | (t_name == T_STR_ESC))
-            and np.all((t_ts == T_INT) | (t_ts == T_NUM)) and np.all((t_dur == T_INT) | (t_dur == T_NUM))):
-        raise _Unusual
-    n = len(keep)
-    every = np.arange(n)
-
-    def field(key):
-        k = F[key]
-        return typ[:, k], st[:, k], en[:, k]
-
-    def int_field(key, default=-1, none_default=None):
-        k = F[key]
-        return _int_field(buf, typ[:, k], st[:, k], en[:, k], iv[:, k - I_FIRST], default,
-                          default if none_default is None else none_default)
-
-    ts = np.array(_values(buf, st[:, F["ts"]], en[:, F["ts"]], every), dtype=np.float64)
-    dur = np.array(_values(buf, st[:, F["dur"]], en[:, F["dur"]], every), dtype=np.float64)
-    if np.any(dur < 0):
-        raise _Unusual  # the plain path names the event
-    names = _strings(buf, *field("name"))
-    calls = np.flatnonzero(code == schema.PY_MODULE)
-    if len(calls):   # of the Python calls only the module calls are kept (as the plain path does)
-        kept = np.ones(n, dtype=bool)
-        kept[[k for k in calls.tolist() if not names[k].startswith(schema.MODULE_PREFIX)]] = False
-        if not kept.all():
-            code, typ, iv, st, en, ts, dur = (x[kept] for x in (code, typ, iv, st, en, ts, dur))
-            names = [x for x, k in zip(names, kept.tolist()) if k]
-            n = len(names)
-            every = np.arange(n)
-    cpu = np.flatnonzero(code == schema.CPU_OP)
-    steps = [k for k in cpu.tolist() if names[k].startswith("ProfilerStep#")]
-    code[steps] = schema.ANNOTATION  # legacy traces file steps under 'Operator'
-    gpu = np.isin(code, _GPU_CODES)
-    out = {"name": np.fromiter(names, dtype=object, count=n), "cat": code, "ts": ts, "dur": dur}
-    del names
-    out["pid"] = pid = int_field("pid")
-    out["tid"] = tid = int_field("tid")
-    for col, key in (("corr", "correlation"), ("wait_stream", "wait_on_stream"),
-                     ("wait_corr", "wait_on_cuda_event_record_corr_id"), ("in_nelems", "In msg nelems"),
-                     ("out_nelems", "Out msg nelems"), ("group_size", "Group size"), ("seq", "Sequence number")):
-        out[col] = int_field(key)
-    # 'External id' where the key is there (even as null), else the legacy 'external id'
-    pick = np.where(typ[:, F["External id"]] != T_ABSENT, F["External id"], F["external id"])
-    out["ext"] = _int_field(buf, typ[every, pick], st[every, pick], en[every, pick], iv[every, pick - I_FIRST],
-                            -1, -1)
-    out["stream"] = int_field("stream", -1, none_default=np.where(gpu & (code != schema.SYNC), tid, -1))
-    out["device"] = int_field("device", np.where(gpu, pid, -1))
-    for col, key in (("sync_kind", "cuda_sync_kind"), ("coll_name", "Collective name"), ("dtype", "dtype"),
-                     ("pg_ranks", "Process Group Ranks")):
-        out[col] = _object_field(buf, *field(key))
-    out["input_dims"] = _object_field(buf, *field("Input Dims"), only=code == schema.CPU_OP)
-    doc = orjson.loads(data[:lo] + b"[]" + data[hi:])
-    return out, doc, unmodelled
-
-
 @contextmanager
 def _gc_paused():
     """Decoding builds many acyclic containers; the cycle collector would re-scan them
@@ -364,12 +191,14 @@ def load_trace(path: str | os.PathLike) -> TraceTable:
     path = Path(path)
     data = _read_bytes(path)
     with _gc_paused():
-        try:
-            arrays, doc, unmodelled = _scanned_columns(data)
-        except _Unusual:
-            pass
-        else:
-            return _table(arrays, doc, path, unmodelled)
+        if jit.pays(len(data), SCANNER_PAYS_BYTES):
+            from . import scanned
+            try:
+                arrays, doc, unmodelled = scanned.scanned_columns(data)
+            except scanned.Unusual:
+                pass
+            else:
+                return _table(arrays, doc, path, unmodelled)
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

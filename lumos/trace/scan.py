@@ -10,7 +10,8 @@ Compiles in about 7 s the first time (cached in `__pycache__`).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from lumos.jit import njit
 
 
 # token types of a recorded value

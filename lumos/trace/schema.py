@@ -8,6 +8,7 @@ The rest of the project only ever sees the codes below.
 from __future__ import annotations
 
 import re
+from numbers import Integral
 
 CPU_OP, ANNOTATION, RUNTIME, KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOTATION, PY_MODULE = range(9)
 CATEGORY_NAMES = ("cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy",
@@ -92,3 +93,21 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 def profiler_step_number(name: str) -> int | None:
     m = _STEP.match(name)
     return int(m.group(1)) if m else None
+
+
+def read_int(value) -> int | None:
+    """An integer field as Kineto writes it (int, float, or a string such as the legacy
+    GPU tid "stream 7"); None when absent or unreadable."""
+    if type(value) is int or value is None:   # nearly every value: skip the checks below
+        return value
+    if isinstance(value, Integral):
+        return int(value)
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str):
+        digits = value.rsplit(" ", 1)[-1]
+        try:
+            return int(digits)
+        except ValueError:
+            return None
+    return None

@@ -94,10 +94,11 @@ def test_compare_paths_maps_by_event_row():
     assert compare_paths(g, path, sub, path).as_dict()["cp_recall"] == 0.0
 
 
-def test_compiled_walk_equals_the_reference_on_real_traces(real_tables):
+def test_compiled_walk_equals_the_reference_on_real_traces(real_tables, monkeypatch):
     # the compiled walk against the plain-Python definition, on the measured timeline (1 us
     # tolerance, run-time waits from real syncs) and on the replayed one (exact binding)
     from lumos.analysis.critical_path import critical_path_reference
+    monkeypatch.setenv("LUMOS_JIT", "always")   # critical_path itself would take the reference here
     from lumos.graph import build_graph
 
     checked = 0

@@ -113,16 +113,16 @@ def test_longest_path_bound_ignores_processors():
     assert simulate(g, engine="compiled").end.tolist() == [10.0, 20.0, 23.0]
 
 
-def test_auto_engine_is_the_compiled_core():
+@pytest.mark.parametrize("mode, compiled_calls", [("always", 1), ("never", 0)])
+def test_auto_engine_takes_the_compiled_core_where_it_pays(monkeypatch, mode, compiled_calls):
     import lumos.sim.compiled as compiled
     calls = []
     original = compiled.simulate_compiled
-    compiled.simulate_compiled = lambda a: calls.append(a.n) or original(a)
-    try:
-        simulate(synthetic_graph(200, seed=3), engine="auto")
-    finally:
-        compiled.simulate_compiled = original
-    assert calls == [synthetic_graph(200, seed=3).n_tasks]
+    monkeypatch.setattr(compiled, "simulate_compiled", lambda a: calls.append(a.n) or original(a))
+    monkeypatch.setenv("LUMOS_JIT", mode)
+    g = synthetic_graph(200, seed=3)
+    assert simulate(g, engine="auto").end.tolist() == simulate(g, engine="reference").end.tolist()
+    assert calls == [g.n_tasks] * compiled_calls
 
 
 # --- every shipped real trace -----------------------------------------------------------------

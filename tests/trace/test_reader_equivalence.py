@@ -19,12 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lumos.trace import TraceError, load_trace, schema
-from lumos.trace import reader
+from lumos.trace import reader, scanned
 from lumos.trace.table import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, TraceTable
 
 from ..conftest import ALL_TRACES, REAL
 
 PYTORCH_ET = sorted((REAL / "param" / "dlrm_8rank" / "pytorch_et").glob("*.json.gz"))
+
+
+@pytest.fixture(autouse=True)
+def _scanner_always(monkeypatch):
+    """`load_trace` takes the scanner whatever a file's size (small files would go plain)."""
+    monkeypatch.setenv("LUMOS_JIT", "always")
 
 
 # --- the specification ---------------------------------------------------------------------
@@ -173,10 +179,17 @@ def assert_same_outcome(path) -> None:
 @pytest.mark.parametrize("path", ALL_TRACES, ids=[p.name[:40] for p in ALL_TRACES])
 def test_every_shipped_trace_reads_identically_by_the_scanner(path):
     data = gzip.decompress(path.read_bytes())
-    arrays, doc, unmodelled = reader._scanned_columns(data)  # the fast path itself, not its fallback
+    arrays, doc, unmodelled = scanned.scanned_columns(data)  # the fast path itself, not its fallback
     ref = reference_load(path)
     assert_same_table(reader._table(arrays, doc, path, unmodelled), ref)
     assert_same_table(load_trace(path), ref)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=[p.name[:40] for p in ALL_TRACES])
+def test_every_shipped_trace_reads_identically_down_the_plain_path(path, monkeypatch):
+    # what a process without numba running reads a file under SCANNER_PAYS_BYTES with
+    monkeypatch.setenv("LUMOS_JIT", "never")
+    assert_same_table(load_trace(path), reference_load(path))
 
 
 def test_uncompressed_json_reads_identically(tmp_path):
@@ -341,7 +354,7 @@ def test_repeated_keys_take_the_last_value_as_orjson_does(tmp_path):
     path.write_bytes(b'{"traceEvents": [{"ph": "B", "ph": "X", "cat": "cpu_op", "cat": "kernel", "name": "a", '
                      b'"name": "k", "ts": 1, "dur": 2, "dur": 3, "args": {"stream": 1}, '
                      b'"args": {"stream": "stream 9", "stream": 4, "device": 2.7}}]}')
-    arrays, doc, unmodelled = reader._scanned_columns(path.read_bytes())  # decided by the scanner, no fallback
+    arrays, doc, unmodelled = scanned.scanned_columns(path.read_bytes())  # decided by the scanner, no fallback
     table = reader._table(arrays, doc, path, unmodelled)
     assert_same_table(table, reference_load(path))
     assert (table.name[0], table.cat[0], table.dur[0], table.stream[0], table.device[0]) == ("k", schema.KERNEL,

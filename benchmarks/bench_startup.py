@@ -1,0 +1,277 @@
+"""Whole-process times of `lumos replay` and `lumos predict` against HTA and against the floor (issue 33).
+
+    python benchmarks/bench_startup.py [--repeat 5] [--hta-python PY] [--before CHECKOUT] [TRACE ...]
+    python benchmarks/bench_startup.py --kernels
+
+Every figure is a median of `--repeat` whole processes, the commands of one trace interleaved
+so that machine load hits them alike; the ratios are of medians from the same run.
+
+- `lumos replay TRACE` as a user runs it (`LUMOS_JIT` unset: numba only where it pays,
+  `lumos.jit`), the same with `LUMOS_JIT=always` (numba from the first kernel), and with
+  `--before` a checkout of an earlier commit (run from that checkout, `PYTHONPATH=CHECKOUT`;
+  its numba cache is filled by the untimed first run).
+- HTA 0.5.0 (HolisticTraceAnalysis): `TraceAnalysis(trace_dir)` then
+  `critical_path_analysis(rank, "ProfilerStep", None)`, the trace alone in a directory, in
+  HTA's own environment: `--hta-python` or a venv made on first use under the temp dir
+  (`pip install HolisticTraceAnalysis==0.5.0 'pandas<3' 'numpy<2.3'`; pandas 3 breaks HTA 0.5.0).
+- `lumos predict` GPT-3 15B 2x2x4 -> 2x8x8 from the emulated base (`benchmarks/emulated.py`)
+  against the floor the issue names: a process that starts Python, imports numpy and numba
+  and reads (gunzips) the same base files.
+
+`--kernels` prints, in one process, what each kernel with a plain twin costs per unit both
+ways and numba's start-up in a fresh process, and the break-even sizes beside the thresholds
+`lumos.jit` callers use.
+
+Default traces: the four largest shipped real ones (measured on hardware by their authors) and
+the emulated GPT-3 175B 8x4x8 rank 0 (EMULATED).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from emulated import CACHE, emulated_traces  # noqa: E402
+
+REAL = ROOT / "resources" / "traces" / "real"
+DEFAULT_REAL = [
+    REAL / "hta" / "trace_diff__control__control.json.gz",
+    REAL / "hta" / "negative_queue_length_values_check__rank0.json.gz",
+    REAL / "hta" / "nccl_parser_config__nccl_data.json.gz",
+    REAL / "kineto" / "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
+]
+HTA_ENV = Path(tempfile.gettempdir()) / "lumos-bench-hta"
+HTA_PINS = ["HolisticTraceAnalysis==0.5.0", "pandas<3", "numpy<2.3"]
+HTA_SCRIPT = """
+import sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+t1 = time.perf_counter()
+graph, ok = ta.critical_path_analysis(rank=ta.t.get_ranks()[0], annotation="ProfilerStep", instance_id=None)
+if not ok:
+    sys.exit("HTA's critical path analysis failed")
+print(f"HTA load {t1 - t0:.3f} s, critical path {time.perf_counter() - t1:.3f} s, {graph.number_of_nodes()} nodes",
+      file=sys.stderr)
+"""
+FLOOR_SCRIPT = """
+import gzip, sys
+import numpy, numba
+for f in sys.argv[1:]:
+    data = open(f, "rb").read()
+    if data[:2] == b"\\x1f\\x8b":
+        data = gzip.decompress(data)
+"""
+
+
+def hta_python(given: str | None) -> str:
+    if given:
+        return given
+    py = HTA_ENV / "bin" / "python"
+    if not py.exists():
+        print(f"(making HTA's environment in {HTA_ENV})", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(HTA_ENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *HTA_PINS], check=True)
+    return str(py)
+
+
+def timed(cmd: list[str], env: dict | None = None, may_fail: bool = False) -> float:
+    """Seconds of one whole process; NaN where a `may_fail` command (HTA) fails."""
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=(env or {}).get("PYTHONPATH"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - t
+    if proc.returncode != 0:
+        if may_fail:
+            print(f"({cmd[0]} failed: {proc.stderr.strip().splitlines()[-1][:200]})", file=sys.stderr)
+            return float("nan")
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return took
+
+
+def env_with(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "LUMOS_JIT"}
+    env.update({k: v for k, v in extra.items() if v is not None})
+    return env
+
+
+def lumos_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lumos.cli", *args]
+
+
+def medians(variants: dict[str, tuple[list[str], dict]], repeat: int) -> dict[str, float]:
+    """Each variant run once untimed (caches), then `repeat` rounds interleaved."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    failed = set()
+    for name, (cmd, env) in variants.items():
+        if math.isnan(timed(cmd, env, may_fail=name == "hta")):
+            failed.add(name)   # fails on this trace: not repeated
+    for _ in range(repeat):
+        for name, (cmd, env) in variants.items():
+            times[name].append(float("nan") if name in failed else timed(cmd, env))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def events_and_mb(trace: Path) -> tuple[int, float]:
+    data = gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes()
+    return data.count(b'"ph"'), len(data) / 1e6
+
+
+def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | None) -> None:
+    print("| trace | events | MB of JSON | lumos replay s | LUMOS_JIT=always s |"
+          + (" before s |" if before else "") + " HTA load + critical path s | HTA / lumos |")
+    print("|---|---|---|---|---|" + ("---|" if before else "") + "---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for trace in traces:
+            alone = Path(tmp) / trace.stem.replace(".json", "")
+            alone.mkdir()
+            (alone / trace.name).symlink_to(trace)
+            variants = {"auto": (lumos_cmd("replay", str(trace)), env_with()),
+                        "always": (lumos_cmd("replay", str(trace)), env_with(LUMOS_JIT="always"))}
+            if before:
+                variants["before"] = (lumos_cmd("replay", str(trace)), env_with(PYTHONPATH=before))
+            if hta:
+                variants["hta"] = ([hta, "-W", "ignore", "-c", HTA_SCRIPT, str(alone)], env_with())
+            m = medians(variants, repeat)
+            n, mb = events_and_mb(trace)
+            label = trace.parent.name + "/" + trace.name[:44] + (" (EMULATED)" if CACHE in trace.parents else "")
+            cells = [label, f"{n:,}", f"{mb:.1f}", f"{m['auto']:.2f}", f"{m['always']:.2f}"]
+            if before:
+                cells.append(f"{m['before']:.2f}")
+            if not hta:
+                cells += ["-", "-"]
+            elif math.isnan(m["hta"]):
+                cells += ["fails", "-"]
+            else:
+                cells += [f"{m['hta']:.2f}", f"{m['hta'] / m['auto']:.1f}x"]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def predict_row(repeat: int, before: str | None) -> None:
+    base = CACHE / "gpt3_15b_2x2x4"
+    files = sorted(str(f) for f in base.glob("rank*.json.gz"))
+    args = ["predict", str(base), "--tp", "2", "--pp", "8", "--dp", "8"]
+    variants = {"auto": (lumos_cmd(*args), env_with()),
+                "always": (lumos_cmd(*args), env_with(LUMOS_JIT="always")),
+                "floor": ([sys.executable, "-c", FLOOR_SCRIPT, *files], env_with())}
+    if before:
+        variants["before"] = (lumos_cmd(*args), env_with(PYTHONPATH=before))
+    m = medians(variants, repeat)
+    print("\n| command | lumos s | LUMOS_JIT=always s |" + (" before s |" if before else "")
+          + " floor s (python + numpy + numba + read the base) | lumos / floor |")
+    print("|---|---|---|" + ("---|" if before else "") + "---|---|")
+    cells = ["predict 15B 2x2x4 -> 2x8x8 (EMULATED base)", f"{m['auto']:.2f}", f"{m['always']:.2f}"]
+    if before:
+        cells.append(f"{m['before']:.2f}")
+    cells += [f"{m['floor']:.2f}", f"{m['auto'] / m['floor']:.2f}x"]
+    print("| " + " | ".join(cells) + " |")
+
+
+START_SCRIPT = """
+import time
+t = time.perf_counter()
+import numpy as np
+from lumos.graph.tasks import _compiled_leaf_walk
+_compiled_leaf_walk()(np.zeros(3), np.ones(3), np.zeros(3, bool), 1e-3)
+print(time.perf_counter() - t)
+"""
+NUMPY_SCRIPT = "import time; t = time.perf_counter(); import numpy; print(time.perf_counter() - t)"
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def kernels(traces: list[Path], repeat: int) -> None:
+    """Per-unit cost of each kernel both ways, numba's start-up, and the break-even sizes."""
+    os.environ["LUMOS_JIT"] = "always"
+    import orjson
+
+    from lumos.analysis.critical_path import WALK_PAYS_TASKS, critical_path, critical_path_reference
+    from lumos.graph import build_graph
+    from lumos.graph.tasks import LEAF_WALK_PAYS
+    from lumos.sim import COMPILED_PAYS_TASKS, simulate
+    from lumos.trace import reader, scanned
+
+    def fresh(script):
+        return statistics.median(float(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                                      text=True, check=True).stdout) for _ in range(repeat))
+    start = fresh(START_SCRIPT) - fresh(NUMPY_SCRIPT)
+    print(f"numba start-up (import, target, one cached kernel), fresh process, median of {repeat}: {start:.3f} s\n")
+    print("| trace | MB | tasks | load plain / scanner s | simulate reference / compiled s | "
+          "critical path reference / compiled s | build, leaf walk plain / compiled s |")
+    print("|---|---|---|---|---|---|---|")
+    per = {"scan": [], "sim": [], "walk": [], "leaf": []}
+    for trace in traces:
+        data = gzip.decompress(trace.read_bytes())
+        plain = best_of(lambda: reader.parse_document(orjson.loads(data), trace))
+        scan = best_of(lambda: scanned.scanned_columns(data))
+        table = reader.load_trace(trace)
+        g = build_graph(table)
+        sim_ref, sim_comp = best_of(lambda: simulate(g, "reference")), best_of(lambda: simulate(g, "compiled"))
+        cp_ref = best_of(lambda: critical_path_reference(g, g.ts, g.end, 1.0))
+        cp_comp = best_of(lambda: critical_path(g, g.ts, g.end, 1.0))
+        os.environ["LUMOS_JIT"] = "never"
+        build_plain = best_of(lambda: build_graph(table))
+        os.environ["LUMOS_JIT"] = "always"
+        build_comp = best_of(lambda: build_graph(table))
+        mb = len(data) / 2**20
+        per["scan"].append((plain - scan) / mb)
+        per["sim"].append((sim_ref - sim_comp) / g.n_tasks)
+        per["walk"].append((cp_ref - cp_comp) / g.n_tasks)
+        per["leaf"].append((build_plain - build_comp) / len(table))
+        print(f"| {trace.name[:44]} | {mb:.1f} | {g.n_tasks:,} | {plain:.3f} / {scan:.3f} | {sim_ref:.3f} / "
+              f"{sim_comp:.4f} | {cp_ref:.3f} / {cp_comp:.4f} | {build_plain:.3f} / {build_comp:.3f} |")
+    saving = {k: statistics.median(v) for k, v in per.items()}
+    print("\n| kernel | saved per unit (median) | break-even = start-up / saving | threshold in use |")
+    print("|---|---|---|---|")
+    print(f"| scanner | {saving['scan'] * 1e3:.1f} ms per MiB | {start / saving['scan']:.0f} MiB | "
+          f"{reader.SCANNER_PAYS_BYTES / 2**20:.0f} MiB |")
+    print(f"| simulate (+ the replay's two walks) | {saving['sim'] * 1e6:.2f} (+{2 * saving['walk'] * 1e6:.2f}) us "
+          f"per task | {start / saving['sim']:,.0f} ({start / (saving['sim'] + 2 * saving['walk']):,.0f}) tasks | "
+          f"{COMPILED_PAYS_TASKS:,} |")
+    print(f"| critical-path walk | {saving['walk'] * 1e6:.2f} us per task | {start / saving['walk']:,.0f} tasks | "
+          f"{WALK_PAYS_TASKS:,} |")
+    print(f"| leaf walk (in build) | {saving['leaf'] * 1e6:.3f} us per event | {start / max(saving['leaf'], 1e-12):,.0f} "
+          f"events | {LEAF_WALK_PAYS:,} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="*", type=Path)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--hta-python", default=None, help="python of an environment with HTA installed")
+    ap.add_argument("--no-hta", action="store_true", help="leave HTA out")
+    ap.add_argument("--before", default=None, metavar="CHECKOUT", help="also time an earlier checkout's lumos")
+    ap.add_argument("--kernels", action="store_true", help="per-kernel costs and break-even sizes instead")
+    args = ap.parse_args()
+    traces = args.traces or [*DEFAULT_REAL, *[t for t in emulated_traces() if "175b" in str(t)]]
+    if args.kernels:
+        kernels(traces, args.repeat)
+        return 0
+    hta = None if args.no_hta else hta_python(args.hta_python)
+    print(f"# bench_startup: {len(traces)} traces, median of {args.repeat} whole processes each, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}\n")
+    replay_rows(traces, args.repeat, hta, args.before)
+    emulated_traces()   # the predict base
+    predict_row(args.repeat, args.before)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""numba only where it pays (`lumos.jit`): the choice, numba started without scipy and cffi, a
+small replay that never starts it, and both twins giving the same graph and schedule."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lumos import jit
+from lumos.analysis.critical_path import critical_path
+from lumos.graph import build_graph
+from lumos.graph.tasks import _compiled_leaf_walk, _leaf_walk
+from lumos.sim import simulate
+from lumos.trace import load_trace
+
+from .conftest import REAL
+
+SMALL_REAL = REAL / "hta" / "nccl_parser_config__nccl_data.json.gz"   # 9.3 MiB of JSON, 6,171 tasks
+
+
+def test_pays_compiles_at_the_threshold_or_once_numba_runs(monkeypatch):
+    monkeypatch.delenv("LUMOS_JIT", raising=False)
+    monkeypatch.setattr(jit, "running", lambda: False)
+    assert (jit.pays(99, 100), jit.pays(100, 100)) == (False, True)
+    monkeypatch.setattr(jit, "running", lambda: True)
+    assert jit.pays(1, 100)
+    monkeypatch.setenv("LUMOS_JIT", "never")
+    assert not jit.pays(10**9, 100)
+    monkeypatch.setenv("LUMOS_JIT", "always")
+    monkeypatch.setattr(jit, "running", lambda: False)
+    assert jit.pays(0, 100)
+
+
+def test_an_unknown_lumos_jit_mode_is_named(monkeypatch):
+    monkeypatch.setenv("LUMOS_JIT", "sometimes")
+    with pytest.raises(ValueError, match=r"LUMOS_JIT='sometimes': expected one of auto, always, never"):
+        jit.pays(1, 1)
+
+
+def _python(code: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()
+
+
+def test_numba_starts_without_scipy_and_cffi_and_both_import_afterwards():
+    out = _python(
+        "import sys\n"
+        "from lumos.jit import njit\n"
+        "f = njit(cache=False)(lambda a: a.sum() * 2)\n"
+        "import numpy as np\n"
+        "print(f(np.arange(4.0)), 'scipy.linalg' in sys.modules, 'cffi' in sys.modules)\n"
+        "import scipy.linalg, cffi\n"
+        "print(scipy.linalg.blas is not None, cffi.FFI is not None)\n")
+    assert out == ["12.0", "False", "False", "True", "True"]
+
+
+def test_a_small_replay_never_starts_numba(monkeypatch):
+    monkeypatch.delenv("LUMOS_JIT", raising=False)
+    out = _python(
+        "import sys, io, contextlib\n"
+        "from lumos.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
+        f"    rc = main(['replay', {str(SMALL_REAL)!r}])\n"
+        "print(rc, 'numba' in sys.modules, 'scipy' in sys.modules, 'iteration time error: +0.000%' in text.getvalue())\n")
+    assert out == ["0", "False", "False", "True"]
+
+
+@pytest.mark.parametrize("path", [SMALL_REAL, REAL / "hta" / "sync_fixtures"
+                                  / "critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz"],
+                         ids=lambda p: p.name[:30])
+def test_plain_and_compiled_twins_give_the_same_graph_schedule_and_path(monkeypatch, path):
+    runs = {}
+    for mode in ("never", "always"):
+        monkeypatch.setenv("LUMOS_JIT", mode)
+        g = build_graph(load_trace(path))
+        s = simulate(g)
+        runs[mode] = (g, s, critical_path(g, s.start, s.end), critical_path(g, g.ts, g.end, 1.0))
+    (g0, s0, p0, m0), (g1, s1, p1, m1) = runs["never"], runs["always"]
+    for col in ("event", "kind", "proc", "dur", "ts", "release", "src", "dst", "cls", "lag", "inferred"):
+        assert np.array_equal(getattr(g0, col), getattr(g1, col)), col
+    assert np.array_equal(s0.start, s1.start) and np.array_equal(s0.end, s1.end)
+    assert p0.tolist() == p1.tolist() and m0.tolist() == m1.tolist() and len(p0) >= 30
+
+
+def test_the_leaf_walk_twins_agree_on_nested_and_runtime_calls():
+    # op 0 holds op 1 (not a leaf) and runtime 2, whose inner driver call 3 is folded into it;
+    # op 4 starts after all of them end
+    ts = np.array([0.0, 1.0, 5.0, 5.5, 20.0])
+    end = np.array([10.0, 4.0, 8.0, 6.0, 21.0])
+    runtime = np.array([False, False, True, False, False])
+    plain = _leaf_walk(ts.tolist(), end.tolist(), runtime.tolist(), 1e-3)
+    compiled = _compiled_leaf_walk()(ts, end, runtime, 1e-3)
+    assert plain.tolist() == compiled.tolist() == [False, True, True, False, True]
