@@ -177,7 +177,6 @@ class Program:
     def _layer_fwd(self):
         T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
         a, d = self.heads // t, self.d
-        qkv = (b, s, a, d)
         return [
             self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
             self.mm(T, h, 3 * h // t, "tn"),
@@ -197,7 +196,6 @@ class Program:
     def _layer_bwd(self):
         T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
         a, d = self.heads // t, self.d
-        qkv = (b, s, a, d)
         return [
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
             self.mm(T, h, f // t, "nn"),                                   # FC2 dgrad

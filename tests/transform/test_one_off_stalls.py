@@ -16,7 +16,7 @@ from lumos.graph.model import TaskKind
 from lumos.trace import load_run
 from lumos.transform.layers import change_layers
 from lumos.transform.pp import change_pp
-from lumos.transform.templates import is_outlier
+from lumos.transform.templates import Templates, is_outlier
 from lumos.transform.whatif import base_plan
 
 STALL_US = 30_000.0
@@ -84,17 +84,24 @@ def test_a_host_stall_inside_one_layer_block_is_not_replicated(tiny_plan):
 
 
 def test_identity_and_clean_replication_unchanged(tiny_plan):
-    """Without an outlier a replica is the base block itself (exact copies, as before)."""
+    """Without an outlier a replica is the base block itself (exact copies, as before); with one, the
+    typical block of its rank and phase. Outlier as the templates judge it: a block's host + device
+    time and internal lags, against the interior layer blocks of its rank and phase."""
     out = change_layers(tiny_plan, 8)
-    base = {(b.layer, b.phase, b.mb): b for b in tiny_plan.st.blocks if b.kind == "layer"}
+    t = Templates(tiny_plan)
+    g, blocks = tiny_plan.graph, tiny_plan.st.blocks
+    kept = replaced = 0
     for b in out.st.blocks:
         if b.kind == "layer" and b.layer >= 4:
-            tmpl = base[(b.layer % 4, b.phase, b.mb)]
-            cpu = tiny_plan.graph.kind[tmpl.tasks] == TaskKind.CPU
-            if not is_outlier(float(tiny_plan.graph.dur[tmpl.tasks].sum()), [
-                    float(tiny_plan.graph.dur[x.tasks].sum()) for x in base.values() if x.phase == b.phase
-                    and x.rank == tmpl.rank]):
-                np.testing.assert_allclose(out.graph.dur[b.tasks][cpu], tiny_plan.graph.dur[tmpl.tasks][cpu])
+            bi = t.layer[(b.layer % 4, b.phase, b.mb)]
+            k = (blocks[bi].rank, blocks[bi].phase)
+            cost = t.block_cost.get(bi, t._cost(bi))
+            stall = k in t.typical and is_outlier(cost, t.cost_pool[k])
+            src = blocks[t.typical[k]] if stall else blocks[bi]
+            cpu = g.kind[src.tasks] == TaskKind.CPU
+            np.testing.assert_allclose(out.graph.dur[b.tasks][cpu], g.dur[src.tasks][cpu])
+            replaced, kept = replaced + stall, kept + (not stall)
+    assert kept >= 8 and kept + replaced == 2 * 4 * 4   # 4 new layers, forward and backward, 4 micro-batches
 
 
 def test_is_outlier():
