@@ -131,6 +131,9 @@ def run(args) -> int:
                       clocks=args.clocks, host=args.host)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
+    if unmodelled:   # the base's device work the prediction leaves out, per rank
+        doc["not_modelled"] = unmodelled
     text = json.dumps(doc, indent=1)
     if args.out:
         write_text_atomic(args.out, text + "\n")
@@ -168,6 +171,8 @@ def format_table(doc: dict) -> str:
                      "(`lumos replay BASE --structure`)")
     for n in doc.get("notes", []):
         lines.append(f"  note: {n}")
+    for rank, note in doc.get("not_modelled", {}).items():
+        lines.append(f"  not modelled in base rank {rank}: {note}")
     if "interval" in doc:
         from lumos.analysis.uncertainty import format_interval
         lines.append(format_interval(doc["interval"]))

@@ -11,7 +11,7 @@ are (`lumos.trace.run`); `--ranks-from-files` takes each file as its own rank
 in file-name order instead. What the tool decided for the user (a default step
 that skips a stub, where the CPU tasks came from, ranks taken from file
 order) and device events it does not model are printed under the rank's line
-and listed in JSON (`graph.notes`, `graph.unmodelled_device_events`).
+and listed in JSON (`graph.notes`, `graph.unmodelled_device_events`, `graph.unmodelled_device_us`).
 
 `--durations-from OTHER[:STEP] [--durations gpu|cpu|all]` is the transfer
 test (`lumos.analysis.transfer`): the graph of `--step` replayed with the
@@ -225,10 +225,8 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
                      f"{s['violations']} timeline violations")
         for note in s.get("notes", ()):
             lines.append(f"  note: {note}")
-        if s.get("unmodelled_device_events"):
-            counts = s["unmodelled_device_events"]
-            lines.append(f"  not modelled: {sum(counts.values())} device events of categories Lumos does not "
-                         f"model ({', '.join(f'{k} {n}' for k, n in counts.items())})")
+        if s.get("unmodelled_note"):
+            lines.append(f"  not modelled: {s['unmodelled_note']}")
         lines.append(f"  {'':<18}{'measured ms':>14}{'replayed ms':>14}{'diff %':>9}")
         for key in ("iteration_us",) + COMPONENTS:
             m, p = getattr(r.measured, key), getattr(r.replayed, key)

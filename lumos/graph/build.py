@@ -130,6 +130,8 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         # what the reader or the task selection decided for the user, in words
         "notes": ([step.note] if step is not None and step.note else []) + list(sel.notes),
         "unmodelled_device_events": dict(table.unmodelled),
+        **({"unmodelled_device_us": {k: round(v, 3) for k, v in table.unmodelled_us.items()},
+            "unmodelled_note": table.unmodelled_note()} if table.unmodelled else {}),
     }
     # Ablation: drop classes only now, after the lags were fitted on the full graph.
     return drop_classes(graph, set(EdgeClass) - keep)

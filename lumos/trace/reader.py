@@ -93,6 +93,7 @@ def parse_document(doc, path) -> TraceTable:
     cols: dict[str, list] = {c: [] for c in INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS}
     codes = schema.CATEGORY_CODES
     unmodelled: dict[str, int] = {}
+    unmodelled_us: dict[str, float] = {}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -102,6 +103,9 @@ def parse_document(doc, path) -> TraceTable:
         if code is None:
             if isinstance(cat, str) and _on_device(ev.get("args")):
                 unmodelled[cat] = unmodelled.get(cat, 0) + 1
+                dur = ev.get("dur")
+                if isinstance(dur, (int, float)) and not isinstance(dur, bool) and dur > 0:
+                    unmodelled_us[cat] = unmodelled_us.get(cat, 0.0) + float(dur)
             continue
         if code == schema.PY_MODULE and not (isinstance(name, str) and name.startswith(schema.MODULE_PREFIX)):
             continue
@@ -151,7 +155,7 @@ def parse_document(doc, path) -> TraceTable:
         arrays[c] = np.asarray(cols[c], dtype=np.float64)
     for c in OBJECT_COLUMNS:
         arrays[c] = np.fromiter(cols[c], dtype=object, count=len(cols[c]))
-    return _table(arrays, doc, path, unmodelled)
+    return _table(arrays, doc, path, unmodelled, unmodelled_us)
 
 
 def _on_device(args) -> bool:
@@ -159,12 +163,13 @@ def _on_device(args) -> bool:
     return isinstance(args, dict) and (args.get("device") is not None or args.get("stream") is not None)
 
 
-def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int]) -> TraceTable:
+def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int], unmodelled_us: dict[str, float]) -> TraceTable:
     dist = doc.get("distributedInfo") or {}
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
     unmodelled = dict(sorted(unmodelled.items()))
     table = TraceTable(path=str(path), rank=_as_int(dist.get("rank"), 0),
                        world_size=_as_int(dist.get("world_size"), 1), metadata=meta, unmodelled=unmodelled,
+                       unmodelled_us=dict(sorted(unmodelled_us.items())),
                        **arrays)
     if len(table) == 0:
         held = "; it holds device events of categories Lumos does not model: " + format_counts(unmodelled) \
@@ -194,11 +199,11 @@ def load_trace(path: str | os.PathLike) -> TraceTable:
         if jit.pays(len(data), SCANNER_PAYS_BYTES):
             from . import scanned
             try:
-                arrays, doc, unmodelled = scanned.scanned_columns(data)
+                arrays, doc, unmodelled, unmodelled_us = scanned.scanned_columns(data)
             except scanned.Unusual:
                 pass
             else:
-                return _table(arrays, doc, path, unmodelled)
+                return _table(arrays, doc, path, unmodelled, unmodelled_us)
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

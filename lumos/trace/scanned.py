@@ -47,18 +47,32 @@ def _strings(buf, typ, st, en) -> list[str]:
     return out
 
 
-def _categories(buf, typ, st, en, on_device) -> tuple[np.ndarray, dict[str, int]]:
+def _categories(buf, typ, st, en, on_device) -> tuple[np.ndarray, dict[str, int], np.ndarray, list[str]]:
     """Category code of each event (-1: not one Lumos uses), as `cat.lower()` reads it,
-    and the count of device events (`on_device`) by category Lumos does not use."""
+    the count of device events (`on_device`) by category Lumos does not use, and those
+    events' rows and categories (in event order)."""
     code = np.full(len(typ), -1, dtype=np.int8)
     strings = np.flatnonzero((typ == T_STR) | (typ == T_STR_ESC))
     names = _strings(buf, typ[strings], st[strings], en[strings])
     lookup = {c: schema.CATEGORY_CODES.get(c.lower(), -1) for c in set(names)}
     code[strings] = np.fromiter(map(lookup.__getitem__, names), dtype=np.int8, count=len(names))
     unmodelled: dict[str, int] = {}
-    for k in np.flatnonzero((code[strings] < 0) & on_device[strings]).tolist():
-        unmodelled[names[k]] = unmodelled.get(names[k], 0) + 1
-    return code, unmodelled
+    picked = np.flatnonzero((code[strings] < 0) & on_device[strings])
+    cats = [names[k] for k in picked.tolist()]
+    for c in cats:
+        unmodelled[c] = unmodelled.get(c, 0) + 1
+    return code, unmodelled, strings[picked], cats
+
+
+def _unmodelled_us(buf, typ, st, en, rows, cats) -> dict[str, float]:
+    """Summed positive numeric durations of the unmodelled device events, by category, added
+    in event order as the plain path adds them."""
+    numeric = (typ[rows] == T_INT) | (typ[rows] == T_NUM)
+    out: dict[str, float] = {}
+    for c, v in zip([c for c, n in zip(cats, numeric.tolist()) if n], _values(buf, st, en, rows[numeric])):
+        if v > 0:
+            out[c] = out.get(c, 0.0) + float(v)
+    return out
 
 
 def _int_field(buf, typ, st, en, iv, default, none_default) -> np.ndarray:
@@ -106,7 +120,7 @@ def _check_utf8(data: bytes) -> None:
 
 def scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
     """Columns of the kept events, the document without its events (the metadata) and
-    the unmodelled device events by category.
+    the unmodelled device events by category (counts, and summed durations in us).
     Raises Unusual where the plain path (`reader.parse_document`) must decide."""
     buf = np.frombuffer(data, dtype=np.uint8)
     ok, rows, loc, args_ok, lo, hi = _scan(buf, data.count(b'"ph"'))  # every X event has a "ph" key
@@ -117,7 +131,9 @@ def scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
     st, en = loc[:rows, :, 0], loc[:rows, :, 1]
     f = F["cat"]
     on_device = (typ[:, F["device"]] > T_NULL) | (typ[:, F["stream"]] > T_NULL)
-    code, unmodelled = _categories(buf, typ[:, f], st[:, f], en[:, f], on_device)
+    code, unmodelled, un_rows, un_cats = _categories(buf, typ[:, f], st[:, f], en[:, f], on_device)
+    d = F["dur"]
+    unmodelled_us = _unmodelled_us(buf, typ[:, d], st[:, d], en[:, d], un_rows, un_cats)
     keep = np.flatnonzero(code >= 0)
     code, typ, iv, st, en, args_ok = code[keep], typ[keep], iv[keep], st[keep], en[keep], args_ok[keep]
     del loc
@@ -175,4 +191,4 @@ def scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
         out[col] = _object_field(buf, *field(key))
     out["input_dims"] = _object_field(buf, *field("Input Dims"), only=code == schema.CPU_OP)
     doc = orjson.loads(data[:lo] + b"[]" + data[hi:])
-    return out, doc, unmodelled
+    return out, doc, unmodelled, unmodelled_us

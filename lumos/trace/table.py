@@ -65,6 +65,7 @@ class TraceTable:
     # counted by category as the file spells it: not rows of the table, but named
     # in every replay so that nothing on a device is dropped unseen.
     unmodelled: dict[str, int] = field(default_factory=dict)
+    unmodelled_us: dict[str, float] = field(default_factory=dict)   # their summed durations
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -83,12 +84,33 @@ class TraceTable:
         """A new table holding the rows `index` (a boolean mask or integer indices)."""
         kw = {c: getattr(self, c)[index] for c in self.columns()}
         return TraceTable(path=self.path, rank=self.rank, world_size=self.world_size,
-                          metadata=self.metadata, unmodelled=self.unmodelled, **kw)
+                          metadata=self.metadata, unmodelled=self.unmodelled,
+                          unmodelled_us=self.unmodelled_us, **kw)
 
     @property
     def gpu_name(self) -> str | None:
         return gpu_name(self.metadata)
 
+    def device_us(self) -> float:
+        """Summed duration of the device work Lumos models (kernels, copies, sets)."""
+        return float(self.dur[np.isin(self.cat, (schema.KERNEL, schema.MEMCPY, schema.MEMSET))].sum())
+
+    def unmodelled_note(self) -> str | None:
+        """What of the device work this trace holds Lumos does not model, in words; None if nothing."""
+        return unmodelled_note(self.unmodelled, self.unmodelled_us, self.device_us())
+
     def category_counts(self) -> dict[str, int]:
         codes, counts = np.unique(self.cat, return_counts=True)
         return {schema.CATEGORY_NAMES[c]: int(n) for c, n in zip(codes, counts)}
+
+
+def unmodelled_note(counts: dict[str, int], us: dict[str, float], device_us: float) -> str | None:
+    """'N device events of categories Lumos does not model (cat n, ...), X ms, Y% of the trace's
+    device time' (device time: theirs plus the kernels, copies and sets Lumos models)."""
+    if not counts:
+        return None
+    total = sum(us.values())
+    share = 100.0 * total / (total + device_us) if total + device_us > 0 else 0.0
+    return (f"{sum(counts.values())} device events of categories Lumos does not model "
+            f"({', '.join(f'{k} {n}' for k, n in counts.items())}), {total / 1e3:.3f} ms, "
+            f"{share:.1f}% of the trace's device time")

@@ -126,9 +126,12 @@ def test_unmodelled_device_events_are_named_in_the_summary(tmp_path, capsys):
     t.gpu("ccp_op", 60, 5, cat="mtia_ccp_events")
     path = t.write(tmp_path / "t.json")
     assert main(["replay", str(path)]) == 0
-    assert ("  not modelled: 1 device events of categories Lumos does not model (mtia_ccp_events 1)"
-            in capsys.readouterr().out.splitlines())
-    assert run_json(capsys, path)["graph"]["unmodelled_device_events"] == {"mtia_ccp_events": 1}
+    # its 5 us beside the kernel's 30 us: 5 / 35 of the trace's device time
+    assert ("  not modelled: 1 device events of categories Lumos does not model (mtia_ccp_events 1), 0.005 ms, "
+            "14.3% of the trace's device time" in capsys.readouterr().out.splitlines())
+    graph = run_json(capsys, path)["graph"]
+    assert graph["unmodelled_device_events"] == {"mtia_ccp_events": 1}
+    assert graph["unmodelled_device_us"] == {"mtia_ccp_events": 5.0}
 
 
 def test_two_files_both_rank_0_are_refused_unless_ranks_from_files(tmp_path, capsys):

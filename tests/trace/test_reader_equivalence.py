@@ -59,7 +59,7 @@ def reference_parse(doc, path) -> TraceTable:
     if not isinstance(events, list):
         raise TraceError(path, "'traceEvents' is not a list")
     cols = {c: [] for c in INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS}
-    unmodelled = {}
+    unmodelled, unmodelled_us = {}, {}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -72,6 +72,9 @@ def reference_parse(doc, path) -> TraceTable:
             if isinstance(cat, str) and isinstance(args, dict) and (
                     args.get("device") is not None or args.get("stream") is not None):
                 unmodelled[cat] = unmodelled.get(cat, 0) + 1
+                dur = ev.get("dur")   # their time, where it is a positive number
+                if type(dur) in (int, float) and dur > 0:
+                    unmodelled_us[cat] = unmodelled_us.get(cat, 0.0) + float(dur)
             continue
         if code == schema.PY_MODULE and not (isinstance(name, str) and name.startswith("nn.Module: ")):
             continue   # of the Python calls, only the module calls
@@ -123,7 +126,8 @@ def reference_parse(doc, path) -> TraceTable:
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
     table = TraceTable(path=str(path), rank=_ref_int(dist.get("rank"), 0),
                        world_size=_ref_int(dist.get("world_size"), 1), metadata=meta,
-                       unmodelled=dict(sorted(unmodelled.items())), **arrays)
+                       unmodelled=dict(sorted(unmodelled.items())),
+                       unmodelled_us=dict(sorted(unmodelled_us.items())), **arrays)
     if len(table) == 0:
         held = ("; it holds device events of categories Lumos does not model: "
                 + ", ".join(f"{k} {n}" for k, n in table.unmodelled.items())) if unmodelled else ""
@@ -155,6 +159,7 @@ def assert_same_table(new: TraceTable, ref: TraceTable) -> None:
     assert (new.path, new.rank, new.world_size) == (ref.path, ref.rank, ref.world_size)
     assert new.metadata == ref.metadata and list(new.metadata) == list(ref.metadata)
     assert new.unmodelled == ref.unmodelled and list(new.unmodelled) == list(ref.unmodelled)
+    assert new.unmodelled_us == ref.unmodelled_us and list(new.unmodelled_us) == list(ref.unmodelled_us)
 
 
 def outcome(load, path):
@@ -179,9 +184,9 @@ def assert_same_outcome(path) -> None:
 @pytest.mark.parametrize("path", ALL_TRACES, ids=[p.name[:40] for p in ALL_TRACES])
 def test_every_shipped_trace_reads_identically_by_the_scanner(path):
     data = gzip.decompress(path.read_bytes())
-    arrays, doc, unmodelled = scanned.scanned_columns(data)  # the fast path itself, not its fallback
+    arrays, doc, unmodelled, unmodelled_us = scanned.scanned_columns(data)  # the fast path itself, not its fallback
     ref = reference_load(path)
-    assert_same_table(reader._table(arrays, doc, path, unmodelled), ref)
+    assert_same_table(reader._table(arrays, doc, path, unmodelled, unmodelled_us), ref)
     assert_same_table(load_trace(path), ref)
 
 
@@ -354,8 +359,8 @@ def test_repeated_keys_take_the_last_value_as_orjson_does(tmp_path):
     path.write_bytes(b'{"traceEvents": [{"ph": "B", "ph": "X", "cat": "cpu_op", "cat": "kernel", "name": "a", '
                      b'"name": "k", "ts": 1, "dur": 2, "dur": 3, "args": {"stream": 1}, '
                      b'"args": {"stream": "stream 9", "stream": 4, "device": 2.7}}]}')
-    arrays, doc, unmodelled = scanned.scanned_columns(path.read_bytes())  # decided by the scanner, no fallback
-    table = reader._table(arrays, doc, path, unmodelled)
+    arrays, doc, unmodelled, unmodelled_us = scanned.scanned_columns(path.read_bytes())  # decided by the scanner
+    table = reader._table(arrays, doc, path, unmodelled, unmodelled_us)
     assert_same_table(table, reference_load(path))
     assert (table.name[0], table.cat[0], table.dur[0], table.stream[0], table.device[0]) == ("k", schema.KERNEL,
                                                                                               3.0, 4, 2)

@@ -75,9 +75,11 @@ def test_unmodelled_device_events_are_counted_and_named(tmp_path):
     t.events.append({"ph": "X", "cat": "python_function", "name": "f", "pid": PID, "tid": MAIN,
                      "ts": 1, "dur": 1, "args": {}})  # host-side, not a device event
     table = load_trace(t.write(tmp_path / "t.json"))
-    assert table.unmodelled == {"mtia_ccp_events": 3}
+    assert table.unmodelled == {"mtia_ccp_events": 3} and table.unmodelled_us == {"mtia_ccp_events": 15.0}
     g = build_graph(table)
     assert g.summary["unmodelled_device_events"] == {"mtia_ccp_events": 3}
+    assert g.summary["unmodelled_note"] == ("3 device events of categories Lumos does not model "
+                                            "(mtia_ccp_events 3), 0.015 ms, 33.3% of the trace's device time")
     assert "ccp_op" not in set(g.name)
 
 

@@ -9,8 +9,11 @@ communication over-predicted on the deeper, longer pipeline); DP 2->4 error 13.5
 actual, not the transform, dominates its DP error (the base itself measures 36.4 ms, the DP actual 32.1 ms).
 """
 
+import gzip
 import json
 import math
+import re
+import shutil
 
 from lumos.analysis.predict import predict, read_manifest
 from lumos.cli import main as lumos_main
@@ -49,3 +52,18 @@ def test_cli_json(tiny_runs, tmp_path, capsys):
     assert json.loads(out.read_text()) == doc
     assert {"base", "target", "predicted", "measured", "error_pct", "component_error_pct",
             "emulated_actual"} <= set(doc)
+
+
+def test_predict_names_the_base_device_work_it_does_not_model(tiny_runs, tmp_path, capsys):
+    base = tmp_path / "base"
+    shutil.copytree(tiny_runs["base"], base)
+    rank0 = base / "rank0.json.gz"
+    doc = json.loads(gzip.decompress(rank0.read_bytes()))
+    doc["traceEvents"].append({"ph": "X", "cat": "mtia_ccp_events", "name": "ccp", "pid": 0, "tid": 7,
+                               "ts": 0, "dur": 100, "args": {"device": 0}})
+    rank0.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert lumos_main(["predict", str(base), "--pp", "4"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "not modelled" in x]
+    assert len(lines) == 1 and re.fullmatch(
+        r"  not modelled in base rank 0: 1 device events of categories Lumos does not model \(mtia_ccp_events 1\), "
+        r"0\.100 ms, \d+\.\d% of the trace's device time", lines[0]), lines
