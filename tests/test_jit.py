@@ -46,16 +46,18 @@ def _python(code: str) -> str:
     return proc.stdout.split()
 
 
-def test_numba_starts_without_scipy_and_cffi_and_both_import_afterwards():
+def test_numba_starts_without_scipy_linalg_and_cffi_and_leaves_no_trace_of_hiding_them():
+    # cffi is not a dependency (a fresh environment may lack it): its entry must simply be gone
     out = _python(
         "import sys\n"
         "from lumos.jit import njit\n"
         "f = njit(cache=False)(lambda a: a.sum() * 2)\n"
         "import numpy as np\n"
-        "print(f(np.arange(4.0)), 'scipy.linalg' in sys.modules, 'cffi' in sys.modules)\n"
-        "import scipy.linalg, cffi\n"
-        "print(scipy.linalg.blas is not None, cffi.FFI is not None)\n")
-    assert out == ["12.0", "False", "False", "True", "True"]
+        "hidden = [m for m in ('scipy.linalg', 'scipy.linalg.cython_blas', 'cffi') if m in sys.modules]\n"
+        "print(f(np.arange(4.0)), hidden == [])\n"
+        "import scipy.linalg\n"
+        "print(scipy.linalg.blas is not None)\n")
+    assert out == ["12.0", "True", "True"]
 
 
 def test_a_small_replay_never_starts_numba(monkeypatch):
