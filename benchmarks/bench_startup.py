@@ -86,10 +86,11 @@ def hta_python(given: str | None) -> str:
 
 
 def timed(cmd: list[str], env: dict | None = None, may_fail: bool = False) -> float:
-    """Seconds of one whole process; NaN where a `may_fail` command (HTA) fails."""
+    """Seconds of one whole process; NaN where a `may_fail` command (HTA) fails. A process given
+    PYTHONPATH (`--before`) runs from there, or `python -m` would import this checkout's lumos."""
     t = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=(env or {}).get("PYTHONPATH"), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    cwd = (env or {}).get("PYTHONPATH")
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - t
     if proc.returncode != 0:
         if may_fail:

@@ -18,6 +18,7 @@ always compile.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -54,6 +55,7 @@ def pays(work: int, threshold: int) -> bool:
 _NOT_NEEDED = ("scipy.linalg.cython_blas", "cffi")
 
 
+@functools.cache
 def _start():
     """Import numba with `_NOT_NEEDED` hidden while it looks for them (a process that imported
     one of them before keeps it for numba too)."""

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import schema
+from .errors import format_counts
 
 INT_COLUMNS = ("cat", "pid", "tid", "corr", "ext", "stream", "device",
                "wait_stream", "wait_corr", "in_nelems", "out_nelems", "group_size", "seq")
@@ -91,26 +92,19 @@ class TraceTable:
     def gpu_name(self) -> str | None:
         return gpu_name(self.metadata)
 
-    def device_us(self) -> float:
-        """Summed duration of the device work Lumos models (kernels, copies, sets)."""
-        return float(self.dur[np.isin(self.cat, (schema.KERNEL, schema.MEMCPY, schema.MEMSET))].sum())
-
     def unmodelled_note(self) -> str | None:
-        """What of the device work this trace holds Lumos does not model, in words; None if nothing."""
-        return unmodelled_note(self.unmodelled, self.unmodelled_us, self.device_us())
+        """'N device events of categories Lumos does not model (cat n, ...), X ms, Y% of the trace's
+        device time' (device time: theirs plus the kernels, copies and sets Lumos models); None if
+        there are none."""
+        if not self.unmodelled:
+            return None
+        total = sum(self.unmodelled_us.values())
+        device_us = total + float(self.dur[np.isin(self.cat, schema.GPU_CATEGORIES)].sum())
+        share = 100.0 * total / device_us if device_us > 0 else 0.0
+        return (f"{sum(self.unmodelled.values())} device events of categories Lumos does not model "
+                f"({format_counts(self.unmodelled)}), {total / 1e3:.3f} ms, {share:.1f}% of the trace's device time")
 
     def category_counts(self) -> dict[str, int]:
         codes, counts = np.unique(self.cat, return_counts=True)
         return {schema.CATEGORY_NAMES[c]: int(n) for c, n in zip(codes, counts)}
 
-
-def unmodelled_note(counts: dict[str, int], us: dict[str, float], device_us: float) -> str | None:
-    """'N device events of categories Lumos does not model (cat n, ...), X ms, Y% of the trace's
-    device time' (device time: theirs plus the kernels, copies and sets Lumos models)."""
-    if not counts:
-        return None
-    total = sum(us.values())
-    share = 100.0 * total / (total + device_us) if total + device_us > 0 else 0.0
-    return (f"{sum(counts.values())} device events of categories Lumos does not model "
-            f"({', '.join(f'{k} {n}' for k, n in counts.items())}), {total / 1e3:.3f} ms, "
-            f"{share:.1f}% of the trace's device time")
