@@ -186,6 +186,11 @@ def _model_classes():
             self.embed_bwd = Range("embedding/backward/mb0")
             self._embed_pending = 0
             self.annotate = True
+            self.watch_embedding_grads()
+
+        def watch_embedding_grads(self) -> None:
+            """Close the embedding's backward range when its weights' gradients are in; called
+            again after FSDP sharding, which replaces the parameters the hooks were on."""
             for p in (self.tok.weight, self.pos.weight):
                 p.register_post_accumulate_grad_hook(self._embed_grad_ready)
 
@@ -383,7 +388,7 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
             wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
             seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print,
             annotate: bool = True, with_stack: bool = False, profile_memory: bool = False,
-            log_clocks: bool | None = None) -> Path:
+            log_clocks: bool | None = None, fsdp: str = "off") -> Path:
     """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path.
 
     Each iteration runs `microbatches` forward/backward passes (gradient
@@ -393,26 +398,33 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
     `with_stack=True` records Python stacks (and so module calls) as well;
     `profile_memory=True` the allocator's `[memory]` events. `log_clocks` (None:
     on for a CUDA device) logs that GPU's clocks, power and temperature
-    (`lumos.capture.clocks`).
+    (`lumos.capture.clocks`). `fsdp` full / grad_op shards the model with FSDP2
+    (`lumos.capture.sharding`) instead of all-reducing gradient buckets.
     """
     require_torch()
     if microbatches < 1:
         raise ValueError("microbatches must be >= 1")
+    from .sharding import MODES
+
+    if fsdp not in MODES:
+        raise ValueError(f"--fsdp must be one of {', '.join(MODES)}, got {fsdp!r}")
     dist_info = _init_distributed(device)
+    own_group = dist_info is not None and dist_info[3]
     try:
         return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
                                   seed=seed, rank=rank, microbatches=microbatches, log=log,
                                   annotate=annotate, with_stack=with_stack,
-                                  profile_memory=profile_memory, log_clocks=log_clocks)
+                                  profile_memory=profile_memory, log_clocks=log_clocks, fsdp=fsdp)
     finally:
-        if dist_info is not None and dist_info[3]:
-            require_torch().distributed.destroy_process_group()
+        dist = require_torch().distributed
+        if (own_group or (dist_info is None and fsdp != "off")) and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
                        side_stream, seed, rank, microbatches, log, annotate=True, with_stack=False,
-                       profile_memory=False, log_clocks=None) -> Path:
+                       profile_memory=False, log_clocks=None, fsdp="off") -> Path:
     torch = require_torch()
     from .profile import lumos_profile
 
@@ -431,7 +443,14 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
                             foreach=dev.type == "cuda" or None)
-    buckets = GradBuckets(model, dev, side_stream, annotate=annotate)
+    if fsdp != "off":
+        from .sharding import ShardedGradients, ensure_process_group, shard_model
+
+        ensure_process_group(dev)
+        shard_model(model, dev, fsdp)
+        buckets = ShardedGradients(model, annotate=annotate)
+    else:
+        buckets = GradBuckets(model, dev, side_stream, annotate=annotate)
     rf = buckets.range
     gen = torch.Generator(device="cpu").manual_seed(seed + (dist_info[0] if dist_info else 0))
     batch = (cfg.micro_batch, cfg.seq)
@@ -460,7 +479,7 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
 
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
             "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches, "annotate": annotate,
-            "parameters": cfg.parameter_count()}
+            "parameters": cfg.parameter_count(), "fsdp": fsdp}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
@@ -514,6 +533,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-clocks", action=argparse.BooleanOptionalAction, default=None,
                    help="log the GPU's SM/memory clocks, power, temperature and clock-event reasons "
                         "(NVML, every 10 ms) into the trace's lumosCapture.clocks (default: on for CUDA)")
+    p.add_argument("--fsdp", choices=("off", "full", "grad_op"), default="off",
+                   help="shard the model with FSDP2 (fully_shard per block, then the root) instead of "
+                        "all-reducing gradient buckets: full reshards after forward (FULL_SHARD, ZeRO-3), "
+                        "grad_op keeps the gathered parameters until the backward (SHARD_GRAD_OP, ZeRO-2); "
+                        "one process joins a one-rank group (default %(default)s)")
     p.add_argument("--out", required=True, help="directory for rank{R}.json.gz")
     p.add_argument("--quiet", action="store_true", help="no per-iteration log")
 
@@ -535,7 +559,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
                    log=None if args.quiet else print, annotate=args.annotate, with_stack=args.with_stack,
-                   profile_memory=args.profile_memory, log_clocks=args.log_clocks)
+                   profile_memory=args.profile_memory, log_clocks=args.log_clocks, fsdp=args.fsdp)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return path
 

@@ -271,6 +271,15 @@ def format_structure(st: dict) -> str:
                      f"x DP {st['dp']}; what-if: {st['what_if']}")
         lines.append(f"  blocks: {blocks}")
     lines += [f"  {n}" for n in st["ranks"]]
+    if "data_parallel" in st:
+        dp = st["data_parallel"]
+        lines.append(f"data parallel: {dp['label']}")
+        lines.append(f"  why: {dp['reason']}")
+        if dp.get("collectives"):
+            held = dp.get("unit_layers", {})
+            order = " ".join(f"{c['kind'].replace('_', '-')}({held.get(c['unit'], c['unit']) or '?'}"
+                             f"{', prefetch' if c['prefetch'] else ''})" for c in dp["collectives"])
+            lines.append(f"  issue order (rank {dp['ranks'][0]}): {order}")
     return "\n".join(lines)
 
 

@@ -391,8 +391,10 @@ def _vocab(blocks: list, op_name, op_dims, h: int, tokens: int) -> int:
     return 0
 
 
-def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
-    """Blocks and facts of a run graph built (by `build_run_graph`) from `tables`."""
+def find_structure(graph: Graph, tables: list[TraceTable], host_dp: int = 1) -> RunStructure:
+    """Blocks and facts of a run graph built (by `build_run_graph`) from `tables`. `host_dp`: the DP
+    degree the host ops' collectives show (`dp_flavour.host_dp_degree`), taken when no device
+    collective says one (a CPU run on gloo), so its ranks are not read as pipeline stages."""
     n = graph.n_tasks
     coll = np.empty(n, dtype=object)
     group = np.empty(n, dtype=object)
@@ -457,7 +459,7 @@ def find_structure(graph: Graph, tables: list[TraceTable]) -> RunStructure:
     world = max(t.world_size for t in tables)
     dp_sizes = [len(group[t]) for t in np.flatnonzero(coll != None)  # noqa: E711
                 if coll[t] == "allreduce" and task_block[t] >= 0 and blocks[task_block[t]].kind == "dp"]
-    dp = max(dp_sizes) if dp_sizes else 1
+    dp = max(dp_sizes) if dp_sizes else max(int(host_dp), 1)
     pp = max(world // (shape.tp * dp), 1)
     if pp != len(ranks):
         raise ValueError(f"the base run must hold one rank per pipeline stage: world {world} = "

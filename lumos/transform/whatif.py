@@ -18,6 +18,7 @@ from lumos.graph.run_graph import build_run_graph
 from lumos.trace import TraceTable
 
 from .dp import change_dp
+from .dp_flavour import find_dp_flavour, host_dp_degree
 from .memory_calibration import calibrate, measured_peak
 from .plan import Plan, comm_roles
 from .rebuild import rebuild
@@ -32,7 +33,7 @@ from .speed import change_speed
 from .tp import change_tp
 from .width import change_width
 
-__all__ = ["HOST_MODES", "base_plan", "transform", "memory_of", "structure_report"]
+__all__ = ["HOST_MODES", "base_plan", "transform", "memory_of", "structure_report", "data_parallel_report"]
 
 
 HOST_MODES = ("median", "step")
@@ -55,7 +56,9 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     if all(h.source == "none" for h in how):
         raise ValueError(f"{tables[0].path}: {how[0].note}. The what-if transforms rebuild a run from its "
                          "transformer layers; this trace has none (`lumos replay --structure` says what was found)")
-    st = find_structure(graph, found)
+    on_device = bool(np.any(graph.comm))
+    refuse_unmodelled_dp(tables, step, on_device)
+    st = find_structure(graph, found, host_dp=1 if on_device else host_dp_degree(tables, step))
     st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
@@ -138,17 +141,48 @@ def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, setti
     return plan_memory(shape, layers_per_stage(pp, layers), pp, dp, microbatches, settings)
 
 
+def refuse_unmodelled_dp(tables: Sequence[TraceTable], step, on_device: bool) -> None:
+    """A clear error rather than an answer for a different program: the transforms model
+    all-reduce DP of device collectives; a sharded base (FSDP, ZeRO) or a base whose collectives
+    are host ops (gloo on CPU) is not re-timed by them (issue 32)."""
+    for t in tables:
+        f = find_dp_flavour(t, step)
+        if f.sharded:
+            raise ValueError(f"{t.path}: the base trains with {f.label}; {f.reason}. The what-if transforms "
+                             "model all-reduce data parallelism only; a prediction from a sharded base would "
+                             "answer for a different program, so none is made (`lumos replay --structure` "
+                             "shows what was found)")
+        if not on_device and f.collectives:
+            c = f.collectives[0]
+            raise ValueError(f"{t.path}: the base's collectives are host ops ({len(f.collectives)} in the "
+                             f"iteration, e.g. {t.name[c.row]}) and no device collective: the transforms "
+                             "re-time device collectives only, so a prediction would leave them unmodelled")
+
+
+def data_parallel_report(tables: Sequence[TraceTable], step=None) -> dict:
+    """The DP flavour of the run (`dp_flavour`): one entry when every rank agrees, else per rank."""
+    found = {t.rank: find_dp_flavour(t, step) for t in tables}
+    kinds = {f.kind for f in found.values()}
+    first = found[min(found)]
+    if len(kinds) == 1:
+        return {**first.as_dict(), "ranks": sorted(found)}
+    return {"kind": "mixed", "label": "ranks differ", "reason": "; ".join(
+        f"rank {r}: {f.label}" for r, f in sorted(found.items())),
+        "per_rank": {str(r): f.as_dict() for r, f in sorted(found.items())}}
+
+
 def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     """What the transforms would work on in this run: where its layers came from (ranges in the
     trace, repetition, or none), layers, micro-batches, parallelism and blocks by kind."""
     graph = build_run_graph(tables, step=step)
     found, how = recover_layers(list(tables), step)
     out = summary([h.as_dict() for h in how])
+    out["data_parallel"] = data_parallel_report(tables, step)
     if out["source"] == "none":
         out["what_if"] = "none: the what-if transforms need transformer layers"
         return out
     try:
-        st = find_structure(graph, found)
+        st = find_structure(graph, found, host_dp=1 if np.any(graph.comm) else host_dp_degree(tables, step))
     except ValueError as exc:   # e.g. one rank of a pipeline: the stages are not all here
         out["error"] = str(exc)
         return out

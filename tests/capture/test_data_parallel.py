@@ -27,3 +27,16 @@ def test_torchrun_writes_one_trace_per_rank(tmp_path, tiny_args):
         names = set(t.name.tolist())
         assert {"grad_bucket_0/reduce", "grad_bucket_1/reduce", "grad_bucket_rest/reduce"} <= names
         assert "c10d::allreduce_" in names
+
+    # gloo's all-reduces are host ops: the run is DP 2 (not two pipeline stages), and a prediction,
+    # which re-times device collectives only, is refused with the reason rather than made without them
+    import pytest
+
+    from lumos.transform.whatif import base_plan, structure_report
+
+    rep = structure_report(tables)
+    assert "world 2 = tp 1 x dp 2 x pp 1, but 2 ranks are present" in rep["error"]
+    assert rep["data_parallel"]["kind"] == "allreduce"
+    with pytest.raises(ValueError, match=r"rank0\.json\.gz: the base's collectives are host ops \(3 in the "
+                                         r"iteration, e\.g\. c10d::allreduce_\) and no device collective"):
+        base_plan(tables[:1])

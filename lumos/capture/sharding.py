@@ -1,0 +1,88 @@
+"""Shard the bundled GPT with FSDP2 (`torch.distributed.fsdp.fully_shard`), as most PyTorch users train.
+
+`lumos capture gpt --fsdp full|grad_op` wraps every transformer block, then the
+whole model (the root, which holds the embeddings, the final norm and the head),
+the way torchtitan and the FSDP2 tutorial do. FSDP2 then, per block and per
+micro-batch, all-gathers the block's parameter shards before its forward
+(`FSDP::pre_forward` / `FSDP::all_gather`), frees them after it when resharding
+(`full`: FULL_SHARD, ZeRO-3; `grad_op`: kept until the backward, SHARD_GRAD_OP,
+ZeRO-2), all-gathers them again before the backward when they were freed,
+prefetching the next block's (`FSDP::backward_prefetch`), and reduce-scatters
+the block's gradients after it (`FSDP::post_backward_reduce`), each message 1/DP
+of the block. With gradient accumulation only the last micro-batch
+reduce-scatters (`set_requires_gradient_sync(False)` before the others), as the
+FSDP2 documentation recommends. The ranges above are FSDP2's own (torch
+`torch/distributed/fsdp/_fully_shard/_fsdp_state.py` and `_fsdp_param_group.py`).
+
+One process needs a process group too: outside torchrun this joins a one-rank
+gloo (CPU) or NCCL (CUDA) group on an in-memory store, so a 1-rank capture runs
+the same collectives a DP run does, on a group of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from . import require_torch
+
+MODES = ("off", "full", "grad_op")
+
+
+def ensure_process_group(device) -> bool:
+    """Join a one-rank group when none exists (FSDP2 needs a mesh); True if this call made it."""
+    dist = require_torch().distributed
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return True
+
+
+def shard_model(model, device, mode: str) -> None:
+    """fully_shard every block, then the root; `mode` full (reshard after forward) or grad_op."""
+    if mode not in MODES[1:]:
+        raise ValueError(f"--fsdp must be one of {', '.join(MODES)}, got {mode!r}")
+    torch = require_torch()
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    # Our blocks return the identity autograd marker's view of their output (`annotate.markers`);
+    # FSDP2 warns that an in-place op on such a view would skip its pre-backward hook. Nothing
+    # here writes into a block's output in place, so the warning says nothing about this model.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    reshard = mode == "full"
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    model.watch_embedding_grads()
+
+
+class ShardedGradients:
+    """The train loop's gradient hand-off under FSDP2: FSDP reduce-scatters, so nothing to reduce.
+
+    Same interface as `gpt.GradBuckets` (`armed`, `finish`, `range`, `use_stream`);
+    arming it for the last micro-batch turns FSDP's gradient sync on.
+    """
+
+    use_stream = False
+
+    def __init__(self, model, annotate: bool = True):
+        torch = require_torch()
+        self.model = model
+        self.range = torch.profiler.record_function if annotate else (lambda _name: contextlib.nullcontext())
+        self._armed = True
+
+    @property
+    def armed(self) -> bool:
+        return self._armed
+
+    @armed.setter
+    def armed(self, on: bool) -> None:
+        if on != self._armed:
+            self.model.set_requires_gradient_sync(on)
+        self._armed = on
+
+    def finish(self) -> None:
+        pass

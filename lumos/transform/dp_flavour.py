@@ -1,0 +1,330 @@
+"""Which data parallelism a run trains with, read from one rank's iteration.
+
+A DP change means different things for different programs: Megatron and DDP
+all-reduce whole gradients in buckets; a sharded optimizer (ZeRO-1/2, Megatron's
+distributed optimizer) reduce-scatters the gradients and all-gathers the
+updated parameters once per step; FSDP / ZeRO-3 all-gathers every unit's
+parameters before its forward (and, when it reshards after forward, again
+before its backward) and reduce-scatters its gradients after the backward; HSDP
+adds an all-reduce across replicas after each reduce-scatter. The predictor must
+know which one it holds before it changes DP, so this module says it, with the
+evidence:
+
+- FSDP2 names its work by module (torch `distributed/fsdp/_fully_shard/
+  _fsdp_param_group.py`): `FSDP::pre_forward (FQN)`, `FSDP::all_gather (FQN)`,
+  `FSDP::pre_backward (FQN)`, `FSDP::backward_prefetch for FQN`,
+  `FSDP::post_backward_reduce (FQN)`; the root has no FQN (here: `root`).
+  Every collective is tied to the unit whose range encloses it.
+- FSDP1 writes `FullyShardedDataParallel._pre_forward` and friends, without the
+  module: recognised as FSDP, units unnamed.
+- Without either, the collectives alone: all-gathers inside forward layer ranges
+  and reduce-scatters in the backward make ZeRO-3; all-gathers only after the
+  backward a sharded optimizer; all-reduces alone buckets.
+
+Collectives are the issuing CPU ops (`c10d::_allgather_base_`, ...: one per
+collective, NCCL or gloo alike); a trace without them falls back to the
+communication kernels. The full (unsharded) message and the group size come
+from the op's Input Dims (an all-gather's output over its input); at a group of
+one FSDP2 issues no collective, and the unit's size comes from the
+`fsdp::chunk_cat` that packs its gradients.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from lumos.trace import TraceTable, schema
+from lumos.trace.steps import select_step
+
+from .structure import ANN
+
+FSDP2_RANGE = re.compile(r"^FSDP::(\w+?)(?: \((.*)\)| for (.+))?$")
+FSDP1_PREFIX = "FullyShardedDataParallel."
+ROOT = "root"
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+_NORMAL = {"allgather": "all_gather", "reducescatter": "reduce_scatter", "allreduce": "all_reduce"}
+
+LABELS = {
+    "fsdp_full": "FSDP, resharding after forward (FULL_SHARD, ZeRO-3)",
+    "fsdp_grad_op": "FSDP, parameters kept from forward to backward (SHARD_GRAD_OP, ZeRO-2)",
+    "fsdp": "FSDP (a group of one: no collective to tell whether it reshards after forward)",
+    "hsdp": "HSDP (FSDP within a shard group, all-reduce across replicas)",
+    "zero3": "sharded parameters (ZeRO-3 pattern)",
+    "zero12": "sharded optimizer state (ZeRO-1/2, Megatron's distributed optimizer)",
+    "allreduce": "all-reduce buckets (DDP, Megatron)",
+    "none": "no data-parallel collective",
+    "unrecognised": "collectives in no data-parallel pattern Lumos knows",
+}
+SHARDED = ("fsdp_full", "fsdp_grad_op", "fsdp", "hsdp", "zero3", "zero12")
+
+
+def collective_kind(name: str) -> str | None:
+    """all_gather / reduce_scatter / all_reduce for a collective's op, range or kernel name, else None.
+
+    `c10d::_allgather_base_`, `nccl:_all_gather_base`, `gloo:all_gather`,
+    `ncclDevKernel_AllGather_RING_LL`, `c10d::reduce_scatter_tensor_coalesced_` ...
+    """
+    key = name.split("(", 1)[0].lower().replace("_", "")
+    for prefix in ("c10d::", "nccl:", "gloo:", "rccl:", "void", "ncclkernel", "nccldevkernel"):
+        key = key[len(prefix):] if key.startswith(prefix) else key
+    for stem, kind in _NORMAL.items():
+        if key.startswith(stem) or key.startswith("base" + stem):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One DP-relevant collective of the iteration, in issue order."""
+    kind: str              # all_gather | reduce_scatter | all_reduce
+    unit: str              # FSDP unit (module FQN, `root`), or `layer_L`, or '' when none encloses it
+    phase: str             # forward | backward | after_backward
+    prefetch: bool         # issued by a prefetch for `unit` (FSDP::backward_prefetch for ...)
+    elements: int          # the full message: the unsharded unit (all-gather output, reduce-scatter input)
+    group: int             # ranks in the group (full / shard), 0 when unknown
+    ts: float
+    row: int
+
+
+@dataclass
+class DPFlavour:
+    kind: str                                   # a key of LABELS
+    reason: str
+    units: list[str] = field(default_factory=list)          # sharded units in forward order
+    unit_elements: dict[str, int] = field(default_factory=dict)
+    collectives: list[Collective] = field(default_factory=list)
+    unit_layers: dict[str, str] = field(default_factory=dict)   # FSDP unit -> the layer it holds
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.kind]
+
+    @property
+    def sharded(self) -> bool:
+        return self.kind in SHARDED
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.collectives:
+            out[c.kind] = out.get(c.kind, 0) + 1
+        return out
+
+    def as_dict(self) -> dict:
+        """JSON-ready; the collectives one by one only for a sharded flavour (a Megatron rank has
+        thousands of all-reduces, a sharded one a few per unit)."""
+        out = {"kind": self.kind, "label": self.label, "reason": self.reason, "units": self.units,
+               "unit_elements": self.unit_elements, "unit_layers": self.unit_layers, "counts": self.counts()}
+        if self.sharded:
+            out["collectives"] = [asdict(c) for c in self.collectives]
+        return out
+
+    def line(self) -> str:
+        return f"data parallel: {self.label}: {self.reason}"
+
+
+def _elements(dims) -> list[int]:
+    """Element counts of the tensor inputs in an op's Input Dims (non-tensors skipped)."""
+    out = []
+    for d in dims or ():
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            out.append(int(np.prod(d)))
+    return out
+
+
+def _enclosing(rows: np.ndarray, table: TraceTable, ts: float, tid) -> int:
+    """The innermost of `rows` on thread `tid` whose span holds `ts`, or -1."""
+    best, best_dur = -1, np.inf
+    for r in rows:
+        if table.tid[r] == tid and table.ts[r] <= ts < table.ts[r] + table.dur[r] and table.dur[r] < best_dur:
+            best, best_dur = int(r), float(table.dur[r])
+    return best
+
+
+FORWARD_WORK = ("pre_forward", "post_forward", "root_pre_forward", "forward_prefetch")
+
+
+def _phase(table: TraceTable, ts: float, tid, fsdp2: np.ndarray, phase_rows: np.ndarray,
+           layer_rows: np.ndarray, last_backward_end: float) -> str:
+    """forward / backward / after_backward of a collective issued at `ts`: from the FSDP2 range
+    around it (pre_forward vs pre_backward, backward_prefetch, post_backward_*), else the
+    `forward` / `backward` range or layer range around it, else after the last backward or not."""
+    for r in fsdp2:
+        if table.tid[r] == tid and table.ts[r] <= ts < table.ts[r] + table.dur[r]:
+            u = _fsdp_unit(str(table.name[r]))
+            if u and u[0] in FORWARD_WORK:
+                return "forward"
+            if u and u[0] not in ("all_gather", "all_gather_copy_out"):
+                return "backward"
+    for rows in (layer_rows, phase_rows):
+        r = _enclosing(rows, table, ts, tid)
+        if r >= 0:
+            name = str(table.name[r])
+            return "backward" if name == "backward" or "/backward/" in name else "forward"
+    return "after_backward" if ts >= last_backward_end else "forward"
+
+
+def _fsdp_unit(name: str) -> tuple[str, str, bool] | None:
+    """(what, unit, prefetch) of an FSDP2 range name, or None."""
+    m = FSDP2_RANGE.match(name)
+    if not m:
+        return None
+    what, fqn, target = m.group(1), m.group(2), m.group(3)
+    if target is not None:
+        return what, target, True
+    return what, fqn or ROOT, False
+
+
+def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
+    """The DP flavour of one rank's iteration (`step`: ProfilerStep number, default a steady one)."""
+    s = select_step(table, step)
+    inside = np.flatnonzero((table.ts >= s.start) & (table.ts < s.end))
+    names = table.name[inside].astype(str)
+    ann = inside[table.cat[inside] == schema.ANNOTATION]
+    ann_names = table.name[ann].astype(str)
+    fsdp2 = ann[np.char.startswith(ann_names, "FSDP::")]
+    fsdp1 = bool(np.any(np.char.startswith(names, FSDP1_PREFIX)))
+    layer_rows = np.array([r for r in ann if ANN.match(str(table.name[r]))], dtype=np.int64)
+    phase_rows = np.array([r for r in ann if str(table.name[r]) in ("forward", "backward")], dtype=np.int64)
+
+    # the collectives: issuing c10d ops, else communication kernels
+    ops = inside[(table.cat[inside] == schema.CPU_OP) & np.char.startswith(names, "c10d::")]
+    colls = [(int(r), collective_kind(str(table.name[r]))) for r in ops]
+    colls = [(r, k) for r, k in colls if k is not None]
+    if not len(ops):   # older traces: the backend's own ranges (nccl:*, gloo:*), else the kernels
+        own = inside[np.char.startswith(names, "nccl:") | np.char.startswith(names, "gloo:")
+                     | np.char.startswith(names, "rccl:")]
+        rows = own if len(own) else inside[table.cat[inside] == schema.KERNEL]
+        colls = [(int(r), collective_kind(str(table.coll_name[r] or table.name[r]))) for r in rows]
+        colls = [(r, k) for r, k in colls if k is not None]
+
+    order = {}              # FSDP unit -> first pre_forward start: the forward order
+    for r in fsdp2:
+        u = _fsdp_unit(str(table.name[r]))
+        if u and u[0] == "pre_forward":
+            order.setdefault(u[1], float(table.ts[r]))
+    units = sorted(order, key=order.get)
+    backward = [r for r in np.concatenate([phase_rows, layer_rows])
+                if table.name[r] == "backward" or "/backward/" in str(table.name[r])]
+    backward_end = max((float(table.ts[r] + table.dur[r]) for r in backward), default=np.inf)
+
+    out: list[Collective] = []
+    for r, kind in sorted(colls, key=lambda rk: table.ts[rk[0]]):
+        ts, tid = float(table.ts[r]), table.tid[r]
+        sizes = _elements(table.input_dims[r]) if table.cat[r] == schema.CPU_OP else \
+            [max(int(table.in_nelems[r]), int(table.out_nelems[r]), 0)]
+        full = max(sizes[:2], default=0)
+        part = min(sizes[:2], default=0)
+        group = full // part if kind != "all_reduce" and part > 0 and len(sizes) >= 2 else \
+            max(int(table.group_size[r]), 0)
+        unit, prefetch = "", False
+        f = _enclosing(fsdp2, table, ts, tid)
+        if f >= 0:
+            _, unit, _ = _fsdp_unit(str(table.name[f]))
+            prefetch = any(table.tid[r] == tid and table.ts[r] <= ts < table.ts[r] + table.dur[r]
+                           and _fsdp_unit(str(table.name[r]))[2] for r in fsdp2)
+        else:
+            lr = _enclosing(layer_rows, table, ts, tid)
+            if lr >= 0:
+                m = ANN.match(str(table.name[lr]))
+                unit = f"layer_{m.group(1)}" if m.group(1) is not None else (m.group(2) or m.group(3))
+        phase = _phase(table, ts, tid, fsdp2, phase_rows, layer_rows, backward_end)
+        out.append(Collective(kind, unit, phase, prefetch, int(full), int(group), ts, r))
+
+    sizes = {}
+    for c in out:
+        if c.unit and c.kind in ("all_gather", "reduce_scatter"):
+            sizes.setdefault(c.unit, c.elements)
+    if len(fsdp2) and not sizes:   # a group of one: the gradient packing names the unit's size
+        for r in inside[(table.cat[inside] == schema.CPU_OP) & (names == "fsdp::chunk_cat")]:
+            f = _enclosing(fsdp2, table, float(table.ts[r]), table.tid[r])
+            dims = table.input_dims[r] or []
+            if f >= 0 and dims and isinstance(dims[-1], list) and dims[-1]:
+                sizes.setdefault(_fsdp_unit(str(table.name[f]))[1], int(np.prod(dims[-1])))
+    unit_elements = {u: sizes[u] for u in units if u in sizes}
+    flavour = _classify(table, out, units, unit_elements, len(fsdp2) > 0, fsdp1)
+    flavour.unit_layers = _unit_layers(table, fsdp2, layer_rows, units, order)
+    return flavour
+
+
+def _unit_layers(table: TraceTable, fsdp2: np.ndarray, layer_rows: np.ndarray, units: list[str],
+                 order: dict) -> dict[str, str]:
+    """FSDP unit -> the layer range (`layer_L`, `embedding`) that opens first after the unit's
+    first pre_forward on its thread: the layer whose parameters the unit's collectives carry."""
+    out = {}
+    if not len(layer_rows):
+        return out
+    fwd = [r for r in layer_rows if "/forward/" in str(table.name[r])]
+    fwd.sort(key=lambda r: table.ts[r])
+    starts = np.array([table.ts[r] for r in fwd])
+    for u in units:
+        k = int(np.searchsorted(starts, order[u], side="left"))
+        if k < len(fwd):
+            m = ANN.match(str(table.name[fwd[k]]))
+            out[u] = f"layer_{m.group(1)}" if m.group(1) is not None else (m.group(2) or m.group(3))
+    return out
+
+
+def _classify(table: TraceTable, colls: list[Collective], units: list[str], unit_elements: dict,
+              fsdp2: bool, fsdp1: bool) -> DPFlavour:
+    n = {k: sum(1 for c in colls if c.kind == k) for k in KINDS}
+    groups = sorted({c.group for c in colls if c.group > 0 and c.kind != "all_reduce"})
+    group_txt = f", group of {'/'.join(map(str, groups))}" if groups else ""
+    counts = ", ".join(f"{n[k]} {k.replace('_', '-')}s" for k in KINDS if n[k])
+    mk = lambda kind, reason: DPFlavour(kind, reason, units, unit_elements, colls)  # noqa: E731
+    if fsdp2 or fsdp1:
+        who = (f"FSDP2 ranges name {len(units)} sharded units ({', '.join(units[:4])}"
+               f"{', ...' if len(units) > 4 else ''})" if fsdp2 else "FSDP1 ranges (FullyShardedDataParallel.*)")
+        regather = [c for c in colls if c.kind == "all_gather" and c.phase == "backward"]
+        rs_units = {c.unit for c in colls if c.kind == "reduce_scatter"}
+        hsdp = [c for c in colls if c.kind == "all_reduce" and c.phase != "forward" and
+                (c.unit in rs_units or not fsdp2)]
+        if n["reduce_scatter"] and hsdp:
+            return mk("hsdp", f"{who}; {counts}{group_txt}: an all-reduce follows the reduce-scatters")
+        if regather:
+            return mk("fsdp_full", f"{who}; {counts} per iteration{group_txt}: {len(regather)} all-gathers "
+                                   "again in the backward")
+        if n["all_gather"]:
+            return mk("fsdp_grad_op", f"{who}; {counts} per iteration{group_txt}: all-gathers in the "
+                                      "forward only")
+        note = ""
+        cap = table.metadata.get("lumosCapture") or {}
+        if cap.get("fsdp") in ("full", "grad_op"):
+            note = f" (the capture's metadata says fsdp={cap['fsdp']})"
+        return mk("fsdp", f"{who}; no collective in the iteration: the group has one rank{note}")
+    fwd_ag = [c for c in colls if c.kind == "all_gather" and c.phase == "forward" and c.unit.startswith("layer_")]
+    late_ag = [c for c in colls if c.kind == "all_gather" and c.phase == "after_backward"]
+    bwd_rs = [c for c in colls if c.kind == "reduce_scatter" and c.phase != "forward"]
+    fwd_rs = [c for c in colls if c.kind == "reduce_scatter" and c.phase == "forward"]
+    if fwd_ag and bwd_rs and not fwd_rs:
+        return mk("zero3", f"no FSDP range; {len(fwd_ag)} all-gathers inside forward layer ranges and "
+                           f"{len(bwd_rs)} reduce-scatters in the backward{group_txt}")
+    if late_ag and (bwd_rs or n["all_reduce"]) and not fwd_rs:
+        return mk("zero12", f"no FSDP range; gradients {'reduce-scattered' if bwd_rs else 'all-reduced'} "
+                            f"and {len(late_ag)} all-gathers after the backward (the updated shards)")
+    if n["all_reduce"] and not n["all_gather"] and not n["reduce_scatter"]:
+        return mk("allreduce", f"{n['all_reduce']} all-reduces (model-parallel ones included) and no "
+                               "all-gather or reduce-scatter")
+    if not any(n.values()):
+        return mk("none", "no all-gather, reduce-scatter or all-reduce in the iteration")
+    return mk("unrecognised", f"{counts}: neither buckets nor a sharded pattern (reduce-scatters in the "
+                              "forward, or all-gathers with no gradient reduction, are model parallelism's)")
+
+
+def host_dp_degree(tables, step: int | None = None) -> int:
+    """The DP degree a run's host-side collectives show, for a run whose device shows none (gloo on
+    CPU): the group of its all-gathers / reduce-scatters (output over input), else, for all-reduces
+    on a run with one process group (`distributedInfo.pg_config`), that group's size; 1 otherwise."""
+    best = 1
+    for t in tables:
+        f = find_dp_flavour(t, step)
+        groups = [c.group for c in f.collectives if c.kind != "all_reduce" and c.group > 0]
+        if groups:
+            best = max(best, max(groups))
+            continue
+        pgs = (t.metadata.get("distributedInfo") or {}).get("pg_config") or []
+        if f.kind == "allreduce" and len(pgs) == 1 and isinstance(pgs[0], dict):
+            best = max(best, int(pgs[0].get("pg_size") or 1))
+    return best
