@@ -68,6 +68,10 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
                      help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
     mem.add_argument("--distributed-optimizer", action="store_true", default=None,
                      help="optimizer state sharded over data-parallel ranks")
+    mem.add_argument("--sharding", choices=("none", "zero1", "zero2", "zero3"), default=None,
+                     help="data-parallel sharding of optimizer state (zero1), + gradients (zero2, FSDP "
+                          "SHARD_GRAD_OP), + parameters (zero3, FSDP FULL_SHARD); memory only: the step "
+                          "time is still that of all-reduce DP")
     mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
     mem.add_argument("--sequence-parallel", action="store_true", default=None)
     mem.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
@@ -81,7 +85,7 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
 
 
 def memory_overrides(args) -> dict:
-    return {k: getattr(args, k) for k in ("bytes_per_param", "distributed_optimizer", "recompute",
+    return {k: getattr(args, k) for k in ("bytes_per_param", "distributed_optimizer", "sharding", "recompute",
                                           "sequence_parallel", "flash_attention", "activation_bytes",
                                           "workspace_gib", "gpu_memory_gib")}
 
@@ -162,8 +166,11 @@ def format_table(doc: dict) -> str:
         lines.append(row)
     if "memory" in doc:
         m = doc["memory"]
+        shard = m.get("assumptions", {}).get("sharding", "none")
         lines.append(f"  memory per GPU (peak stage): {m['memory_gib_per_gpu']:.1f} GiB of {m['gpu_memory_gib']:.1f}"
-                     f" -> {'fits' if m['fits'] else 'does NOT fit'}")
+                     f" -> {'fits' if m['fits'] else 'does NOT fit'}"
+                     + (f" (with {shard} sharding of the DP state; the time assumes all-reduce DP)"
+                        if shard != "none" else ""))
     source = doc.get("structure", {}).get("source")
     if source in ("repetition", "modules"):
         how = "by repetition of its ops" if source == "repetition" else "from the profiler's module events"

@@ -10,6 +10,16 @@ Sources of each term:
   with the distributed optimizer (optimizer state sharded over DP) 6 + 12 / dp. A model
   trained in plain bf16 with AdamW (like `lumos capture gpt`) keeps parameters, gradients
   and both moments in bf16: 8 bytes (`bytes_per_param: 8`).
+- Sharded data parallelism (`sharding`), after ZeRO (Rajbhandari et al. 2020, Fig. 1: stage 1
+  shards the optimizer state, stage 2 the gradients too, stage 3 the parameters too). The bytes
+  per parameter split into the 16-bit parameter P, its gradient G and the optimizer state O
+  (18 = 2 + 4 + 12, 16 = 2 + 2 + 12; a plain-precision 8 = 2 + 2 + 4): zero1 keeps
+  P + G + O / dp (Megatron's distributed optimizer, `distributed_optimizer: true`), zero2
+  P + (G + O) / dp (FSDP SHARD_GRAD_OP keeps every gathered parameter from the forward to its
+  backward, so the same), zero3 (FSDP FULL_SHARD) (P + G + O) / dp plus the unsharded buffers
+  in flight: the unit being computed and the one prefetched (2 layers x P) and one layer's
+  full gradient before its reduce-scatter (G) (FSDP2's default prefetch of one unit ahead,
+  torch `distributed/fsdp/_fully_shard/_fsdp_param_group.py`).
 - Activations of one transformer layer for one micro-batch (Korthikanti et al. 2022,
   "Reducing Activation Recomputation in Large Transformer Models", Table 2), s sequence,
   b micro-batch, h hidden, a heads, t TP degree, in bytes (16-bit activations; 32-bit ones,
@@ -33,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GIB = float(1 << 30)
+SHARDING = ("none", "zero1", "zero2", "zero3")
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class MemorySettings:
     gpu_memory_gib: float = 79.2
     activation_bytes: float = 2.0         # bytes per activation element: 2 (bf16/fp16), 4 (fp32)
     workspace_source: str = "profile"     # where workspace_gib came from: profile / flags, or a trace
+    sharding: str = "none"                # none | zero1 | zero2 | zero3 (data-parallel sharding)
 
     @classmethod
     def from_profile(cls, profile: dict | None, **overrides) -> "MemorySettings":
@@ -54,6 +66,8 @@ class MemorySettings:
         s = cls(**base)
         if s.recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {s.recompute!r}")
+        if s.sharding not in SHARDING:
+            raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {s.sharding!r}")
         if s.activation_bytes <= 0:
             raise ValueError(f"activation_bytes must be > 0, got {s.activation_bytes!r}")
         return s
@@ -71,11 +85,26 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
     return sbh * (10.0 + 24.0 / t + scores / t)
 
 
-def param_bytes(params: float, dp: int, m: MemorySettings) -> float:
-    if m.distributed_optimizer:
-        # the 16-bit copy and the gradients stay whole; master weights and moments are sharded
-        whole = 6.0 if m.bytes_per_param >= 16 else 4.0
-        return params * (whole + (m.bytes_per_param - whole) / max(dp, 1))
+def state_bytes(m: MemorySettings) -> tuple[float, float, float]:
+    """(parameter, gradient, optimizer state) bytes per parameter, summing to `bytes_per_param`."""
+    if m.bytes_per_param >= 16:      # 16-bit parameter, fp32 master + Adam moments (12), the rest gradient
+        return 2.0, m.bytes_per_param - 14.0, 12.0
+    quarter = m.bytes_per_param / 4.0     # one dtype throughout: parameter, gradient, two moments
+    return quarter, quarter, 2.0 * quarter
+
+
+def param_bytes(params: float, dp: int, m: MemorySettings, layer_params: float = 0.0) -> float:
+    """Parameters with their gradients and optimizer state on one GPU, sharded as `m.sharding` says
+    (`distributed_optimizer` is zero1); `layer_params`: one layer's, for zero3's unsharded buffers."""
+    p, g, o = state_bytes(m)
+    d = float(max(dp, 1))
+    stage = "zero1" if m.distributed_optimizer and m.sharding == "none" else m.sharding
+    if stage == "zero1":
+        return params * (p + g + o / d)
+    if stage == "zero2":
+        return params * (p + (g + o) / d)
+    if stage == "zero3":
+        return params * (p + g + o) / d + layer_params * (2.0 * p + g)
     return params * m.bytes_per_param
 
 
@@ -88,7 +117,7 @@ def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, micr
     inflight = min(pp - stage, max(microbatches, 1))
     act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m)
     logits = 4.0 * shape.seq * shape.micro_batch * shape.vocab / shape.tp if last else 0.0
-    parts = {"parameters_gib": param_bytes(params, dp, m) / GIB,
+    parts = {"parameters_gib": param_bytes(params, dp, m, shape.layer_params() if layers_in_stage else 0.0) / GIB,
              "activations_gib": act * layers_in_stage * inflight / GIB,
              "logits_gib": logits / GIB, "workspace_gib": m.workspace_gib}
     parts["total_gib"] = sum(parts.values())
@@ -103,6 +132,7 @@ def plan_memory(shape, layers_per_stage: list[int], pp: int, dp: int, microbatch
     return {"memory_gib_per_gpu": round(peak, 3), "gpu_memory_gib": m.gpu_memory_gib,
             "fits": bool(peak <= m.gpu_memory_gib), "per_stage": stages,
             "assumptions": {"bytes_per_param": m.bytes_per_param, "distributed_optimizer": m.distributed_optimizer,
+                            "sharding": m.sharding,
                             "recompute": m.recompute, "sequence_parallel": m.sequence_parallel,
                             "flash_attention": m.flash_attention, "activation_bytes": m.activation_bytes,
                             "workspace_gib": m.workspace_gib, "workspace_source": m.workspace_source}}

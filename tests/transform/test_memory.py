@@ -38,6 +38,26 @@ def test_bytes_per_parameter_with_and_without_the_distributed_optimizer():
         pytest.approx(1e9 * (6 + 12 / 8))
 
 
+@pytest.mark.parametrize("sharding,gb", [("none", 120.0), ("zero1", 31.4), ("zero2", 16.6), ("zero3", 1.88)])
+def test_zero_stages_reproduce_the_zero_paper_figure_1(sharding, gb):
+    # Rajbhandari et al. 2020, Fig. 1: 7.5B parameters, 64 data-parallel ranks, mixed-precision Adam
+    # (K = 12, 16 bytes per parameter); the paper's GB are 1e9 bytes, rounded as printed
+    assert param_bytes(7.5e9, 64, MemorySettings(bytes_per_param=16, sharding=sharding)) / 1e9 == \
+        pytest.approx(gb, abs=0.05)
+
+
+def test_zero3_adds_the_unsharded_layers_in_flight_and_zero1_is_the_distributed_optimizer():
+    m = MemorySettings(bytes_per_param=18, sharding="zero3")
+    # two gathered layers (computed + prefetched) of 16-bit parameters and one layer's fp32 gradient
+    assert param_bytes(1e9, 8, m, layer_params=1e8) == pytest.approx(1e9 * 18 / 8 + 1e8 * (2 * 2 + 4))
+    assert param_bytes(1e9, 8, MemorySettings(sharding="zero1")) == \
+        param_bytes(1e9, 8, MemorySettings(distributed_optimizer=True))
+    # one dtype throughout (lumos capture gpt's bf16 AdamW, 8 bytes): 2 + 2 + 4
+    assert param_bytes(1e9, 4, MemorySettings(bytes_per_param=8, sharding="zero2")) == pytest.approx(1e9 * (2 + 6 / 4))
+    with pytest.raises(ValueError, match="sharding must be one of none, zero1, zero2, zero3, got 'zero4'"):
+        MemorySettings.from_profile({}, sharding="zero4")
+
+
 def test_first_stage_holds_pp_micro_batches_in_flight():
     shape = ModelShape(hidden=4096, ffn=16384, seq=2048, micro_batch=1, vocab=51200, heads=32, tp=2)
     m = MemorySettings(workspace_gib=0.0)
@@ -148,3 +168,19 @@ def test_a_base_trace_with_gpu_memory_events_calibrates_the_prediction(tmp_path)
     cpu = measured_peak(load_run(_with_memory_events(src, tmp_path / "cpu", [int(40 * GIB)], 0)),
                         plan.st.stage_of_rank, plan.shape, (12,), 1, 1, plan.microbatches)
     assert cpu.gib_by_stage == {} and calibrate(MemorySettings(), cpu).workspace_gib == 1.0
+
+
+def test_predict_sharding_flag_shrinks_the_parameter_state_and_says_so(tiny_runs, capsys):
+    from lumos.cli import main as lumos_main
+
+    base = str(tiny_runs["base"])
+    docs = {}
+    for s in ("none", "zero3"):
+        assert lumos_main(["predict", base, "--dp", "4", "--sharding", s, "--format", "json"]) == 0
+        docs[s] = json.loads(capsys.readouterr().out)["memory"]
+    assert docs["zero3"]["assumptions"]["sharding"] == "zero3"
+    none, z3 = docs["none"]["per_stage"][0], docs["zero3"]["per_stage"][0]
+    assert z3["parameters_gib"] < none["parameters_gib"] / 2
+    assert z3["activations_gib"] == none["activations_gib"]
+    assert lumos_main(["predict", base, "--dp", "4", "--sharding", "zero2"]) == 0
+    assert "(with zero2 sharding of the DP state; the time assumes all-reduce DP)" in capsys.readouterr().out
