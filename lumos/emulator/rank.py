@@ -9,7 +9,7 @@ stalls shape the timeline without costing a simulation event each.
 from __future__ import annotations
 
 
-from .engine import COMM, COMPUTE, MP_STREAM, WAIT, Comm, Item
+from .engine import AG_STREAM, COMM, COMPUTE, MP_STREAM, WAIT, Comm, Item
 from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
@@ -59,8 +59,12 @@ class RankProgram:
         self.recompute = tr.recompute == "full"
         self.after_backward = tr.dp_allreduce == "after_backward"
         self.bucket = (tr.after_backward_bucket_mparams if self.after_backward else s.knobs.comm.bucket_mparams) * 1e6
-        self.stage_params = self.layers_per_stage * program.layer_params + \
-            (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
+        self.root_params = (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
+        self.stage_params = self.layers_per_stage * program.layer_params + self.root_params
+        # FSDP2 (training.dp_sharding: fsdp, FULL_SHARD): every block of layers a unit, the stage's
+        # embedding and head the root unit; `gathered`: all-gathers issued by a backward prefetch
+        self.sharded = tr.dp_sharding == "fsdp"
+        self.gathered: dict = {}
         self.ready_params = 0.0
         self.launched_params = 0.0
         self.pending_tp = []
@@ -158,8 +162,9 @@ class RankProgram:
         self.seq[ck] = n + 1
         nbytes = nelems * 2.0 if kind != "allreduce" or group.kind != "dp" else nelems * self.grad_bytes
         in_elems = nelems // len(group.ranks) if kind == "allgather" else nelems
+        out_elems = nelems // len(group.ranks) if kind == "reduce_scatter" else nelems
         args = {"Collective name": name or kind, "In msg nelems": in_elems if kind != "recv" else 0,
-                "Out msg nelems": nelems if kind != "send" else 0, "Group size": len(group.ranks),
+                "Out msg nelems": out_elems if kind != "send" else 0, "Group size": len(group.ranks),
                 "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
                 "Process Group Name": group.name, "Process Group Description": f"{group.kind}_group",
                 "Process Group Ranks": group.ranks_str}
@@ -167,15 +172,18 @@ class RankProgram:
             args["Repeat"] = repeat
         return Comm(group, kind, nbytes, ck + (n,), args, src, dst, repeat)
 
-    def _comm_op(self, th: Thread, sid: int, comm: Comm, name: str):
-        """c10d op > record_param_comms > [record on compute, wait, NCCL launch, record end]."""
+    def _comm_op(self, th: Thread, sid: int, comm: Comm, name: str, after_compute: bool = True):
+        """c10d op > record_param_comms > [record on compute, wait, NCCL launch, record end].
+        `after_compute=False`: the collective does not wait for the compute stream (FSDP's
+        all-gather of parameters, which no earlier kernel writes)."""
         gap = self.h.comm_op_gap_us   # c10d calls: python of the caller, not of a model op (None: same)
         self.op_begin(th, name, {"Input Dims": [[comm.args["In msg nelems"] or comm.args["Out msg nelems"]]],
                                  "Input type": [BF16]}, gap)
         a = dict(comm.args)
         a["Input Dims"] = [[a["In msg nelems"] or a["Out msg nelems"]]]
         self.op_begin(th, "record_param_comms", a, gap)
-        self.wait(th, sid, self.record(th, COMPUTE_S))
+        if after_compute:
+            self.wait(th, sid, self.record(th, COMPUTE_S))
         g = comm.group
         spec = KSpec(self.ccost.kernel_name(comm.kind, comm.nbytes, len(g.ranks), g.hosts, g.per_host), 0.0)
         self.launch(th, sid, spec, comm)
@@ -225,10 +233,16 @@ class RankProgram:
     def forward(self, i: int) -> None:
         th = self.main
         th.t += self._jit_block(self.h.forward_step_us)   # Megatron forward_step python: get_batch, masks, timers
+        if self.sharded and self.root_params:
+            self._unshard(th, "", self.root_params, "pre_forward")
         if self.is_first:
             self._annotated(th, f"embedding/forward/mb{i}", self.p.embed_fwd)
         for l in range(0, self.layers_per_stage, self.p.layers_per_block):
+            if self.sharded:
+                self._unshard(th, self._unit(l), self._unit_params(), "pre_forward")
             self._annotated(th, f"{self._layers(l)}/forward/mb{i}", self.p.layer_fwd)
+            if self.sharded:   # FULL_SHARD: the gathered parameters are freed (no device work)
+                self._annotated(th, f"FSDP::post_forward ({self._unit(l)})", ())
         if self.is_last:
             self._annotated(th, f"head/forward/mb{i}", self.p.head_fwd)
         self.progress(1)
@@ -238,11 +252,17 @@ class RankProgram:
         th, last_mb = self.ag, i == self.m - 1
         self.main.t += self._jit_block(self.h.backward_step_us)   # backward_step python before autograd
         th.t = max(th.t, self.main.t + self._jit(self.h.handoff_us))
+        blocks = list(reversed(range(0, self.layers_per_stage, self.p.layers_per_block)))
+        if self.sharded and self.root_params:
+            self._unshard(th, "", self.root_params, "pre_backward", prefetch=self._unit(blocks[0]) if blocks else None)
         if self.is_last:
             self._annotated(th, f"head/backward/mb{i}", self.p.head_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
-        for l in reversed(range(0, self.layers_per_stage, self.p.layers_per_block)):
+        for k, l in enumerate(blocks):
+            if self.sharded:
+                self._unshard(th, self._unit(l), self._unit_params(), "pre_backward",
+                              prefetch=self._unit(blocks[k + 1]) if k + 1 < len(blocks) else None)
             name = f"{self._layers(l)}/backward/mb{i}"
             if self.recompute:   # checkpointed layer: its forward re-runs inside its backward
                 self.ann_begin(th, name)
@@ -253,12 +273,16 @@ class RankProgram:
                 self._annotated(th, name, self.p.layer_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.layer_params * self.p.layers_per_block)
+                if self.sharded:
+                    self._reduce_scatter(th, self._unit(l), self._unit_params())
         if self.is_first:
             self._annotated(th, f"embedding/backward/mb{i}", self.p.embed_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
         if last_mb:
             self._grads_ready(th, 0.0, flush=True)
+            if self.sharded and self.root_params:
+                self._reduce_scatter(th, "", self.root_params)
         self.main.t = max(self.main.t, th.t + self._jit(self.h.handoff_us))
         self.progress(1)
 
@@ -268,13 +292,57 @@ class RankProgram:
         n = self.p.layers_per_block
         return f"layer_{first}" if n == 1 else f"layers_{first}-{first + n - 1}"
 
+    # -- FSDP2 (training.dp_sharding: fsdp): torch distributed/fsdp/_fully_shard/_fsdp_param_group.py --
+    def _unit(self, l: int) -> str:
+        """The FSDP unit (module FQN) of the block starting at stage layer `l`."""
+        return "layers." + self._layers(l).split("_", 1)[1]
+
+    def _unit_params(self) -> int:
+        return int(self.p.layer_params * self.p.layers_per_block)
+
+    def _all_gather(self, th: Thread, unit: str, params: float):
+        """`FSDP::all_gather`: the unit's parameters gathered on the all-gather stream (None at DP 1,
+        where FSDP issues no collective)."""
+        if self.topo.dp == 1:
+            return None
+        self.ann_begin(th, f"FSDP::all_gather ({unit})" if unit else "FSDP::all_gather")
+        end = self._comm_op(th, AG_STREAM, self._comm(self.dp_group, "allgather", int(params)),
+                            "c10d::_allgather_base_", after_compute=False)
+        self.op_end(th)
+        return end
+
+    def _unshard(self, th: Thread, unit: str, params: float, hook: str, prefetch: str | None = None) -> None:
+        """FSDP's pre_forward / pre_backward: gather the unit (unless a prefetch did), prefetch the next
+        unit of the backward, and make the compute stream wait for the unit's all-gather."""
+        self.ann_begin(th, f"FSDP::{hook} ({unit})" if unit else f"FSDP::{hook}")
+        end = self.gathered.pop(unit, None)
+        if end is None:
+            end = self._all_gather(th, unit, params)
+        if prefetch is not None:
+            self.ann_begin(th, f"FSDP::backward_prefetch for {prefetch}")
+            self.gathered[prefetch] = self._all_gather(th, prefetch, self._unit_params())
+            self.op_end(th)
+        if end is not None:
+            self.wait(th, COMPUTE_S, end)
+        self.op_end(th)
+
+    def _reduce_scatter(self, th: Thread, unit: str, params: float) -> None:
+        """`FSDP::post_backward_reduce`: the unit's gradients reduce-scattered on the DP stream once its
+        backward has produced them; the optimizer waits for every one."""
+        if self.topo.dp == 1:
+            return
+        self.ann_begin(th, f"FSDP::post_backward_reduce ({unit})" if unit else "FSDP::post_backward_reduce")
+        self.dp_done.append(self._comm_op(th, DP_S, self._comm(self.dp_group, "reduce_scatter", int(params)),
+                                          "c10d::_reduce_scatter_base_"))
+        self.op_end(th)
+
     def _grads_ready(self, th: Thread, params: float, flush: bool = False) -> None:
         """Overlapped DP gradient all-reduce: launch every bucket that is now full.
 
         With dp_allreduce=after_backward nothing is launched here: `optimizer` reduces
         every gradient once backward is done (DeepSpeed's allreduce_gradients)."""
         self.ready_params += params
-        if self.after_backward:
+        if self.after_backward or self.sharded:
             return
         self._launch_buckets(th, flush)
 
@@ -365,17 +433,22 @@ class RankProgram:
         self.ann_begin(th, "optimizer")
         if self.dp_done:   # finish_grad_sync: compute waits for every bucket
             self._wait_op(th, self.dp_done)
-        norm, adam, chunks = self.p.optimizer_kernels(int(self.stage_params), self.emu.settings.knobs)
+        # FSDP: each rank updates its shard, and the grad norm sums over the shards (the DP group)
+        shard = self.stage_params / self.topo.dp if self.sharded else self.stage_params
+        norm, adam, chunks = self.p.optimizer_kernels(int(shard), self.emu.settings.knobs)
         self.op_begin(th, "aten::_foreach_norm", {"Input Dims": [[int(self.stage_params)]], "Input type": ["float"]})
         self.launch(th, COMPUTE_S, norm)
         self.op_end(th)
         sid = TP_S if self.norm_group is self.tp_group else MP_STREAM   # a process group of its own: its own stream
-        self._wait_op(th, [self._comm_op(th, sid, self._comm(self.norm_group, "allreduce", 1), "c10d::allreduce_")])
+        norm_group = self.norm_group
+        if self.sharded and self.topo.dp > 1:
+            sid, norm_group = DP_S, self.dp_group
+        self._wait_op(th, [self._comm_op(th, sid, self._comm(norm_group, "allreduce", 1), "c10d::allreduce_")])
         yield from self._item(th)
         th.t += self._jit_block(self.h.optimizer_python_us)   # clip factor, param groups, lr schedule
         for c in range(chunks):
             self.op_begin(th, "Optimizer.step#FusedAdam.step" if c == 0 else "aten::_fused_adam_",
-                          {"Input Dims": [[int(self.stage_params / chunks)]], "Input type": ["float"]})
+                          {"Input Dims": [[int(shard / chunks)]], "Input type": ["float"]})
             self.launch(th, COMPUTE_S, adam)
             self.op_end(th)
         yield from self._item(th)   # loss.item(): the step ends when the GPU is done

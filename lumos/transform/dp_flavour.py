@@ -134,6 +134,26 @@ def _elements(dims) -> list[int]:
     return out
 
 
+def _message(table: TraceTable, r: int, kind: str, rpc: np.ndarray) -> tuple[int, int]:
+    """(full message elements, group size; 0 when unknown) of collective row `r`: from the
+    `record_param_comms` inside its op (In / Out msg nelems, Group size), else from the op's two
+    tensors (an all-gather's output over its input is the group)."""
+    if table.cat[r] == schema.CPU_OP:
+        k = int(np.searchsorted(table.ts[rpc], table.ts[r], side="left"))
+        while k < len(rpc) and table.ts[rpc[k]] <= table.ts[r] + table.dur[r]:
+            c = rpc[k]
+            if table.tid[c] == table.tid[r] and max(int(table.in_nelems[c]), int(table.out_nelems[c])) > 0:
+                return max(int(table.in_nelems[c]), int(table.out_nelems[c])), max(int(table.group_size[c]), 0)
+            k += 1
+        sizes = _elements(table.input_dims[r])
+    else:
+        sizes = [max(int(table.in_nelems[r]), int(table.out_nelems[r]), 0)]
+    full, part = max(sizes[:2], default=0), min(sizes[:2], default=0)
+    if kind != "all_reduce" and part > 0 and len(sizes) >= 2:
+        return full, full // part
+    return full, max(int(table.group_size[r]), 0)
+
+
 def _enclosing(rows: np.ndarray, table: TraceTable, ts: float, tid) -> int:
     """The innermost of `rows` on thread `tid` whose span holds `ts`, or -1."""
     best, best_dur = -1, np.inf
@@ -210,15 +230,12 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
                 if table.name[r] == "backward" or "/backward/" in str(table.name[r])]
     backward_end = max((float(table.ts[r] + table.dur[r]) for r in backward), default=np.inf)
 
+    rpc = inside[names == "record_param_comms"]      # the message and group, where torch records them
+    rpc = rpc[np.argsort(table.ts[rpc], kind="stable")]
     out: list[Collective] = []
     for r, kind in sorted(colls, key=lambda rk: table.ts[rk[0]]):
         ts, tid = float(table.ts[r]), table.tid[r]
-        sizes = _elements(table.input_dims[r]) if table.cat[r] == schema.CPU_OP else \
-            [max(int(table.in_nelems[r]), int(table.out_nelems[r]), 0)]
-        full = max(sizes[:2], default=0)
-        part = min(sizes[:2], default=0)
-        group = full // part if kind != "all_reduce" and part > 0 and len(sizes) >= 2 else \
-            max(int(table.group_size[r]), 0)
+        full, group = _message(table, r, kind, rpc)
         unit, prefetch = "", False
         f = _enclosing(fsdp2, table, ts, tid)
         if f >= 0:
@@ -259,7 +276,11 @@ def _unit_layers(table: TraceTable, fsdp2: np.ndarray, layer_rows: np.ndarray, u
     fwd = [r for r in layer_rows if "/forward/" in str(table.name[r])]
     fwd.sort(key=lambda r: table.ts[r])
     starts = np.array([table.ts[r] for r in fwd])
+    parts = {m.group(2) or m.group(3) for m in (ANN.match(str(table.name[r])) for r in fwd) if m}
     for u in units:
+        if u == ROOT and parts:       # the model itself: its embedding, or on a last pipeline stage its head
+            out[u] = "embedding" if "embedding" in parts else "head"
+            continue
         k = int(np.searchsorted(starts, order[u], side="left"))
         if k < len(fwd):
             m = ANN.match(str(table.name[fwd[k]]))
