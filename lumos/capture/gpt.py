@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import require_torch
+from .sharding import MODES as FSDP_MODES, ensure_process_group
 
 
 @dataclass
@@ -258,6 +259,12 @@ def build_model(cfg: GPTConfig, annotate: bool = True):
     return model
 
 
+def annotation_range(annotate: bool):
+    """`record_function`, or with `annotate=False` a range that writes nothing."""
+    torch = require_torch()
+    return torch.profiler.record_function if annotate else (lambda _name: contextlib.nullcontext())
+
+
 class GradBuckets:
     """Reduce each block's gradients as soon as they are ready, DDP-style.
 
@@ -270,7 +277,7 @@ class GradBuckets:
     def __init__(self, model, device, side_stream: bool, annotate: bool = True):
         torch = require_torch()
         self.torch = torch
-        self.range = torch.profiler.record_function if annotate else (lambda _name: contextlib.nullcontext())
+        self.range = annotation_range(annotate)
         self.device = device
         self.dist = torch.distributed
         self.world = self.dist.get_world_size() if self.dist.is_initialized() else 1
@@ -404,12 +411,12 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
     require_torch()
     if microbatches < 1:
         raise ValueError("microbatches must be >= 1")
-    from .sharding import MODES
-
-    if fsdp not in MODES:
-        raise ValueError(f"--fsdp must be one of {', '.join(MODES)}, got {fsdp!r}")
+    if fsdp not in FSDP_MODES:
+        raise ValueError(f"--fsdp must be one of {', '.join(FSDP_MODES)}, got {fsdp!r}")
     dist_info = _init_distributed(device)
     own_group = dist_info is not None and dist_info[3]
+    if dist_info is None and fsdp != "off":   # FSDP2 needs a process group, even of one rank
+        own_group = ensure_process_group(_resolve_device(device))
     try:
         return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
@@ -417,9 +424,8 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
                                   annotate=annotate, with_stack=with_stack,
                                   profile_memory=profile_memory, log_clocks=log_clocks, fsdp=fsdp)
     finally:
-        dist = require_torch().distributed
-        if (own_group or (dist_info is None and fsdp != "off")) and dist.is_initialized():
-            dist.destroy_process_group()
+        if own_group:
+            require_torch().distributed.destroy_process_group()
 
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
@@ -444,14 +450,13 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
                             foreach=dev.type == "cuda" or None)
     if fsdp != "off":
-        from .sharding import ShardedGradients, ensure_process_group, shard_model
+        from .sharding import ShardedGradients, shard_model
 
-        ensure_process_group(dev)
         shard_model(model, dev, fsdp)
-        buckets = ShardedGradients(model, annotate=annotate)
+        buckets = ShardedGradients(model)
     else:
         buckets = GradBuckets(model, dev, side_stream, annotate=annotate)
-    rf = buckets.range
+    rf = annotation_range(annotate)
     gen = torch.Generator(device="cpu").manual_seed(seed + (dist_info[0] if dist_info else 0))
     batch = (cfg.micro_batch, cfg.seq)
     data = [(torch.randint(cfg.vocab, batch, generator=gen).to(dev),
@@ -533,7 +538,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-clocks", action=argparse.BooleanOptionalAction, default=None,
                    help="log the GPU's SM/memory clocks, power, temperature and clock-event reasons "
                         "(NVML, every 10 ms) into the trace's lumosCapture.clocks (default: on for CUDA)")
-    p.add_argument("--fsdp", choices=("off", "full", "grad_op"), default="off",
+    p.add_argument("--fsdp", choices=FSDP_MODES, default="off",
                    help="shard the model with FSDP2 (fully_shard per block, then the root) instead of "
                         "all-reducing gradient buckets: full reshards after forward (FULL_SHARD, ZeRO-3), "
                         "grad_op keeps the gathered parameters until the backward (SHARD_GRAD_OP, ZeRO-2); "

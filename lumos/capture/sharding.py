@@ -21,7 +21,6 @@ the same collectives a DP run does, on a group of one.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 from . import require_torch
@@ -62,16 +61,14 @@ def shard_model(model, device, mode: str) -> None:
 class ShardedGradients:
     """The train loop's gradient hand-off under FSDP2: FSDP reduce-scatters, so nothing to reduce.
 
-    Same interface as `gpt.GradBuckets` (`armed`, `finish`, `range`, `use_stream`);
-    arming it for the last micro-batch turns FSDP's gradient sync on.
+    Same interface as `gpt.GradBuckets` (`armed`, `finish`, `use_stream`); arming it for the last
+    micro-batch turns FSDP's gradient sync on.
     """
 
     use_stream = False
 
-    def __init__(self, model, annotate: bool = True):
-        torch = require_torch()
+    def __init__(self, model):
         self.model = model
-        self.range = torch.profiler.record_function if annotate else (lambda _name: contextlib.nullcontext())
         self._armed = True
 
     @property

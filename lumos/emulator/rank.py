@@ -242,7 +242,7 @@ class RankProgram:
                 self._unshard(th, self._unit(l), self._unit_params(), "pre_forward")
             self._annotated(th, f"{self._layers(l)}/forward/mb{i}", self.p.layer_fwd)
             if self.sharded:   # FULL_SHARD: the gathered parameters are freed (no device work)
-                self._annotated(th, f"FSDP::post_forward ({self._unit(l)})", ())
+                self._annotated(th, self._fsdp("post_forward", self._unit(l)), ())
         if self.is_last:
             self._annotated(th, f"head/forward/mb{i}", self.p.head_fwd)
         self.progress(1)
@@ -286,16 +286,25 @@ class RankProgram:
         self.main.t = max(self.main.t, th.t + self._jit(self.h.handoff_us))
         self.progress(1)
 
-    def _layers(self, l: int) -> str:
-        """Annotation of the block starting at stage layer `l`: layer_7, or layers_6-11 (granularity=stage)."""
+    def _span(self, l: int) -> str:
+        """The model layers of the block starting at stage layer `l`: 7, or 6-11 (granularity=stage)."""
         first = self.first_layer + l
         n = self.p.layers_per_block
-        return f"layer_{first}" if n == 1 else f"layers_{first}-{first + n - 1}"
+        return f"{first}" if n == 1 else f"{first}-{first + n - 1}"
+
+    def _layers(self, l: int) -> str:
+        """Annotation of the block starting at stage layer `l`: layer_7, or layers_6-11."""
+        return ("layer_" if self.p.layers_per_block == 1 else "layers_") + self._span(l)
 
     # -- FSDP2 (training.dp_sharding: fsdp): torch distributed/fsdp/_fully_shard/_fsdp_param_group.py --
     def _unit(self, l: int) -> str:
         """The FSDP unit (module FQN) of the block starting at stage layer `l`."""
-        return "layers." + self._layers(l).split("_", 1)[1]
+        return "layers." + self._span(l)
+
+    @staticmethod
+    def _fsdp(what: str, unit: str) -> str:
+        """FSDP2's range name: `FSDP::pre_forward (layers.3)`, the root's without a module."""
+        return f"FSDP::{what} ({unit})" if unit else f"FSDP::{what}"
 
     def _unit_params(self) -> int:
         return int(self.p.layer_params * self.p.layers_per_block)
@@ -305,7 +314,7 @@ class RankProgram:
         where FSDP issues no collective)."""
         if self.topo.dp == 1:
             return None
-        self.ann_begin(th, f"FSDP::all_gather ({unit})" if unit else "FSDP::all_gather")
+        self.ann_begin(th, self._fsdp("all_gather", unit))
         end = self._comm_op(th, AG_STREAM, self._comm(self.dp_group, "allgather", int(params)),
                             "c10d::_allgather_base_", after_compute=False)
         self.op_end(th)
@@ -314,7 +323,7 @@ class RankProgram:
     def _unshard(self, th: Thread, unit: str, params: float, hook: str, prefetch: str | None = None) -> None:
         """FSDP's pre_forward / pre_backward: gather the unit (unless a prefetch did), prefetch the next
         unit of the backward, and make the compute stream wait for the unit's all-gather."""
-        self.ann_begin(th, f"FSDP::{hook} ({unit})" if unit else f"FSDP::{hook}")
+        self.ann_begin(th, self._fsdp(hook, unit))
         end = self.gathered.pop(unit, None)
         if end is None:
             end = self._all_gather(th, unit, params)
@@ -331,7 +340,7 @@ class RankProgram:
         backward has produced them; the optimizer waits for every one."""
         if self.topo.dp == 1:
             return
-        self.ann_begin(th, f"FSDP::post_backward_reduce ({unit})" if unit else "FSDP::post_backward_reduce")
+        self.ann_begin(th, self._fsdp("post_backward_reduce", unit))
         self.dp_done.append(self._comm_op(th, DP_S, self._comm(self.dp_group, "reduce_scatter", int(params)),
                                           "c10d::_reduce_scatter_base_"))
         self.op_end(th)

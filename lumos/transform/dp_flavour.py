@@ -39,7 +39,7 @@ import numpy as np
 from lumos.trace import TraceTable, schema
 from lumos.trace.steps import select_step
 
-from .structure import ANN
+from .structure import ANN, innermost
 
 FSDP2_RANGE = re.compile(r"^FSDP::(\w+?)(?: \((.*)\)| for (.+))?$")
 FSDP1_PREFIX = "FullyShardedDataParallel."
@@ -134,13 +134,13 @@ def _elements(dims) -> list[int]:
     return out
 
 
-def _message(table: TraceTable, r: int, kind: str, rpc: np.ndarray) -> tuple[int, int]:
+def _message(table: TraceTable, r: int, kind: str, rpc: np.ndarray, rpc_ts: np.ndarray) -> tuple[int, int]:
     """(full message elements, group size; 0 when unknown) of collective row `r`: from the
     `record_param_comms` inside its op (In / Out msg nelems, Group size), else from the op's two
     tensors (an all-gather's output over its input is the group)."""
     if table.cat[r] == schema.CPU_OP:
-        k = int(np.searchsorted(table.ts[rpc], table.ts[r], side="left"))
-        while k < len(rpc) and table.ts[rpc[k]] <= table.ts[r] + table.dur[r]:
+        k = int(np.searchsorted(rpc_ts, table.ts[r], side="left"))
+        while k < len(rpc) and rpc_ts[k] <= table.ts[r] + table.dur[r]:
             c = rpc[k]
             if table.tid[c] == table.tid[r] and max(int(table.in_nelems[c]), int(table.out_nelems[c])) > 0:
                 return max(int(table.in_nelems[c]), int(table.out_nelems[c])), max(int(table.group_size[c]), 0)
@@ -154,32 +154,27 @@ def _message(table: TraceTable, r: int, kind: str, rpc: np.ndarray) -> tuple[int
     return full, max(int(table.group_size[r]), 0)
 
 
-def _enclosing(rows: np.ndarray, table: TraceTable, ts: float, tid) -> int:
-    """The innermost of `rows` on thread `tid` whose span holds `ts`, or -1."""
-    best, best_dur = -1, np.inf
-    for r in rows:
-        if table.tid[r] == tid and table.ts[r] <= ts < table.ts[r] + table.dur[r] and table.dur[r] < best_dur:
-            best, best_dur = int(r), float(table.dur[r])
-    return best
+def _part(name: str) -> str:
+    """`layer_L`, `embedding` or `head` of a layer range's name (one ANN matches)."""
+    m = ANN.match(name)
+    return f"layer_{m.group(1)}" if m.group(1) is not None else (m.group(2) or m.group(3))
 
 
 FORWARD_WORK = ("pre_forward", "post_forward", "root_pre_forward", "forward_prefetch")
 
 
-def _phase(table: TraceTable, ts: float, tid, fsdp2: np.ndarray, phase_rows: np.ndarray,
-           layer_rows: np.ndarray, last_backward_end: float) -> str:
-    """forward / backward / after_backward of a collective issued at `ts`: from the FSDP2 range
-    around it (pre_forward vs pre_backward, backward_prefetch, post_backward_*), else the
-    `forward` / `backward` range or layer range around it, else after the last backward or not."""
-    for r in fsdp2:
-        if table.tid[r] == tid and table.ts[r] <= ts < table.ts[r] + table.dur[r]:
-            u = _fsdp_unit(str(table.name[r]))
-            if u and u[0] in FORWARD_WORK:
-                return "forward"
-            if u and u[0] not in ("all_gather", "all_gather_copy_out"):
-                return "backward"
-    for rows in (layer_rows, phase_rows):
-        r = _enclosing(rows, table, ts, tid)
+def _phase(table: TraceTable, fsdp_outer: int, layer: int, phase_row: int, ts: float,
+           last_backward_end: float) -> str:
+    """forward / backward / after_backward of a collective issued at `ts`: from the outermost FSDP2
+    range around it (pre_forward vs pre_backward, backward_prefetch, post_backward_*), else the layer
+    range or `forward` / `backward` range around it, else after the last backward or not."""
+    if fsdp_outer >= 0:
+        what = _fsdp_unit(str(table.name[fsdp_outer]))[0]
+        if what in FORWARD_WORK:
+            return "forward"
+        if what not in ("all_gather", "all_gather_copy_out"):
+            return "backward"
+    for r in (layer, phase_row):
         if r >= 0:
             name = str(table.name[r])
             return "backward" if name == "backward" or "/backward/" in name else "forward"
@@ -201,73 +196,76 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
     """The DP flavour of one rank's iteration (`step`: ProfilerStep number, default a steady one)."""
     s = select_step(table, step)
     inside = np.flatnonzero((table.ts >= s.start) & (table.ts < s.end))
-    names = table.name[inside].astype(str)
-    ann = inside[table.cat[inside] == schema.ANNOTATION]
-    ann_names = table.name[ann].astype(str)
-    fsdp2 = ann[np.char.startswith(ann_names, "FSDP::")]
-    fsdp1 = bool(np.any(np.char.startswith(names, FSDP1_PREFIX)))
-    layer_rows = np.array([r for r in ann if ANN.match(str(table.name[r]))], dtype=np.int64)
-    phase_rows = np.array([r for r in ann if str(table.name[r]) in ("forward", "backward")], dtype=np.int64)
+    # host events only: their names are short (a unicode copy of the kernels' would cost 0.4 s on
+    # an emulated 117B rank, and this runs on every prediction)
+    host = inside[(table.cat[inside] == schema.ANNOTATION) | (table.cat[inside] == schema.CPU_OP)]
+    names = np.array([str(n) for n in table.name[host]], dtype=object)
+    starts = lambda prefix: np.array([n.startswith(prefix) for n in names], dtype=bool)  # noqa: E731
+    ann = host[table.cat[host] == schema.ANNOTATION]
+    ann_names = names[table.cat[host] == schema.ANNOTATION]
+    fsdp2 = host[starts("FSDP::")]
+    fsdp1 = bool(np.any(starts(FSDP1_PREFIX)))
+    parsed = {int(r): _fsdp_unit(str(table.name[r])) for r in fsdp2}
+    prefetches = np.array([r for r in fsdp2 if parsed[int(r)][2]], dtype=np.int64)
+    layer_rows = np.array([r for r, n in zip(ann, ann_names) if ANN.match(n)], dtype=np.int64)
+    phase_rows = ann[(ann_names == "forward") | (ann_names == "backward")]
 
     # the collectives: issuing c10d ops, else communication kernels
-    ops = inside[(table.cat[inside] == schema.CPU_OP) & np.char.startswith(names, "c10d::")]
-    colls = [(int(r), collective_kind(str(table.name[r]))) for r in ops]
-    colls = [(r, k) for r, k in colls if k is not None]
-    if not len(ops):   # older traces: the backend's own ranges (nccl:*, gloo:*), else the kernels
-        own = inside[np.char.startswith(names, "nccl:") | np.char.startswith(names, "gloo:")
-                     | np.char.startswith(names, "rccl:")]
-        rows = own if len(own) else inside[table.cat[inside] == schema.KERNEL]
-        colls = [(int(r), collective_kind(str(table.coll_name[r] or table.name[r]))) for r in rows]
-        colls = [(r, k) for r, k in colls if k is not None]
+    ops = host[(table.cat[host] == schema.CPU_OP) & starts("c10d::")]
+    if len(ops):
+        kinds = {int(r): collective_kind(str(table.name[r])) for r in ops}
+    else:   # older traces: the backend's own ranges (nccl:*, gloo:*), else the kernels
+        own = host[starts("nccl:") | starts("gloo:") | starts("rccl:")]
+        ops = own if len(own) else inside[table.cat[inside] == schema.KERNEL]
+        kinds = {int(r): collective_kind(str(table.coll_name[r] or table.name[r])) for r in ops}
+    rows = np.array(sorted((r for r, k in kinds.items() if k is not None), key=lambda r: table.ts[r]),
+                    dtype=np.int64)
 
     order = {}              # FSDP unit -> first pre_forward start: the forward order
-    for r in fsdp2:
-        u = _fsdp_unit(str(table.name[r]))
+    for r, u in parsed.items():
         if u and u[0] == "pre_forward":
-            order.setdefault(u[1], float(table.ts[r]))
+            order[u[1]] = min(order.get(u[1], np.inf), float(table.ts[r]))
     units = sorted(order, key=order.get)
     backward = [r for r in np.concatenate([phase_rows, layer_rows])
                 if table.name[r] == "backward" or "/backward/" in str(table.name[r])]
     backward_end = max((float(table.ts[r] + table.dur[r]) for r in backward), default=np.inf)
 
-    rpc = inside[names == "record_param_comms"]      # the message and group, where torch records them
+    rpc = host[names == "record_param_comms"]      # the message and group, where torch records them
     rpc = rpc[np.argsort(table.ts[rpc], kind="stable")]
+    rpc_ts = table.ts[rpc]
+    # what encloses each collective on its thread, one sweep per kind of range
+    where = (table.pid[rows], table.tid[rows], table.ts[rows])
+    fsdp_in, fsdp_out = innermost(table, fsdp2, *where), innermost(table, fsdp2, *where, outermost=True)
+    in_prefetch, layer = innermost(table, prefetches, *where), innermost(table, layer_rows, *where)
+    phase_row = innermost(table, phase_rows, *where)
     out: list[Collective] = []
-    for r, kind in sorted(colls, key=lambda rk: table.ts[rk[0]]):
-        ts, tid = float(table.ts[r]), table.tid[r]
-        full, group = _message(table, r, kind, rpc)
-        unit, prefetch = "", False
-        f = _enclosing(fsdp2, table, ts, tid)
-        if f >= 0:
-            _, unit, _ = _fsdp_unit(str(table.name[f]))
-            prefetch = any(table.tid[r] == tid and table.ts[r] <= ts < table.ts[r] + table.dur[r]
-                           and _fsdp_unit(str(table.name[r]))[2] for r in fsdp2)
+    for i, r in enumerate(rows.tolist()):
+        ts = float(table.ts[r])
+        full, group = _message(table, r, kinds[r], rpc, rpc_ts)
+        if fsdp_in[i] >= 0:
+            unit = parsed[int(fsdp_in[i])][1]
         else:
-            lr = _enclosing(layer_rows, table, ts, tid)
-            if lr >= 0:
-                m = ANN.match(str(table.name[lr]))
-                unit = f"layer_{m.group(1)}" if m.group(1) is not None else (m.group(2) or m.group(3))
-        phase = _phase(table, ts, tid, fsdp2, phase_rows, layer_rows, backward_end)
-        out.append(Collective(kind, unit, phase, prefetch, int(full), int(group), ts, r))
+            unit = _part(str(table.name[layer[i]])) if layer[i] >= 0 else ""
+        phase = _phase(table, int(fsdp_out[i]), int(layer[i]), int(phase_row[i]), ts, backward_end)
+        out.append(Collective(kinds[r], unit, phase, bool(in_prefetch[i] >= 0), int(full), int(group), ts, r))
 
     sizes = {}
     for c in out:
         if c.unit and c.kind in ("all_gather", "reduce_scatter"):
             sizes.setdefault(c.unit, c.elements)
     if len(fsdp2) and not sizes:   # a group of one: the gradient packing names the unit's size
-        for r in inside[(table.cat[inside] == schema.CPU_OP) & (names == "fsdp::chunk_cat")]:
-            f = _enclosing(fsdp2, table, float(table.ts[r]), table.tid[r])
+        packs = host[names == "fsdp::chunk_cat"]
+        for r, f in zip(packs, innermost(table, fsdp2, table.pid[packs], table.tid[packs], table.ts[packs])):
             dims = table.input_dims[r] or []
             if f >= 0 and dims and isinstance(dims[-1], list) and dims[-1]:
-                sizes.setdefault(_fsdp_unit(str(table.name[f]))[1], int(np.prod(dims[-1])))
+                sizes.setdefault(parsed[int(f)][1], int(np.prod(dims[-1])))
     unit_elements = {u: sizes[u] for u in units if u in sizes}
     flavour = _classify(table, out, units, unit_elements, len(fsdp2) > 0, fsdp1)
-    flavour.unit_layers = _unit_layers(table, fsdp2, layer_rows, units, order)
+    flavour.unit_layers = _unit_layers(table, layer_rows, units, order)
     return flavour
 
 
-def _unit_layers(table: TraceTable, fsdp2: np.ndarray, layer_rows: np.ndarray, units: list[str],
-                 order: dict) -> dict[str, str]:
+def _unit_layers(table: TraceTable, layer_rows: np.ndarray, units: list[str], order: dict) -> dict[str, str]:
     """FSDP unit -> the layer range (`layer_L`, `embedding`) that opens first after the unit's
     first pre_forward on its thread: the layer whose parameters the unit's collectives carry."""
     out = {}
@@ -276,15 +274,14 @@ def _unit_layers(table: TraceTable, fsdp2: np.ndarray, layer_rows: np.ndarray, u
     fwd = [r for r in layer_rows if "/forward/" in str(table.name[r])]
     fwd.sort(key=lambda r: table.ts[r])
     starts = np.array([table.ts[r] for r in fwd])
-    parts = {m.group(2) or m.group(3) for m in (ANN.match(str(table.name[r])) for r in fwd) if m}
+    parts = {_part(str(table.name[r])) for r in fwd}
     for u in units:
         if u == ROOT and parts:       # the model itself: its embedding, or on a last pipeline stage its head
             out[u] = "embedding" if "embedding" in parts else "head"
             continue
         k = int(np.searchsorted(starts, order[u], side="left"))
         if k < len(fwd):
-            m = ANN.match(str(table.name[fwd[k]]))
-            out[u] = f"layer_{m.group(1)}" if m.group(1) is not None else (m.group(2) or m.group(3))
+            out[u] = _part(str(table.name[fwd[k]]))
     return out
 
 
@@ -334,13 +331,14 @@ def _classify(table: TraceTable, colls: list[Collective], units: list[str], unit
                               "forward, or all-gathers with no gradient reduction, are model parallelism's)")
 
 
-def host_dp_degree(tables, step: int | None = None) -> int:
+def host_dp_degree(tables, step: int | None = None, flavours: dict | None = None) -> int:
     """The DP degree a run's host-side collectives show, for a run whose device shows none (gloo on
     CPU): the group of its all-gathers / reduce-scatters (output over input), else, for all-reduces
-    on a run with one process group (`distributedInfo.pg_config`), that group's size; 1 otherwise."""
+    on a run with one process group (`distributedInfo.pg_config`), that group's size; 1 otherwise.
+    `flavours`: rank -> `find_dp_flavour` of that rank's table, where the caller has them."""
     best = 1
     for t in tables:
-        f = find_dp_flavour(t, step)
+        f = flavours[t.rank] if flavours else find_dp_flavour(t, step)
         groups = [c.group for c in f.collectives if c.kind != "all_reduce" and c.group > 0]
         if groups:
             best = max(best, max(groups))

@@ -56,9 +56,9 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     if all(h.source == "none" for h in how):
         raise ValueError(f"{tables[0].path}: {how[0].note}. The what-if transforms rebuild a run from its "
                          "transformer layers; this trace has none (`lumos replay --structure` says what was found)")
-    on_device = bool(np.any(graph.comm))
-    refuse_unmodelled_dp(tables, step, on_device)
-    st = find_structure(graph, found, host_dp=1 if on_device else host_dp_degree(tables, step))
+    flavours = dp_flavours(tables, step)
+    refuse_unmodelled_dp(tables, flavours, on_device=bool(np.any(graph.comm)))
+    st = find_structure(graph, found, host_dp=_host_dp(graph, tables, flavours))
     st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
@@ -141,12 +141,22 @@ def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, setti
     return plan_memory(shape, layers_per_stage(pp, layers), pp, dp, microbatches, settings)
 
 
-def refuse_unmodelled_dp(tables: Sequence[TraceTable], step, on_device: bool) -> None:
+def dp_flavours(tables: Sequence[TraceTable], step=None) -> dict:
+    """rank -> the DP flavour of its iteration (`dp_flavour.find_dp_flavour`), read once per base."""
+    return {t.rank: find_dp_flavour(t, step) for t in tables}
+
+
+def _host_dp(graph, tables: Sequence[TraceTable], flavours: dict) -> int:
+    """The DP degree for `find_structure` to take when no device collective says one."""
+    return 1 if np.any(graph.comm) else host_dp_degree(tables, flavours=flavours)
+
+
+def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device: bool) -> None:
     """A clear error rather than an answer for a different program: the transforms model
     all-reduce DP of device collectives; a sharded base (FSDP, ZeRO) or a base whose collectives
     are host ops (gloo on CPU) is not re-timed by them (issue 32)."""
     for t in tables:
-        f = find_dp_flavour(t, step)
+        f = flavours[t.rank]
         if f.sharded:
             raise ValueError(f"{t.path}: the base trains with {f.label}; {f.reason}. The what-if transforms "
                              "model all-reduce data parallelism only; a prediction from a sharded base would "
@@ -159,9 +169,9 @@ def refuse_unmodelled_dp(tables: Sequence[TraceTable], step, on_device: bool) ->
                              "re-time device collectives only, so a prediction would leave them unmodelled")
 
 
-def data_parallel_report(tables: Sequence[TraceTable], step=None) -> dict:
-    """The DP flavour of the run (`dp_flavour`): one entry when every rank agrees, else per rank."""
-    found = {t.rank: find_dp_flavour(t, step) for t in tables}
+def data_parallel_report(found: dict) -> dict:
+    """The DP flavour of the run (rank -> flavour, `dp_flavours`): one entry when every rank agrees,
+    else per rank."""
     kinds = {f.kind for f in found.values()}
     first = found[min(found)]
     if len(kinds) == 1:
@@ -177,12 +187,13 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     graph = build_run_graph(tables, step=step)
     found, how = recover_layers(list(tables), step)
     out = summary([h.as_dict() for h in how])
-    out["data_parallel"] = data_parallel_report(tables, step)
+    flavours = dp_flavours(tables, step)
+    out["data_parallel"] = data_parallel_report(flavours)
     if out["source"] == "none":
         out["what_if"] = "none: the what-if transforms need transformer layers"
         return out
     try:
-        st = find_structure(graph, found, host_dp=1 if np.any(graph.comm) else host_dp_degree(tables, step))
+        st = find_structure(graph, found, host_dp=_host_dp(graph, tables, flavours))
     except ValueError as exc:   # e.g. one rank of a pipeline: the stages are not all here
         out["error"] = str(exc)
         return out
