@@ -70,8 +70,8 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
                      help="optimizer state sharded over data-parallel ranks")
     mem.add_argument("--sharding", choices=("none", "zero1", "zero2", "zero3"), default=None,
                      help="data-parallel sharding of optimizer state (zero1), + gradients (zero2, FSDP "
-                          "SHARD_GRAD_OP), + parameters (zero3, FSDP FULL_SHARD); memory only: the step "
-                          "time is still that of all-reduce DP")
+                          "SHARD_GRAD_OP), + parameters (zero3, FSDP FULL_SHARD); default: the base's own "
+                          "(none for all-reduce DP). Memory only: the step time is that of the base's DP")
     mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
     mem.add_argument("--sequence-parallel", action="store_true", default=None)
     mem.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
@@ -148,6 +148,15 @@ def run(args) -> int:
     return 0
 
 
+def _sharding_note(memory: str, base: str) -> str:
+    """What the memory line assumes about sharding, and whether the time assumes the same."""
+    if memory == "none":
+        return ""
+    if base != "none":
+        return f" (with {memory} sharding of the DP state, as the base's {base} does)"
+    return f" (with {memory} sharding of the DP state; the time assumes all-reduce DP)"
+
+
 def format_table(doc: dict) -> str:
     t = doc["target"]
     mbs = f", micro-batch {t['micro_batch']}" if "micro_batch" in t else ""
@@ -169,8 +178,7 @@ def format_table(doc: dict) -> str:
         shard = m.get("assumptions", {}).get("sharding", "none")
         lines.append(f"  memory per GPU (peak stage): {m['memory_gib_per_gpu']:.1f} GiB of {m['gpu_memory_gib']:.1f}"
                      f" -> {'fits' if m['fits'] else 'does NOT fit'}"
-                     + (f" (with {shard} sharding of the DP state; the time assumes all-reduce DP)"
-                        if shard != "none" else ""))
+                     + _sharding_note(shard, doc.get("base_config", {}).get("dp_sharding", "none")))
     source = doc.get("structure", {}).get("source")
     if source in ("repetition", "modules"):
         how = "by repetition of its ops" if source == "repetition" else "from the profiler's module events"

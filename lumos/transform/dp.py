@@ -4,6 +4,13 @@ Each gradient all-reduce keeps its message size and gets the new group (Megatron
 layout: stride tp, dp members), so its topology level may change (a group that
 outgrows a host goes over RoCE); the collective supplier adds the model's change
 to the measured duration. Pipeline peers move to their new global ranks too.
+
+A sharded base (FSDP, ZeRO; `Plan.sharding`) changes the same way: each unit's
+all-gather and reduce-scatter keeps its full message (the unit's parameters, of
+which each rank holds 1/DP) and takes the new group, so a ring moves (n-1)/n of it
+per rank where it moved (n-1)/n before; where they sit, their streams and the
+waits that order them are the base's. Its optimizer updates the rank's shard:
+the optimizer's kernels do old DP / new DP of the base's work.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import dataclasses
 
 import numpy as np
 
-from .plan import Plan, dp_group, stage_ranks
+from lumos.graph.model import TaskKind
+
+from .plan import Plan, block_mask, dp_group, stage_ranks
 from .suppliers import CollectiveSpec
 
 
@@ -38,6 +47,8 @@ def change_dp(plan: Plan, dp: int) -> Plan:
             group = tuple(sorted(remap.get(x, x) for x in st.group[t]))
         st.group[t] = group
         g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], group))
+    if plan.sharding:
+        _reshard_optimizer(out, plan.dp / dp)
     g.proc_rank[:] = _remapped(g.proc_rank, remap)
     g.rank[:] = _remapped(g.rank, remap)
     # new blocks, not edits: the clone shares its Block objects with the base, which other targets reuse
@@ -45,6 +56,16 @@ def change_dp(plan: Plan, dp: int) -> Plan:
     out.dp, out.ranks = dp, new_ranks
     out.st.dp = dp
     return out
+
+
+def _reshard_optimizer(plan: Plan, ratio: float) -> None:
+    """The optimizer's device work (norm, Adam, their element-wise kernels) times `ratio` of the
+    base's: each rank updates 1/DP of the parameters. Copies and collectives keep their time."""
+    g, st = plan.graph, plan.st
+    opt = block_mask(st, ("optimizer",)) & (g.kind == TaskKind.GPU) & ~g.comm
+    opt &= ~np.char.startswith(g.name.astype(str), "Mem")
+    for t in np.flatnonzero(opt).tolist():
+        g.dur[t] = plan.compute.scale(g.dur[t], "elementwise", ratio)
 
 
 def _remapped(ranks: np.ndarray, remap: dict) -> np.ndarray:

@@ -136,9 +136,13 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
             # middle stages and extra micro-batches are replicas of a role
             own = (first if src_rank == tm.ranks[0] else last) and mb < tm.base_mb
             start = tm.lead(src_rank, phase, mb, replica=not own)
-            for k, (bi, after, layer) in enumerate(blocks):
+            if tm.sharded is not None:
+                blocks = _with_shard_glue(tm, st, blocks, base_rank, phase, mb, m, has_root=first or last)
+            for k, (bi, after, layer, *own_lag) in enumerate(blocks):
                 if k == 0:
                     lead = start
+                elif own_lag:       # next to its sharded-DP glue: the base's own lags into it
+                    lead = None
                 else:
                     lead = (tm.interior_lag.get(phase), None)
                 emit(bi, lead=lead, layer=layer, mb=mb)
@@ -204,6 +208,20 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     out.role = comm_roles(stt)
     out.pp, out.layers, out.microbatches, out.ranks = pp, layers, m, ranks
     out.pairs = groups
+    return out
+
+
+def _with_shard_glue(tm: Templates, st: RunStructure, blocks: list, base_rank: int, phase: str, mb: int,
+                     m: int, has_root: bool) -> list:
+    """A step's blocks with the sharded base's gathers before and reduce-scatters after each
+    (`sharded_glue.py`); a glue block, and a main block after one, enter on the base's own lags."""
+    out = []
+    for k, (bi, after, layer) in enumerate(blocks):
+        next_layer = k + 1 < len(blocks) and st.blocks[blocks[k + 1][0]].kind == "layer"
+        pre, suf = tm.sharded.around(base_rank, phase, mb, m, st.blocks[bi].kind, k == 0, next_layer, has_root)
+        out += [(g, None, layer, True) for g in pre]
+        out.append((bi, after, layer, True) if pre else (bi, after, layer))
+        out += [(g, None, layer, True) for g in suf]
     return out
 
 
@@ -307,12 +325,12 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         role = plan.role[t]
         if role == "tp":
             group[k] = tuple(range(rank, rank + plan.tp))
-        elif role == "dp":
-            old = CollectiveSpec("allreduce", nbytes[k], group[k])
+        elif role == "dp":     # a gradient bucket's all-reduce, or a sharded base's gather / reduce-scatter
+            old = CollectiveSpec(coll[k], nbytes[k], group[k])
             group[k] = dp_group(rank, plan.tp, plan.dp)
             if dp_bytes is not None:
                 nbytes[k] = dp_bytes
-            dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec("allreduce", nbytes[k], group[k]))
+            dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(coll[k], nbytes[k], group[k]))
         elif role == "mp":
             # the grad norm's all-reduce spans every stage: the new stages' TP ranks, one rendezvous of all
             # the stages (each stage's n-th such call meets the others' n-th), so no stage ends before the last

@@ -391,10 +391,11 @@ def _vocab(blocks: list, op_name, op_dims, h: int, tokens: int) -> int:
     return 0
 
 
-def find_structure(graph: Graph, tables: list[TraceTable], host_dp: int = 1) -> RunStructure:
-    """Blocks and facts of a run graph built (by `build_run_graph`) from `tables`. `host_dp`: the DP
-    degree the host ops' collectives show (`dp_flavour.host_dp_degree`), taken when no device
-    collective says one (a CPU run on gloo), so its ranks are not read as pipeline stages."""
+def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> RunStructure:
+    """Blocks and facts of a run graph built (by `build_run_graph`) from `tables`. `dp_hint`: the DP
+    degree the run's sharded or host-side collectives show (`dp_flavour.host_dp_degree`), taken when
+    no gradient all-reduce says one (an FSDP run, a CPU run on gloo), so its ranks are not read as
+    pipeline stages."""
     n = graph.n_tasks
     coll = np.empty(n, dtype=object)
     group = np.empty(n, dtype=object)
@@ -459,7 +460,7 @@ def find_structure(graph: Graph, tables: list[TraceTable], host_dp: int = 1) -> 
     world = max(t.world_size for t in tables)
     dp_sizes = [len(group[t]) for t in np.flatnonzero(coll != None)  # noqa: E711
                 if coll[t] == "allreduce" and task_block[t] >= 0 and blocks[task_block[t]].kind == "dp"]
-    dp = max(dp_sizes) if dp_sizes else max(int(host_dp), 1)
+    dp = max(dp_sizes) if dp_sizes else max(int(dp_hint), 1)
     pp = max(world // (shape.tp * dp), 1)
     if pp != len(ranks):
         raise ValueError(f"the base run must hold one rank per pipeline stage: world {world} = "

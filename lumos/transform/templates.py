@@ -18,6 +18,7 @@ import numpy as np
 from lumos.graph.model import EdgeClass, TaskKind
 
 from .plan import Plan
+from .sharded_glue import ShardedGlue
 
 __all__ = ["Templates", "BlockLayout", "is_outlier"]
 
@@ -52,7 +53,12 @@ class Templates:
                 self.optimizer.setdefault(b.rank, []).append(i)
             if b.kind in ("p2p", "layer", "embedding", "head") and b.rank not in first_main:
                 first_main[b.rank] = b.start
+        # a sharded base's per-unit gathers and reduce-scatters go with the blocks they serve
+        self.sharded = ShardedGlue(plan) if plan.sharding else None
+        attached = self.sharded.attached if self.sharded else set()
         for i, b in enumerate(st.blocks):
+            if i in attached:
+                continue
             if b.kind == "glue" and b.start < first_main.get(b.rank, np.inf):
                 self.prologue.setdefault(b.rank, []).append(i)
             elif b.kind == "glue":
@@ -118,8 +124,9 @@ class Templates:
                     interior[bl.phase].append(self.lead_lag[i][0])
                 continue
             seen.add(key)
-            self.step_lead[key] = self.lead_lag[i]
-            self.step_handoff_binds[key] = self.handoff_binds[i]
+            j = self.sharded.opening(i) if self.sharded else i   # a step may open with its gathers
+            self.step_lead[key] = self.lead_lag[j]
+            self.step_handoff_binds[key] = self.handoff_binds[j]
         self.interior_lag = {ph: float(np.median(v)) for ph, v in interior.items()}
         # step leads of stages that replicate a base stage's role (middle stages, extra micro-batches):
         # the base's value for that micro-batch unless it is an outlier among the base's micro-batches

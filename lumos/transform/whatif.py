@@ -58,7 +58,7 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
                          "transformer layers; this trace has none (`lumos replay --structure` says what was found)")
     flavours = dp_flavours(tables, step)
     refuse_unmodelled_dp(tables, flavours, on_device=bool(np.any(graph.comm)))
-    st = find_structure(graph, found, host_dp=_host_dp(graph, tables, flavours))
+    st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
     st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
@@ -73,7 +73,7 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
-                host_steps=graph.summary.get("host_steps", {}))
+                host_steps=graph.summary.get("host_steps", {}), sharding=base_sharding(flavours))
 
 
 def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
@@ -97,6 +97,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
+    if plan.sharding:
+        refuse_sharded_reshape(plan, tp=tp, hidden=hidden, ffn=ffn)
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
     out = change_tp(out, tp)
@@ -115,13 +117,29 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     return out
 
 
+def refuse_sharded_reshape(plan: Plan, **target) -> None:
+    """A sharded base predicts DP, PP, layer-count, micro-batch and hardware-speed changes (`dp.change_dp`,
+    the rebuild with `sharded_glue.py`); a TP or width change would re-size every unit's gather and
+    reduce-scatter, which is not built yet (issue 32), so it is refused."""
+    base = {"tp": plan.tp, "hidden": plan.shape.hidden, "ffn": plan.shape.ffn}
+    changed = [k for k, v in target.items() if v is not None and k in base and v != base[k]]
+    if changed:
+        raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): from it Lumos predicts "
+                         f"DP, PP, layer-count, micro-batch and hardware-speed changes, not {', '.join(changed)} (each "
+                         "unit's all-gather and reduce-scatter would change size; docs/prediction.md, 'Sharded data "
+                         "parallelism')")
+
+
 def memory_settings(plan: Plan, overrides: dict | None = None):
     """Memory-model settings for predictions from `plan`'s base: the cluster profile's, `overrides`
     applied, the workspace constant calibrated from the base's GPU `[memory]` events where its trace
     has them and `overrides` sets no `workspace_gib` (`memory_calibration.py`)."""
     from .memory import MemorySettings
 
-    settings = MemorySettings.from_profile(load_profile(), **(overrides or {}))
+    overrides = dict(overrides or {})
+    if plan.sharding and overrides.get("sharding") is None:   # the base's own sharding, unless told otherwise
+        overrides["sharding"] = SHARDED_MEMORY[plan.sharding]
+    settings = MemorySettings.from_profile(load_profile(), **overrides)
     if plan.measured_memory is not None and (overrides or {}).get("workspace_gib") is None:
         settings = calibrate(settings, plan.measured_memory)
     return settings
@@ -146,27 +164,49 @@ def dp_flavours(tables: Sequence[TraceTable], step=None) -> dict:
     return {t.rank: find_dp_flavour(t, step) for t in tables}
 
 
-def _host_dp(graph, tables: Sequence[TraceTable], flavours: dict) -> int:
-    """The DP degree for `find_structure` to take when no device collective says one."""
-    return 1 if np.any(graph.comm) else host_dp_degree(tables, flavours=flavours)
+def _dp_hint(graph, tables: Sequence[TraceTable], flavours: dict) -> int:
+    """The DP degree for `find_structure` to take when no gradient all-reduce says one: the group of
+    a sharded run's all-gathers and reduce-scatters, or of a CPU run's host collectives."""
+    if any(f.sharded for f in flavours.values()) or not np.any(graph.comm):
+        return host_dp_degree(tables, flavours=flavours)
+    return 1
+
+
+# sharded flavours whose DP change the transforms make (`dp.change_dp`), and the memory model's stage
+# for each: FULL_SHARD shards parameters, gradients and optimizer state (ZeRO-3); SHARD_GRAD_OP keeps
+# whole parameters from forward to backward (ZeRO-2's peak); a sharded optimizer alone cannot tell its
+# gradients' sharding from the trace, so ZeRO-1 (the larger) is taken
+SHARDED_MEMORY = {"fsdp_full": "zero3", "zero3": "zero3", "fsdp_grad_op": "zero2", "zero12": "zero1"}
+
+
+def base_sharding(flavours: dict) -> str:
+    """The base's sharded DP flavour (a key of SHARDED_MEMORY), '' for all-reduce DP or none."""
+    kinds = {f.kind for f in flavours.values() if f.sharded}
+    return min(kinds) if len(kinds) == 1 and kinds <= set(SHARDED_MEMORY) else ""
 
 
 def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device: bool) -> None:
-    """A clear error rather than an answer for a different program: the transforms model
-    all-reduce DP of device collectives; a sharded base (FSDP, ZeRO) or a base whose collectives
-    are host ops (gloo on CPU) is not re-timed by them (issue 32)."""
+    """A clear error rather than an answer for a different program: the transforms re-time device
+    collectives, all-reduce DP and the sharded flavours of SHARDED_MEMORY (issue 32); a base whose
+    collectives are host ops (gloo on CPU), HSDP or FSDP over a group of one (no collective to resize)
+    is not re-timed by them."""
     for t in tables:
         f = flavours[t.rank]
-        if f.sharded:
-            raise ValueError(f"{t.path}: the base trains with {f.label}; {f.reason}. The what-if transforms "
-                             "model all-reduce data parallelism only; a prediction from a sharded base would "
-                             "answer for a different program, so none is made (`lumos replay --structure` "
-                             "shows what was found)")
         if not on_device and f.collectives:
             c = f.collectives[0]
             raise ValueError(f"{t.path}: the base's collectives are host ops ({len(f.collectives)} in the "
                              f"iteration, e.g. {t.name[c.row]}) and no device collective: the transforms "
                              "re-time device collectives only, so a prediction would leave them unmodelled")
+        if f.sharded and f.kind not in SHARDED_MEMORY:
+            raise ValueError(f"{t.path}: the base trains with {f.label}; {f.reason}. The what-if transforms "
+                             "model all-reduce DP, FSDP / ZeRO-3, SHARD_GRAD_OP and sharded optimizers with "
+                             "their collectives in the trace; a prediction from this base would answer for a "
+                             "different program, so none is made (`lumos replay --structure` shows what was "
+                             "found)")
+    kinds = {f.kind for f in flavours.values()}
+    if len(kinds) > 1 and kinds & set(SHARDED_MEMORY):
+        raise ValueError(f"{tables[0].path}: the base's ranks train with different DP flavours "
+                         f"({', '.join(sorted(kinds))}): no one DP change fits them all")
 
 
 def data_parallel_report(found: dict) -> dict:
@@ -193,7 +233,7 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
         out["what_if"] = "none: the what-if transforms need transformer layers"
         return out
     try:
-        st = find_structure(graph, found, host_dp=_host_dp(graph, tables, flavours))
+        st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
     except ValueError as exc:   # e.g. one rank of a pipeline: the stages are not all here
         out["error"] = str(exc)
         return out

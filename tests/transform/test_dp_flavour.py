@@ -106,8 +106,11 @@ def test_predict_refuses_a_sharded_base_with_the_reason(capsys):
     assert lumos_main(["predict", str(FSDP / "full_1rank_r0"), "--layers", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lumos predict: error: ") and "full_1rank_r0/rank0.json.gz: the base trains with FSDP" in err
-    assert "model all-reduce data parallelism only" in err
-    with pytest.raises(ValueError, match="the base trains with FSDP, resharding after forward"):
+    # FSDP over a group of one has no collective to resize; 2 ranks on gloo have host collectives only
+    assert "(a group of one: no collective to tell whether it reshards after forward)" in err
+    assert "with their collectives in the trace" in err
+    with pytest.raises(ValueError, match=r"rank0\.json\.gz: the base's collectives are host ops \(15 in the "
+                                         r"iteration, e\.g\. c10d::_allgather_base_\)"):
         base_plan(load_run(FSDP / "full_2rank_r0"))
 
 

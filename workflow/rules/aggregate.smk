@@ -22,6 +22,11 @@ def collect_inputs(kind):
                    "run": config["speed"]["base"], "seed": s}
                   for v in config["speed"]["variants"] for s in range(int(config["speed"].get("seeds", 1)))]
         return speed_jsons(), labels
+    if kind == "sharded_dp":
+        runs = sharded_runs()
+        labels = [{"label": t, "group": sharded_group(runs["base"], runs[t]), "run": runs[t].name, "seed": s}
+                  for t in SHARDED.get("targets", []) for s in sharded_seeds()]
+        return sharded_jsons(), labels
     if kind == "ablation":
         abl = config.get("ablation", {})
         labels = ([{"source": t, "emulated": False} for t in abl.get("real", [])]
@@ -37,7 +42,7 @@ rule collect:
     output:
         csv=f"{R}/data/{{kind}}.csv",
     wildcard_constraints:
-        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|ablation",
+        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|ablation",
     params:
         labels=lambda w: collect_inputs(w.kind)[1],
     log:
@@ -75,7 +80,7 @@ rule table:
         csv=f"{R}/tables/{{name}}.csv",
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
-        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|ablation|ablation_by_trace|statistics",
+        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|ablation|ablation_by_trace|statistics",
     params:
         tag=TAG,
         overrides=OVERRIDES,

@@ -183,6 +183,8 @@ def table_names():
         names.append("variants")
     if config.get("speed", {}).get("variants"):
         names.append("speed")
+    if (config.get("sharded") or {}).get("targets"):
+        names.append("sharded_dp")
     if ablation_csvs():
         names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():

@@ -50,7 +50,7 @@ rule emulate_speed:
         mem_mb=3000,
         runtime=lambda w: 10 * len(SPEED["variants"]),
     script:
-        "../scripts/emulate_speed.py"
+        "../scripts/emulate_variants.py"
 
 
 rule predict_speed:
@@ -71,4 +71,4 @@ rule predict_speed:
         mem_mb=3000,
         runtime=lambda w: 5 * len(SPEED["variants"]),
     script:
-        "../scripts/predict_speed.py"
+        "../scripts/predict_variants.py"

@@ -38,6 +38,10 @@ with logged(smk):
         title = ("Faster / slower hardware and micro-batch-size what-ifs vs the emulated actual (emulated): the "
                  "base re-emulated with compute (peak FLOP/s, HBM) or collective bandwidth (NVLink, NICs) scaled, "
                  "or another micro-batch size, mean over seeds")
+    elif name == "sharded_dp":
+        df = T.prediction_table(data[name])
+        title = ("Sharded data parallelism (emulated): DP changes of an FSDP2 FULL_SHARD run, `lumos predict --dp` "
+                 "from the sharded base vs the emulated actual (training.dp_sharding=fsdp), mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"

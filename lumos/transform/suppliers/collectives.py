@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 LEVELS = ("intra_host", "inter_host")
+BANDWIDTH_BYTES = 1 << 20   # a transfer this large is bandwidth-bound (`fit_alpha_beta`'s rate fallback)
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,11 @@ def fit_alpha_beta(samples: list[tuple[CollectiveSpec, float]], profile: dict | 
             if fit is not None:
                 alpha[lv], beta[lv], level_fixed[lv], source[lv] = fit
                 continue
-        # one size only (or a degenerate fit): alpha from the profile, beta from the samples
-        big = moved > 0
+        # one size only (or a degenerate fit): alpha from the profile, beta from the samples; where some
+        # move a megabyte or more, those alone (a few bytes' time is latency and waiting: an FSDP run's
+        # grad-norm all-reduce of 4 bytes waits 6 ms for its peers, and read as bandwidth it dragged the
+        # median rate down by a quarter)
+        big = moved >= BANDWIDTH_BYTES if np.any(moved >= BANDWIDTH_BYTES) else moved > 0
         rate = (t[big] - steps[big] * a_prof) / moved[big]
         rate = rate[rate > 0]
         if len(rate):

@@ -1,5 +1,5 @@
-"""Shim of rule `predict_speed`: `lumos predict BASE --compute-speed X --network-speed Y --actual DIR` for
-every variant of one seed, in this one process."""
+"""Shim of rules `predict_speed` and `predict_sharded`: `lumos predict BASE FLAGS --actual DIR` for every
+variant of one seed, in this one process."""
 import json
 import sys
 from pathlib import Path

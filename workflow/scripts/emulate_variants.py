@@ -1,5 +1,5 @@
-"""Shim of rule `emulate_speed`: the base run emulated on a cluster with scaled compute or bandwidth (or
-another micro-batch size), every variant of one seed in this one process."""
+"""Shim of rules `emulate_speed` and `emulate_sharded`: one seed's variants of a run (a cluster with scaled
+compute or bandwidth, another micro-batch size, sharded DP at other degrees) emulated in this one process."""
 import sys
 from pathlib import Path
 
@@ -17,5 +17,5 @@ with logged(smk):
         cfg = compose("emulate", list(overrides) + [f"out={out}", "progress=false"])
         for key, factor in scale.items():
             cfg.cluster[key] = float(cfg.cluster[key]) * float(factor)
-        write_text_atomic(resolved, f"# cluster scaled by {dict(scale)}\n" + to_yaml(cfg))
+        write_text_atomic(resolved, (f"# cluster scaled by {dict(scale)}\n" if scale else "") + to_yaml(cfg))
         print(f"{out}: {emulate_into(cfg, out)}", flush=True)
