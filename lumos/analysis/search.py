@@ -46,10 +46,11 @@ SHORT_PIPELINE = 8
 
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
-    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`."""
+    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`; a sharded base keeps its TP (the
+    transforms do not re-size its gathers for another, `plan.refuse_sharded`)."""
     out = []
     for tp in range(1, gpus + 1):
-        if gpus % tp or tp_misfits(base.shape, tp):
+        if gpus % tp or tp_misfits(base.shape, tp) or (base.sharding and tp != base.tp):
             continue
         for pp in range(1, gpus // tp + 1):
             if (gpus // tp) % pp or base.layers % pp:

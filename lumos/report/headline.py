@@ -50,6 +50,7 @@ PAPER_MEAN_GROUP = "all nine"
 HOST_BOUND_TARGETS = ("mbs_2",)
 SCALEOUT_GROUPS = ("DP", "PP", "DP+PP")   # the paper's nine Fig. 7 targets, as groups of table scaleout
 NO_TP = "- (the paper's predictor does not change TP)"
+NO_SHARDED = "- (none of Lumos, dPRO, vTrain, SimAI predicts sharded DP from a trace)"
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,16 @@ def tensor_parallel(src: Sources) -> Cells:
             f"worst layout {pct(e.max())}", NO_TP, "emulated", ("scaleout",))
 
 
+def sharded(src: Sources) -> Cells:
+    """sharded_dp.csv: abs_error_pct_mean and component_l1_pct_mean per target (mean over seeds), group,
+    n (seeds)."""
+    df = _read(src.tables / "sharded_dp.csv")
+    e = df["abs_error_pct_mean"]
+    per = ", ".join(f"{r.group.replace(' (FSDP)', '')} {r.label} {pct(r.abs_error_pct_mean, 1)}" for r in df.itertuples())
+    return (f"{ABS_ERROR} {pct(e.mean())} over {len(df)} layouts ({_seeds(df['n'])} seeds each; {per}), component "
+            f"L1 {pct(df['component_l1_pct_mean'].mean(), 1)}", NO_SHARDED, "emulated", ("sharded_dp",))
+
+
 def h200(src: Sources) -> Cells:
     """h200_whatif.csv, rows of role "what-if": error_pct per base and target; HOST_BOUND_TARGETS
     apart (their signed error per base and, where the table has predicted_lo90_ms / predicted_hi90_ms,
@@ -263,6 +274,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Transfer on real traces (step k's graph, step k+1's durations)", transfer, "transfer_real"),
     ("The nine scale-out targets (Fig. 7) from 15B 2x2x4", scaleout, "scaleout"),
     ("TP changes from 15B 2x2x4", tensor_parallel, "scaleout"),
+    ("Sharded DP (FSDP2 FULL_SHARD) from 15B 2x2x4", sharded, "sharded_dp"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),
     ("Prediction vs hardware (published runs)", endtoend, "endtoend"),

@@ -30,7 +30,7 @@ import copy
 
 import numpy as np
 
-from .plan import Plan, block_mask
+from .plan import Plan, block_mask, refuse_sharded
 from .shapes import _gemm_dims, _is_tensor, map_tensors, reshape_tasks, rewrite_width
 from .suppliers import CollectiveSpec
 from .suppliers.compute import GEMM_OPS, gemm_mkn
@@ -101,6 +101,7 @@ def _batched(dims, n: int) -> bool:
 def change_tp(plan: Plan, tp: int | None) -> Plan:
     if tp is None or tp == plan.tp:
         return plan
+    refuse_sharded(plan, f"a TP change ({plan.tp} -> {tp})")
     sh = plan.shape
     check_tp(sh, tp)
     out = plan.clone()

@@ -97,8 +97,6 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
-    if plan.sharding:
-        refuse_sharded_reshape(plan, tp=tp, hidden=hidden, ffn=ffn)
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
     out = change_tp(out, tp)
@@ -115,19 +113,6 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp:
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
     return out
-
-
-def refuse_sharded_reshape(plan: Plan, **target) -> None:
-    """A sharded base predicts DP, PP, layer-count, micro-batch and hardware-speed changes (`dp.change_dp`,
-    the rebuild with `sharded_glue.py`); a TP or width change would re-size every unit's gather and
-    reduce-scatter, which is not built yet (issue 32), so it is refused."""
-    base = {"tp": plan.tp, "hidden": plan.shape.hidden, "ffn": plan.shape.ffn}
-    changed = [k for k, v in target.items() if v is not None and k in base and v != base[k]]
-    if changed:
-        raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): from it Lumos predicts "
-                         f"DP, PP, layer-count, micro-batch and hardware-speed changes, not {', '.join(changed)} (each "
-                         "unit's all-gather and reduce-scatter would change size; docs/prediction.md, 'Sharded data "
-                         "parallelism')")
 
 
 def memory_settings(plan: Plan, overrides: dict | None = None):

@@ -18,7 +18,7 @@ import copy
 
 from lumos.graph.model import TaskKind
 
-from .plan import Plan
+from .plan import Plan, refuse_sharded
 from .shapes import rewrite_width
 from .suppliers import CollectiveSpec, ComputeSpec
 
@@ -39,6 +39,7 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
     ffn = ffn or plan.shape.ffn
     if hidden == plan.shape.hidden and ffn == plan.shape.ffn:
         return plan
+    refuse_sharded(plan, "a width change")
     if hidden % plan.tp or ffn % plan.tp:
         raise ValueError(f"hidden {hidden} and ffn {ffn} must be multiples of tp {plan.tp}")
     out = plan.clone()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lumos.analysis.predict import predict
+from lumos.analysis.search import search
 from lumos.emulator import emulate, write_result
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run, schema
@@ -96,7 +97,14 @@ def test_sharded_predictions_are_within_3_percent_of_the_emulated_run(plan, runs
 
 
 def test_tp_and_width_changes_of_a_sharded_base_are_refused(plan):
-    with pytest.raises(ValueError, match=r"sharded data parallelism \(fsdp_full\).* not tp \(each unit's"):
+    with pytest.raises(ValueError, match=r"sharded data parallelism \(fsdp_full\).* not a TP change \(2 -> 4\) "
+                                         r"\(each unit's"):
         transform(plan, tp=4)
-    with pytest.raises(ValueError, match=r"not hidden, ffn"):
+    with pytest.raises(ValueError, match=r"not a width change"):
         transform(plan, hidden=1024, ffn=4096)
+
+
+def test_search_from_a_sharded_base_keeps_its_tp(runs):
+    rows = search(runs["base"], gpus=32, global_batch=16, progress=False, workers=1)
+    assert rows and {r["tp"] for r in rows} == {2}
+    assert {(r["pp"], r["dp"]) for r in rows} == {(1, 16), (2, 8), (4, 4)}
