@@ -2,7 +2,7 @@
 the median all-gather and reduce-scatter kernel of one iteration, emulated vs predicted, for the
 pipeline's sharded base and each DP target.
 
-    python benchmarks/sharded_collectives.py [--runs results/default/emulated_sharded] [--seed 0]
+    python benchmarks/sharded_collectives.py [--runs results/default/emulated_sharded/MODE] [--seed 0]
 
 Reads the runs `snakemake --cores 2 results/default/tables/sharded_dp.csv` emulates (EMULATED).
 """
@@ -37,7 +37,7 @@ def predicted_medians(plan) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", default="results/default/emulated_sharded")
+    ap.add_argument("--runs", default="results/default/emulated_sharded/fsdp")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     root = Path(args.runs)

@@ -276,11 +276,23 @@ def format_structure(st: dict) -> str:
         lines.append(f"data parallel: {dp['label']}")
         lines.append(f"  why: {dp['reason']}")
         if dp.get("collectives"):
-            held = dp.get("unit_layers", {})
-            order = " ".join(f"{c['kind'].replace('_', '-')}({held.get(c['unit'], c['unit']) or '?'}"
-                             f"{', prefetch' if c['prefetch'] else ''})" for c in dp["collectives"])
-            lines.append(f"  issue order (rank {dp['ranks'][0]}): {order}")
+            lines.append(f"  issue order (rank {dp['ranks'][0]}): {_issue_order(dp)}")
     return "\n".join(lines)
+
+
+ISSUE_ORDER_SHOWN = 60
+
+
+def _issue_order(dp: dict) -> str:
+    """The sharded DP's collectives in issue order: its all-gathers and reduce-scatters, and the
+    all-reduces over a group of their size (a TP group's all-reduces are left out), the first
+    ISSUE_ORDER_SHOWN of them (`--format json` has all)."""
+    held = dp.get("unit_layers", {})
+    groups = {c["group"] for c in dp["collectives"] if c["kind"] != "all_reduce" and c["group"] > 0}
+    shown = [c for c in dp["collectives"] if c["kind"] != "all_reduce" or not groups or c["group"] in groups]
+    out = " ".join(f"{c['kind'].replace('_', '-')}({held.get(c['unit'], c['unit']) or '?'}"
+                   f"{', prefetch' if c['prefetch'] else ''})" for c in shown[:ISSUE_ORDER_SHOWN])
+    return out + (f" ... ({len(shown) - ISSUE_ORDER_SHOWN} more)" if len(shown) > ISSUE_ORDER_SHOWN else "")
 
 
 def _fmt(x: float | None) -> str:

@@ -64,6 +64,10 @@ class RankProgram:
         # FSDP2 (training.dp_sharding: fsdp, FULL_SHARD): every block of layers a unit, the stage's
         # embedding and head the root unit; `gathered`: all-gathers issued by a backward prefetch
         self.sharded = tr.dp_sharding == "fsdp"
+        # Megatron's distributed optimizer (training.dp_sharding: zero1): buckets reduce-scattered, Adam
+        # over the rank's shard, then every bucket's parameters all-gathered (`bucket_params`)
+        self.zero1 = tr.dp_sharding == "zero1"
+        self.bucket_params: list[float] = []
         self.gathered: dict = {}
         self.ready_params = 0.0
         self.launched_params = 0.0
@@ -362,6 +366,11 @@ class RankProgram:
             self.launched_params += n
             if self.topo.dp == 1:
                 continue
+            if self.zero1:   # param_and_grad_buffer.py start_grad_sync: each rank keeps its shard of the sum
+                self.bucket_params.append(n)
+                comm = self._comm(self.dp_group, "reduce_scatter", int(n))
+                self.dp_done.append(self._comm_op(th, DP_S, comm, "c10d::_reduce_scatter_base_"))
+                continue
             comm = self._comm(self.dp_group, "allreduce", int(n))
             self.dp_done.append(self._comm_op(th, DP_S, comm, "c10d::allreduce_"))
 
@@ -442,15 +451,17 @@ class RankProgram:
         self.ann_begin(th, "optimizer")
         if self.dp_done:   # finish_grad_sync: compute waits for every bucket
             self._wait_op(th, self.dp_done)
-        # FSDP: each rank updates its shard, and the grad norm sums over the shards (the DP group)
-        shard = self.stage_params / self.topo.dp if self.sharded else self.stage_params
+        # FSDP, distributed optimizer: each rank updates its shard, and the grad norm sums over the
+        # shards (the DP group)
+        sharded = self.sharded or self.zero1
+        shard = self.stage_params / self.topo.dp if sharded else self.stage_params
         norm, adam, chunks = self.p.optimizer_kernels(int(shard), self.emu.settings.knobs)
         self.op_begin(th, "aten::_foreach_norm", {"Input Dims": [[int(self.stage_params)]], "Input type": ["float"]})
         self.launch(th, COMPUTE_S, norm)
         self.op_end(th)
         sid = TP_S if self.norm_group is self.tp_group else MP_STREAM   # a process group of its own: its own stream
         norm_group = self.norm_group
-        if self.sharded and self.topo.dp > 1:
+        if sharded and self.topo.dp > 1:
             sid, norm_group = DP_S, self.dp_group
         self._wait_op(th, [self._comm_op(th, sid, self._comm(norm_group, "allreduce", 1), "c10d::allreduce_")])
         yield from self._item(th)
@@ -460,6 +471,10 @@ class RankProgram:
                           {"Input Dims": [[int(shard / chunks)]], "Input type": ["float"]})
             self.launch(th, COMPUTE_S, adam)
             self.op_end(th)
+        if self.bucket_params:   # start_param_sync without overlap_param_gather: the step waits for them
+            self._wait_op(th, [self._comm_op(th, DP_S, self._comm(self.dp_group, "allgather", int(n)),
+                                             "c10d::_allgather_base_") for n in self.bucket_params])
+            self.bucket_params = []
         yield from self._item(th)   # loss.item(): the step ends when the GPU is done
         self.op_end(th)
 

@@ -64,6 +64,8 @@ def _merge(base: dict, over: dict, where: str) -> dict:
     return out
 
 
+# none: gradients all-reduced in buckets; fsdp: FSDP2 FULL_SHARD; zero1: Megatron's distributed optimizer
+DP_SHARDING = ("none", "fsdp", "zero1")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
                     "attention": "flash", "dp_sharding": "none"}
@@ -77,11 +79,11 @@ def _training(c: dict) -> dict:
         raise SettingsError(f"training.dp_allreduce must be 'bucketed' or 'after_backward', got {t['dp_allreduce']!r}")
     if t["attention"] not in ("flash", "unfused"):
         raise SettingsError(f"training.attention must be 'flash' or 'unfused', got {t['attention']!r}")
-    if t["dp_sharding"] not in ("none", "fsdp"):
-        raise SettingsError(f"training.dp_sharding must be 'none' or 'fsdp', got {t['dp_sharding']!r}")
-    if t["dp_sharding"] == "fsdp" and t["dp_allreduce"] != "bucketed":
-        raise SettingsError("training.dp_sharding=fsdp reduce-scatters every layer's gradients as its backward "
-                            "ends; it takes no dp_allreduce=after_backward")
+    if t["dp_sharding"] not in DP_SHARDING:
+        raise SettingsError(f"training.dp_sharding must be one of {', '.join(DP_SHARDING)}, got {t['dp_sharding']!r}")
+    if t["dp_sharding"] != "none" and t["dp_allreduce"] != "bucketed":
+        raise SettingsError(f"training.dp_sharding={t['dp_sharding']} reduces the gradients as the backward makes "
+                            "them; it takes no dp_allreduce=after_backward")
     if t["schedule"] != "1f1b":
         raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
     return t

@@ -164,10 +164,12 @@ FORWARD_WORK = ("pre_forward", "post_forward", "root_pre_forward", "forward_pref
 
 
 def _phase(table: TraceTable, fsdp_outer: int, layer: int, phase_row: int, ts: float,
-           last_backward_end: float) -> str:
+           last_backward_end: float, on_backward_thread: bool = False) -> str:
     """forward / backward / after_backward of a collective issued at `ts`: from the outermost FSDP2
     range around it (pre_forward vs pre_backward, backward_prefetch, post_backward_*), else the layer
-    range or `forward` / `backward` range around it, else after the last backward or not."""
+    range or `forward` / `backward` range around it, else after the last backward or not; before it,
+    a collective issued on a thread that runs backward layers and no forward one (autograd's, where
+    gradient hooks launch a bucket's reduction) is the backward's."""
     if fsdp_outer >= 0:
         what = _fsdp_unit(str(table.name[fsdp_outer]))[0]
         if what in FORWARD_WORK:
@@ -178,7 +180,9 @@ def _phase(table: TraceTable, fsdp_outer: int, layer: int, phase_row: int, ts: f
         if r >= 0:
             name = str(table.name[r])
             return "backward" if name == "backward" or "/backward/" in name else "forward"
-    return "after_backward" if ts >= last_backward_end else "forward"
+    if ts >= last_backward_end:
+        return "after_backward"
+    return "backward" if on_backward_thread else "forward"
 
 
 def _fsdp_unit(name: str) -> tuple[str, str, bool] | None:
@@ -229,6 +233,8 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
     backward = [r for r in np.concatenate([phase_rows, layer_rows])
                 if table.name[r] == "backward" or "/backward/" in str(table.name[r])]
     backward_end = max((float(table.ts[r] + table.dur[r]) for r in backward), default=np.inf)
+    forward_tids = {int(table.tid[r]) for r in layer_rows if "/forward/" in str(table.name[r])}
+    backward_tids = {int(table.tid[r]) for r in backward} - forward_tids
 
     rpc = host[names == "record_param_comms"]      # the message and group, where torch records them
     rpc = rpc[np.argsort(table.ts[rpc], kind="stable")]
@@ -246,7 +252,8 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
             unit = parsed[int(fsdp_in[i])][1]
         else:
             unit = _part(str(table.name[layer[i]])) if layer[i] >= 0 else ""
-        phase = _phase(table, int(fsdp_out[i]), int(layer[i]), int(phase_row[i]), ts, backward_end)
+        phase = _phase(table, int(fsdp_out[i]), int(layer[i]), int(phase_row[i]), ts, backward_end,
+                       int(table.tid[r]) in backward_tids)
         out.append(Collective(kinds[r], unit, phase, bool(in_prefetch[i] >= 0), int(full), int(group), ts, r))
 
     sizes = {}

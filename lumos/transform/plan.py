@@ -56,15 +56,14 @@ class Plan:
         return p
 
 
-def refuse_sharded(plan: Plan, change: str) -> None:
+def refuse_sharded(plan: Plan, change: str,
+                   why: str = "each unit's all-gather and reduce-scatter would change size") -> None:
     """A sharded base predicts DP, PP, layer-count, micro-batch and hardware-speed changes (`dp.change_dp`,
-    the rebuild with `sharded_glue.py`); a TP or width change would re-size every unit's all-gather and
-    reduce-scatter, which is not built (issue 32), so `change` is refused with the reason."""
+    the rebuild with `sharded_glue.py`); what is not built (a TP or width change re-sizes every unit's
+    gather; issue 32) is refused with the reason."""
     if plan.sharding:
-        raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): from it Lumos predicts "
-                         f"DP, PP, layer-count, micro-batch and hardware-speed changes, not {change} (each unit's "
-                         "all-gather and reduce-scatter would change size; docs/prediction.md, 'Sharded data "
-                         "parallelism')")
+        raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): Lumos does not predict "
+                         f"{change} from it ({why}; docs/prediction.md, 'Sharded data parallelism')")
 
 
 def stage_ranks(pp: int, tp: int, dp: int) -> list[int]:

@@ -20,7 +20,7 @@ from lumos.trace import TraceTable
 from .dp import change_dp
 from .dp_flavour import find_dp_flavour, host_dp_degree
 from .memory_calibration import calibrate, measured_peak
-from .plan import Plan, comm_roles
+from .plan import Plan, comm_roles, refuse_sharded
 from .rebuild import rebuild
 from .recover import recover_layers, summary
 from .schedule import layers_per_stage
@@ -111,6 +111,10 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     layers = layers or plan.layers
     changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
     if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp:
+        if plan.sharding == "zero12":
+            refuse_sharded(plan, "a PP, layer-count or micro-batch-count change",
+                           "its buckets' reduce-scatters and parameter all-gathers would have to be re-bucketed "
+                           "for the new stages")
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
     return out
 

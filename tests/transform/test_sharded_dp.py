@@ -97,10 +97,10 @@ def test_sharded_predictions_are_within_3_percent_of_the_emulated_run(plan, runs
 
 
 def test_tp_and_width_changes_of_a_sharded_base_are_refused(plan):
-    with pytest.raises(ValueError, match=r"sharded data parallelism \(fsdp_full\).* not a TP change \(2 -> 4\) "
-                                         r"\(each unit's"):
+    with pytest.raises(ValueError, match=r"sharded data parallelism \(fsdp_full\): Lumos does not predict a TP "
+                                         r"change \(2 -> 4\) from it \(each unit's"):
         transform(plan, tp=4)
-    with pytest.raises(ValueError, match=r"not a width change"):
+    with pytest.raises(ValueError, match=r"does not predict a width change from it"):
         transform(plan, hidden=1024, ffn=4096)
 
 
@@ -108,3 +108,25 @@ def test_search_from_a_sharded_base_keeps_its_tp(runs):
     rows = search(runs["base"], gpus=32, global_batch=16, progress=False, workers=1)
     assert rows and {r["tp"] for r in rows} == {2}
     assert {(r["pp"], r["dp"]) for r in rows} == {(1, 16), (2, 8), (4, 4)}
+
+
+def test_a_sharded_optimizer_base_predicts_dp_changes_and_refuses_a_rebuild(tmp_path):
+    errors = []
+    for seed in range(3):
+        runs = {}
+        for dp in (4, 8):
+            d = tmp_path / f"{dp}_{seed}"
+            write_result(emulate(["model=tiny", "parallel.tp=2", "parallel.pp=2", f"parallel.dp={dp}",
+                                  "training.dp_sharding=zero1", f"seed={seed}"], progress=False), d)
+            runs[dp] = load_run(d)
+        plan = base_plan(runs[4])
+        assert (plan.dp, plan.sharding) == (4, "zero12")
+        doc = predict(runs[4], {"dp": 8}, actual_tables=runs[8], plan=plan)
+        assert doc["memory"]["assumptions"]["sharding"] == "zero1"
+        errors.append(doc["error_pct"])
+    # measured when written: -3.5%, -2.1%, +0.3% (the all-reduce base of seed 0 reads -3.5% too: the wait for
+    # the slowest replica is a draw per seed)
+    assert abs(np.mean(errors)) < 3.0
+    with pytest.raises(ValueError, match=r"\(zero12\): Lumos does not predict a PP, layer-count or micro-batch-count "
+                                         r"change from it \(its buckets'"):
+        transform(plan, pp=4)

@@ -23,10 +23,7 @@ def collect_inputs(kind):
                   for v in config["speed"]["variants"] for s in range(int(config["speed"].get("seeds", 1)))]
         return speed_jsons(), labels
     if kind == "sharded_dp":
-        runs = sharded_runs()
-        labels = [{"label": t, "group": sharded_group(runs["base"], runs[t]), "run": runs[t].name, "seed": s}
-                  for t in SHARDED.get("targets", []) for s in sharded_seeds()]
-        return sharded_jsons(), labels
+        return sharded_jsons(), sharded_labels()
     if kind == "ablation":
         abl = config.get("ablation", {})
         labels = ([{"source": t, "emulated": False} for t in abl.get("real", [])]

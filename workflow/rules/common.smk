@@ -183,7 +183,7 @@ def table_names():
         names.append("variants")
     if config.get("speed", {}).get("variants"):
         names.append("speed")
-    if (config.get("sharded") or {}).get("targets"):
+    if (config.get("sharded") or {}).get("modes"):
         names.append("sharded_dp")
     if ablation_csvs():
         names += ["ablation", "ablation_by_trace"]

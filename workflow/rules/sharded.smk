@@ -1,17 +1,21 @@
-# Sharded data parallelism, checked on the emulator (emulated; issue 32): the base and every target run
-# emulated with FSDP2 FULL_SHARD (training.dp_sharding=fsdp), and `lumos predict BASE --dp D` from the
-# sharded base of the same seed against the target's emulated actual.
+# Sharded data parallelism, checked on the emulator (emulated; issue 32): for each emulator mode
+# (training.dp_sharding: fsdp = FSDP2 FULL_SHARD, zero1 = Megatron's distributed optimizer) the base and
+# every target emulated in that mode, and `lumos predict BASE --tp T --pp P --dp D` from the base of the
+# same mode and seed against the target's emulated actual.
 
 SHARDED = config.get("sharded") or {}
-SHARDED_OVERRIDES = ["training.dp_sharding=fsdp"]
+SHARDED_MODES = dict(SHARDED.get("modes") or {})
+MODE_LABEL = {"fsdp": "FSDP", "zero1": "ZeRO-1"}
 
 
-def sharded_runs():
-    """label -> run: `base`, then every target shape (TPxPPxDP) of the sharded base's model."""
-    if not SHARDED:
-        return {}
-    base = pc.parse_run(SHARDED["base"])
-    return {"base": base, **{shape: pc.with_parallel(base, shape) for shape in SHARDED.get("targets", [])}}
+def sharded_base():
+    return pc.parse_run(SHARDED["base"])
+
+
+def sharded_runs(mode):
+    """label -> run: `base`, then every target shape (TPxPPxDP) of the mode."""
+    base = sharded_base()
+    return {"base": base, **{shape: pc.with_parallel(base, shape) for shape in SHARDED_MODES[mode]}}
 
 
 def sharded_seeds():
@@ -19,60 +23,74 @@ def sharded_seeds():
 
 
 def sharded_jsons():
-    return [f"{R}/predict_sharded/{t}/seed{s}.json" for t in SHARDED.get("targets", []) for s in sharded_seeds()]
+    return [f"{R}/predict_sharded/{mode}/{t}/seed{s}.json" for mode, targets in SHARDED_MODES.items()
+            for t in targets for s in sharded_seeds()]
 
 
-def sharded_group(base, target):
-    """What a target changes, `DP (FSDP)`, `PP (FSDP)` or `DP+PP (FSDP)`."""
-    parts = [name for name, a, b in (("TP", base.tp, target.tp), ("PP", base.pp, target.pp),
-                                     ("DP", base.dp, target.dp)) if a != b]
-    return "+".join(sorted(parts, key=["DP", "PP", "TP"].index) or ["none"]) + " (FSDP)"
+def sharded_group(mode, base, target):
+    """What a target changes and the mode: `DP (FSDP)`, `PP (FSDP)`, `DP+PP (ZeRO-1)`, ..."""
+    parts = [name for name, a, b in (("DP", base.dp, target.dp), ("PP", base.pp, target.pp),
+                                     ("TP", base.tp, target.tp)) if a != b]
+    return f"{'+'.join(parts) or 'none'} ({MODE_LABEL.get(mode, mode)})"
+
+
+def sharded_labels():
+    base = sharded_base()
+    return [{"label": t, "group": sharded_group(mode, base, pc.with_parallel(base, t)),
+             "run": pc.with_parallel(base, t).name, "seed": s}
+            for mode, targets in SHARDED_MODES.items() for t in targets for s in sharded_seeds()]
 
 
 def sharded_flags(shape):
-    run = sharded_runs()[shape]
+    run = pc.with_parallel(sharded_base(), shape)
     return ["--tp", str(run.tp), "--pp", str(run.pp), "--dp", str(run.dp)]
 
 
-# One job per seed emulates the base and every target, one predicts the targets (as the speed rules do).
-rule emulate_sharded:
-    input:
-        config=lambda w: hydra_inputs("emulate", sharded_runs()["base"].emulate_overrides() + SHARDED_OVERRIDES),
-    output:
-        manifest=[f"{R}/emulated_sharded/{label}/seed{{seed}}/manifest.json" for label in sharded_runs()],
-        resolved=[f"{R}/emulated_sharded/{label}/seed{{seed}}/config.resolved.yaml" for label in sharded_runs()],
-    params:
-        overrides=lambda w: [job_overrides("emulate", run.emulate_overrides() + SHARDED_OVERRIDES + [f"seed={w.seed}"])
-                             for run in sharded_runs().values()],
-        scale=lambda w: [{} for _ in sharded_runs()],
-    log:
-        f"{R}/logs/emulate_sharded/seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/emulate_sharded/seed{{seed}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=lambda w: 10 * len(sharded_runs()),
-    script:
-        "../scripts/emulate_variants.py"
+# Per mode, one job per seed emulates the base and every target, one predicts the targets (as the speed
+# rules do); the rules are made per mode since each has its own targets.
+for _mode, _targets in SHARDED_MODES.items():
+    _labels = ["base"] + list(_targets)
 
+    rule:
+        name: f"emulate_sharded_{_mode}"
+        input:
+            config=hydra_inputs("emulate", sharded_base().emulate_overrides() + [f"training.dp_sharding={_mode}"]),
+        output:
+            manifest=[f"{R}/emulated_sharded/{_mode}/{label}/seed{{seed}}/manifest.json" for label in _labels],
+            resolved=[f"{R}/emulated_sharded/{_mode}/{label}/seed{{seed}}/config.resolved.yaml" for label in _labels],
+        params:
+            overrides=lambda w, mode=_mode: [job_overrides("emulate", run.emulate_overrides()
+                                                           + [f"training.dp_sharding={mode}", f"seed={w.seed}"])
+                                             for run in sharded_runs(mode).values()],
+            scale=[{} for _ in _labels],
+        log:
+            f"{R}/logs/emulate_sharded/{_mode}/seed{{seed}}.log",
+        benchmark:
+            f"{R}/benchmarks/emulate_sharded/{_mode}/seed{{seed}}.tsv"
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=10 * len(_labels),
+        script:
+            "../scripts/emulate_variants.py"
 
-rule predict_sharded:
-    input:
-        base=f"{R}/emulated_sharded/base/seed{{seed}}/manifest.json",
-        actual=[f"{R}/emulated_sharded/{t}/seed{{seed}}/manifest.json" for t in SHARDED.get("targets", [])],
-    output:
-        json=[f"{R}/predict_sharded/{t}/seed{{seed}}.json" for t in SHARDED.get("targets", [])],
-    params:
-        variants=list(SHARDED.get("targets", [])),
-        flags=[sharded_flags(t) for t in SHARDED.get("targets", [])],
-    log:
-        f"{R}/logs/predict_sharded/seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/predict_sharded/seed{{seed}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=lambda w: 5 * len(SHARDED.get("targets", [])),
-    script:
-        "../scripts/predict_variants.py"
+    rule:
+        name: f"predict_sharded_{_mode}"
+        input:
+            base=f"{R}/emulated_sharded/{_mode}/base/seed{{seed}}/manifest.json",
+            actual=[f"{R}/emulated_sharded/{_mode}/{t}/seed{{seed}}/manifest.json" for t in _targets],
+        output:
+            json=[f"{R}/predict_sharded/{_mode}/{t}/seed{{seed}}.json" for t in _targets],
+        params:
+            variants=list(_targets),
+            flags=[sharded_flags(t) for t in _targets],
+        log:
+            f"{R}/logs/predict_sharded/{_mode}/seed{{seed}}.log",
+        benchmark:
+            f"{R}/benchmarks/predict_sharded/{_mode}/seed{{seed}}.tsv"
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=5 * len(_targets),
+        script:
+            "../scripts/predict_variants.py"
