@@ -27,7 +27,7 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
+          "speed", "sharded_dp", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
           "intervals_real", "search", "endtoend"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real")
 BOTH = ("endtoend",)   # predicted from an EMULATED base vs MEASURED on hardware: says both
@@ -147,6 +147,10 @@ def test_every_table_is_written_with_finite_numbers(work):
     speed = pd.read_csv(tables / "speed.csv")
     assert list(speed["label"]) == ["compute_2"] and speed["actual_iteration_ms_mean"].iloc[0] > 0
     assert abs(speed["error_pct_mean"].iloc[0]) < 10.0
+    # the tiny base's DP change, emulated with FSDP2 and with the distributed optimizer, from each mode's base
+    sharded = pd.read_csv(tables / "sharded_dp.csv")
+    assert list(sharded["group"]) == ["DP (FSDP)", "DP (ZeRO-1)"] and set(sharded["label"]) == {"2x2x8"}
+    assert (sharded["abs_error_pct_mean"] < 5.0).all()
     stats = pd.read_csv(tables / "statistics.csv")
     assert len(stats) == 5 and stats["actual_iteration_ms_mean"].gt(0).all()   # replay x 2, predict DP / PP / TP
     assert list(stats["experiment"])[-1] == "predict (TP)"
