@@ -40,8 +40,9 @@ with logged(smk):
                  "or another micro-batch size, mean over seeds")
     elif name == "sharded_dp":
         df = T.prediction_table(data[name])
-        title = ("Sharded data parallelism (emulated): DP changes of an FSDP2 FULL_SHARD run, `lumos predict --dp` "
-                 "from the sharded base vs the emulated actual (training.dp_sharding=fsdp), mean over seeds")
+        title = ("Sharded data parallelism (emulated): DP and PP changes of runs emulated with FSDP2 FULL_SHARD "
+                 "(training.dp_sharding=fsdp) or Megatron's distributed optimizer (zero1), `lumos predict` from the "
+                 "base of the same mode vs the emulated actual, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
