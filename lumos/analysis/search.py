@@ -46,14 +46,15 @@ SHORT_PIPELINE = 8
 
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
-    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`; a sharded base keeps its TP (the
-    transforms do not re-size its gathers for another, `plan.refuse_sharded`)."""
+    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`; a sharded optimizer's base keeps its
+    TP, PP and micro-batch count (its buckets are not re-cut, `plan.refuse_sharded`)."""
     out = []
+    fixed = base.sharding == "zero12"
     for tp in range(1, gpus + 1):
-        if gpus % tp or tp_misfits(base.shape, tp) or (base.sharding and tp != base.tp):
+        if gpus % tp or tp_misfits(base.shape, tp) or (fixed and tp != base.tp):
             continue
         for pp in range(1, gpus // tp + 1):
-            if (gpus // tp) % pp or base.layers % pp:
+            if (gpus // tp) % pp or base.layers % pp or (fixed and pp != base.pp):
                 continue
             dp = gpus // (tp * pp)
             for mbs in micro_batches:
@@ -63,6 +64,8 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     m = global_batch // (dp * mbs)
                 else:
                     m = base.microbatches
+                if fixed and m != base.microbatches:
+                    continue
                 out.append({"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m})
     return out
 

@@ -21,7 +21,9 @@ al. 2022, Sec. 4.2.2), which the base trace's shapes show and this transform fol
   (DP gradient buckets, optimizer) follow from the new shape in the pipeline rebuild,
   which `transform` always runs after a TP change.
 
-Every compute task is re-timed by the compute supplier from its old and new Input Dims.
+Every compute task is re-timed by the compute supplier from its old and new Input Dims. A sharded
+(FSDP) base's per-unit gathers and reduce-scatters carry the rank's TP shard of each unit: their
+message scales by old TP / new TP, and the rebuild re-groups them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .suppliers import CollectiveSpec
 from .suppliers.compute import GEMM_OPS, gemm_mkn
 
 SP_KINDS = ("allgather", "reduce_scatter", "_allgather_base", "_reduce_scatter_base")
+SHARD_KINDS = ("allgather", "reduce_scatter")   # a sharded base's DP collectives (FSDP units)
 FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1's output (f/t wide)
 
 
@@ -101,7 +104,8 @@ def _batched(dims, n: int) -> bool:
 def change_tp(plan: Plan, tp: int | None) -> Plan:
     if tp is None or tp == plan.tp:
         return plan
-    refuse_sharded(plan, f"a TP change ({plan.tp} -> {tp})")
+    if plan.sharding == "zero12":
+        refuse_sharded(plan, f"a TP change ({plan.tp} -> {tp})", "its buckets would have to be re-cut")
     sh = plan.shape
     check_tp(sh, tp)
     out = plan.clone()
@@ -121,6 +125,11 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
         g.dur[t] = 0.0 if tp == 1 else out.collectives.retime(g.dur[t], old,
                                                                 CollectiveSpec(st.coll[t], st.nbytes[t], group))
         st.group[t] = group
+    if plan.sharding:    # each unit's gather and reduce-scatter carries the rank's TP shard of its parameters
+        for t in np.flatnonzero(is_coll & (out.role == "dp") & np.isin(st.coll.astype(str), SHARD_KINDS)).tolist():
+            old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+            st.nbytes[t] = st.nbytes[t] * sh.tp / tp
+            g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
     reshape_tasks(out, np.flatnonzero(~in_bucket & ~is_coll).tolist(),
                   lambda op, d: rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t,
                                            sh.micro_batch, sh.seq, (sh.tp, tp), sp))
