@@ -56,12 +56,11 @@ class Plan:
         return p
 
 
-def refuse_sharded(plan: Plan, change: str,
-                   why: str = "each unit's all-gather and reduce-scatter would change size") -> None:
-    """A sharded base predicts DP, PP, TP, layer-count, micro-batch and hardware-speed changes
-    (`dp.change_dp`, `tp.change_tp`, the rebuild with `sharded_glue.py`); what is not built (a width
-    change re-sizes the layer and root units apart; a sharded optimizer's buckets re-cut; issue 32) is
-    refused with the reason."""
+def refuse_sharded(plan: Plan, change: str, why: str) -> None:
+    """An FSDP base predicts DP, PP, TP, width, layer-count, micro-batch and hardware-speed changes
+    (`dp.change_dp`, `tp.change_tp`, `width.change_width`, the rebuild with `sharded_glue.py`); what is
+    not built (a sharded optimizer's buckets re-cut for anything but DP; issue 32) is refused with the
+    reason."""
     if plan.sharding:
         raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): Lumos does not predict "
                          f"{change} from it ({why}; docs/prediction.md, 'Sharded data parallelism')")

@@ -35,6 +35,17 @@ SHARD_COLLECTIVES = ("allgather", "reduce_scatter")
 ORDERING_CALLS = ("cudaStreamWaitEvent", "cudaEventRecord", "hipStreamWaitEvent", "hipEventRecord")
 
 
+def layer_unit_bytes(plan) -> float:
+    """The message of a layer unit's all-gather: the most common one among the DP all-gathers (the
+    root's is the embedding's or the head's, gathered as often as one layer's); 0 without any."""
+    st = plan.st
+    gathers = [float(st.nbytes[t]) for t in np.flatnonzero(st.coll == "allgather") if plan.role[t] == "dp"]
+    if not gathers:
+        return 0.0
+    vals, counts = np.unique(np.array(gathers), return_counts=True)
+    return float(vals[int(np.argmax(counts))])
+
+
 class ShardedGlue:
     """Prefix and suffix glue blocks of every main block of a sharded base (`Templates.sharded`)."""
 
@@ -47,11 +58,7 @@ class ShardedGlue:
         self._opening: dict[int, int] = {}   # main block -> the first glue block of its prefix
         layer_mbs = [b.mb for b in st.blocks if b.kind == "layer"]
         self.base_mb = 1 + max(layer_mbs) if layer_mbs else 1
-        gathers = [float(st.nbytes[t]) for b in st.blocks if b.kind == "glue" for t in b.tasks
-                   if st.coll[t] == "allgather" and plan.role[t] == "dp"]
-        # a layer unit's gather: the most common message (the root's is the embedding's or the head's)
-        vals, counts = np.unique(np.array(gathers), return_counts=True) if gathers else ([], [])
-        self.layer_bytes = float(vals[int(np.argmax(counts))]) if len(vals) else 0.0
+        self.layer_bytes = layer_unit_bytes(plan)
         self._root_only = {i: self._gathers_other_than_layer(plan, i) for i, b in enumerate(st.blocks)
                            if b.kind == "glue"}
         by_rank: dict[int, list[int]] = defaultdict(list)

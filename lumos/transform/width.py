@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 from lumos.graph.model import TaskKind
 
 from .plan import Plan, refuse_sharded
+from .sharded_glue import layer_unit_bytes
 from .shapes import rewrite_width
 from .suppliers import CollectiveSpec, ComputeSpec
 
@@ -34,12 +37,28 @@ def _mapping(shape, hidden: int, ffn: int) -> dict:
     return m
 
 
+def _resize_units(plan: Plan, out: Plan) -> None:
+    """A sharded base's per-unit gathers and reduce-scatters at the new width: a layer unit's message
+    scales with the layer's parameters, the root's (embedding or head) with the embedding's."""
+    g, st = out.graph, out.st
+    layer = layer_unit_bytes(plan)
+    ratio_layer = out.shape.layer_params() / plan.shape.layer_params()
+    ratio_root = out.shape.embed_params() / plan.shape.embed_params()
+    for t in np.flatnonzero(np.isin(st.coll.astype(str), ["allgather", "reduce_scatter"])).tolist():
+        if out.role[t] != "dp":
+            continue
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.nbytes[t] *= ratio_layer if abs(st.nbytes[t] - layer) <= 0.5 else ratio_root
+        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+
+
 def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) -> Plan:
     hidden = hidden or plan.shape.hidden
     ffn = ffn or plan.shape.ffn
     if hidden == plan.shape.hidden and ffn == plan.shape.ffn:
         return plan
-    refuse_sharded(plan, "a width change")
+    if plan.sharding == "zero12":
+        refuse_sharded(plan, "a width change", "its buckets would have to be re-cut")
     if hidden % plan.tp or ffn % plan.tp:
         raise ValueError(f"hidden {hidden} and ffn {ffn} must be multiples of tp {plan.tp}")
     out = plan.clone()
@@ -73,4 +92,6 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
     out.shape.heads = max(plan.shape.heads * hidden // plan.shape.hidden, 1)
     out.shape.hidden, out.shape.ffn = hidden, ffn
     out.st.shape = out.shape
+    if plan.sharding:
+        _resize_units(plan, out)
     return out
