@@ -47,7 +47,7 @@ SHORT_PIPELINE = 8
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
     """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`; a sharded optimizer's base keeps its
-    TP, PP and micro-batch count (its buckets are not re-cut, `plan.refuse_sharded`)."""
+    TP, PP and micro-batch count (its buckets are not re-cut, `plan.refuse_rebucketing`)."""
     out = []
     fixed = base.sharding == "zero12"
     for tp in range(1, gpus + 1):

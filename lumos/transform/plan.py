@@ -56,14 +56,15 @@ class Plan:
         return p
 
 
-def refuse_sharded(plan: Plan, change: str, why: str) -> None:
-    """An FSDP base predicts DP, PP, TP, width, layer-count, micro-batch and hardware-speed changes
-    (`dp.change_dp`, `tp.change_tp`, `width.change_width`, the rebuild with `sharded_glue.py`); what is
-    not built (a sharded optimizer's buckets re-cut for anything but DP; issue 32) is refused with the
-    reason."""
-    if plan.sharding:
+def refuse_rebucketing(plan: Plan, change: str) -> None:
+    """A sharded optimizer's base (`zero12`) predicts DP and hardware-speed changes only: any other
+    change would have to re-cut its buckets (their reduce-scatters and the parameter all-gathers after
+    the step), which is not built (issue 32), so `change` is refused with the reason. An FSDP base takes
+    every change (`dp.change_dp`, `tp.change_tp`, `width.change_width`, the rebuild with `sharded_glue.py`)."""
+    if plan.sharding == "zero12":
         raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): Lumos does not predict "
-                         f"{change} from it ({why}; docs/prediction.md, 'Sharded data parallelism')")
+                         f"{change} from it (its buckets' reduce-scatters and parameter all-gathers would have to "
+                         "be re-cut for the new layout; docs/prediction.md, 'Sharded data parallelism')")
 
 
 def stage_ranks(pp: int, tp: int, dp: int) -> list[int]:

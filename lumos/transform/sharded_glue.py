@@ -30,17 +30,33 @@ import numpy as np
 
 from lumos.graph.model import TaskKind
 
+from .suppliers import CollectiveSpec
+
 MAIN = ("layer", "embedding", "head")
 SHARD_COLLECTIVES = ("allgather", "reduce_scatter")
 ORDERING_CALLS = ("cudaStreamWaitEvent", "cudaEventRecord", "hipStreamWaitEvent", "hipEventRecord")
 
 
+def unit_collectives(plan, kinds=SHARD_COLLECTIVES) -> np.ndarray:
+    """Tasks of a sharded base's per-unit collectives (DP-role all-gathers and reduce-scatters)."""
+    return np.flatnonzero(np.isin(plan.st.coll.astype(str), kinds) & (plan.role == "dp"))
+
+
+def scale_units(plan, factor) -> None:
+    """Each per-unit collective's message times `factor(message bytes)`, re-timed by the collective
+    model (a TP change shards every unit further, a width change re-sizes layers and root apart)."""
+    g, st = plan.graph, plan.st
+    for t in unit_collectives(plan).tolist():
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.nbytes[t] = st.nbytes[t] * factor(float(st.nbytes[t]))
+        g.dur[t] = plan.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+
+
 def layer_unit_bytes(plan) -> float:
     """The message of a layer unit's all-gather: the most common one among the DP all-gathers (the
     root's is the embedding's or the head's, gathered as often as one layer's); 0 without any."""
-    st = plan.st
-    gathers = [float(st.nbytes[t]) for t in np.flatnonzero(st.coll == "allgather") if plan.role[t] == "dp"]
-    if not gathers:
+    gathers = plan.st.nbytes[unit_collectives(plan, ("allgather",))].astype(float)
+    if not len(gathers):
         return 0.0
     vals, counts = np.unique(np.array(gathers), return_counts=True)
     return float(vals[int(np.argmax(counts))])
@@ -59,32 +75,32 @@ class ShardedGlue:
         layer_mbs = [b.mb for b in st.blocks if b.kind == "layer"]
         self.base_mb = 1 + max(layer_mbs) if layer_mbs else 1
         self.layer_bytes = layer_unit_bytes(plan)
-        self._root_only = {i: self._gathers_other_than_layer(plan, i) for i, b in enumerate(st.blocks)
-                           if b.kind == "glue"}
+        self._units = set(unit_collectives(plan).tolist())
+        self._root_only = {i: self._gathers_other_than_layer(i) for i, b in enumerate(st.blocks) if b.kind == "glue"}
         by_rank: dict[int, list[int]] = defaultdict(list)
         for i, b in enumerate(st.blocks):
             by_rank[b.rank].append(i)
         for r, idx in by_rank.items():
             idx.sort(key=lambda i: st.blocks[i].start)
-            self._attach(r, idx, plan, g)
+            self._attach(r, idx, g)
 
-    def _is_shard_glue(self, plan, g, i: int) -> bool:
+    def _is_shard_glue(self, g, i: int) -> bool:
         """A glue block of the sharded DP: it holds a DP all-gather or reduce-scatter, or only the
         event record / stream wait that orders one with the compute."""
         b = self.st.blocks[i]
         if b.kind != "glue" or not len(b.tasks):
             return False
-        if any(self.st.coll[t] in SHARD_COLLECTIVES and plan.role[t] == "dp" for t in b.tasks):
+        if any(int(t) in self._units for t in b.tasks):
             return True
         return all(g.kind[t] == TaskKind.CPU and str(g.name[t]) in ORDERING_CALLS for t in b.tasks)
 
-    def _gathers_other_than_layer(self, plan, i: int) -> bool:
+    def _gathers_other_than_layer(self, i: int) -> bool:
         """Whether glue block `i` gathers a unit other than a layer (the root) and nothing else."""
         st = self.st
-        ag = [float(st.nbytes[t]) for t in st.blocks[i].tasks if st.coll[t] == "allgather" and plan.role[t] == "dp"]
+        ag = [float(st.nbytes[t]) for t in st.blocks[i].tasks if int(t) in self._units and st.coll[t] == "allgather"]
         return bool(ag) and all(abs(x - self.layer_bytes) > 0.5 for x in ag)
 
-    def _attach(self, rank: int, idx: list[int], plan, g) -> None:
+    def _attach(self, rank: int, idx: list[int], g) -> None:
         st = self.st
         main = [i for i in idx if st.blocks[i].kind in MAIN]
         seq: dict[tuple, list[int]] = defaultdict(list)
@@ -104,7 +120,7 @@ class ShardedGlue:
                 pre[i] = pending
                 pending = []
                 last_main = i
-            elif self._is_shard_glue(plan, g, i):
+            elif self._is_shard_glue(g, i):
                 rs = any(st.coll[t] == "reduce_scatter" for t in b.tasks)
                 if rs and last_main is not None and st.blocks[last_main].phase == "backward" and not pending:
                     suf[last_main].append(i)

@@ -32,13 +32,13 @@ import copy
 
 import numpy as np
 
-from .plan import Plan, block_mask, refuse_sharded
+from .plan import Plan, block_mask, refuse_rebucketing
+from .sharded_glue import scale_units
 from .shapes import _gemm_dims, _is_tensor, map_tensors, reshape_tasks, rewrite_width
 from .suppliers import CollectiveSpec
 from .suppliers.compute import GEMM_OPS, gemm_mkn
 
 SP_KINDS = ("allgather", "reduce_scatter", "_allgather_base", "_reduce_scatter_base")
-SHARD_KINDS = ("allgather", "reduce_scatter")   # a sharded base's DP collectives (FSDP units)
 FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1's output (f/t wide)
 
 
@@ -104,8 +104,7 @@ def _batched(dims, n: int) -> bool:
 def change_tp(plan: Plan, tp: int | None) -> Plan:
     if tp is None or tp == plan.tp:
         return plan
-    if plan.sharding == "zero12":
-        refuse_sharded(plan, f"a TP change ({plan.tp} -> {tp})", "its buckets would have to be re-cut")
+    refuse_rebucketing(plan, f"a TP change ({plan.tp} -> {tp})")
     sh = plan.shape
     check_tp(sh, tp)
     out = plan.clone()
@@ -126,10 +125,7 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
                                                                 CollectiveSpec(st.coll[t], st.nbytes[t], group))
         st.group[t] = group
     if plan.sharding:    # each unit's gather and reduce-scatter carries the rank's TP shard of its parameters
-        for t in np.flatnonzero(is_coll & (out.role == "dp") & np.isin(st.coll.astype(str), SHARD_KINDS)).tolist():
-            old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-            st.nbytes[t] = st.nbytes[t] * sh.tp / tp
-            g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+        scale_units(out, lambda nbytes: sh.tp / tp)
     reshape_tasks(out, np.flatnonzero(~in_bucket & ~is_coll).tolist(),
                   lambda op, d: rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t,
                                            sh.micro_batch, sh.seq, (sh.tp, tp), sp))

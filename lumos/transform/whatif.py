@@ -20,7 +20,7 @@ from lumos.trace import TraceTable
 from .dp import change_dp
 from .dp_flavour import find_dp_flavour, host_dp_degree
 from .memory_calibration import calibrate, measured_peak
-from .plan import Plan, comm_roles, refuse_sharded
+from .plan import Plan, comm_roles, refuse_rebucketing
 from .rebuild import rebuild
 from .recover import recover_layers, summary
 from .schedule import layers_per_stage
@@ -111,10 +111,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     layers = layers or plan.layers
     changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
     if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp:
-        if plan.sharding == "zero12":
-            refuse_sharded(plan, "a PP, layer-count or micro-batch-count change",
-                           "its buckets' reduce-scatters and parameter all-gathers would have to be re-bucketed "
-                           "for the new stages")
+        refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
     return out
 
@@ -129,7 +126,7 @@ def memory_settings(plan: Plan, overrides: dict | None = None):
     if plan.sharding and overrides.get("sharding") is None:   # the base's own sharding, unless told otherwise
         overrides["sharding"] = SHARDED_MEMORY[plan.sharding]
     settings = MemorySettings.from_profile(load_profile(), **overrides)
-    if plan.measured_memory is not None and (overrides or {}).get("workspace_gib") is None:
+    if plan.measured_memory is not None and overrides.get("workspace_gib") is None:
         settings = calibrate(settings, plan.measured_memory)
     return settings
 
@@ -171,7 +168,7 @@ SHARDED_MEMORY = {"fsdp_full": "zero3", "zero3": "zero3", "fsdp_grad_op": "zero2
 def base_sharding(flavours: dict) -> str:
     """The base's sharded DP flavour (a key of SHARDED_MEMORY), '' for all-reduce DP or none."""
     kinds = {f.kind for f in flavours.values() if f.sharded}
-    return min(kinds) if len(kinds) == 1 and kinds <= set(SHARDED_MEMORY) else ""
+    return next(iter(kinds)) if len(kinds) == 1 and kinds <= set(SHARDED_MEMORY) else ""
 
 
 def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device: bool) -> None:

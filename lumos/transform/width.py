@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
-
 from lumos.graph.model import TaskKind
 
-from .plan import Plan, refuse_sharded
-from .sharded_glue import layer_unit_bytes
+from .plan import Plan, refuse_rebucketing
+from .sharded_glue import layer_unit_bytes, scale_units
 from .shapes import rewrite_width
 from .suppliers import CollectiveSpec, ComputeSpec
 
@@ -40,16 +38,10 @@ def _mapping(shape, hidden: int, ffn: int) -> dict:
 def _resize_units(plan: Plan, out: Plan) -> None:
     """A sharded base's per-unit gathers and reduce-scatters at the new width: a layer unit's message
     scales with the layer's parameters, the root's (embedding or head) with the embedding's."""
-    g, st = out.graph, out.st
     layer = layer_unit_bytes(plan)
     ratio_layer = out.shape.layer_params() / plan.shape.layer_params()
     ratio_root = out.shape.embed_params() / plan.shape.embed_params()
-    for t in np.flatnonzero(np.isin(st.coll.astype(str), ["allgather", "reduce_scatter"])).tolist():
-        if out.role[t] != "dp":
-            continue
-        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-        st.nbytes[t] *= ratio_layer if abs(st.nbytes[t] - layer) <= 0.5 else ratio_root
-        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+    scale_units(out, lambda nbytes: ratio_layer if abs(nbytes - layer) <= 0.5 else ratio_root)
 
 
 def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) -> Plan:
@@ -57,8 +49,7 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
     ffn = ffn or plan.shape.ffn
     if hidden == plan.shape.hidden and ffn == plan.shape.ffn:
         return plan
-    if plan.sharding == "zero12":
-        refuse_sharded(plan, "a width change", "its buckets would have to be re-cut")
+    refuse_rebucketing(plan, "a width change")
     if hidden % plan.tp or ffn % plan.tp:
         raise ValueError(f"hidden {hidden} and ffn {ffn} must be multiples of tp {plan.tp}")
     out = plan.clone()
