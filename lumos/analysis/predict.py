@@ -75,7 +75,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
             gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto",
-            host: str = "median") -> dict:
+            host: str = "median", fsdp_strategy: str | None = None) -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -88,7 +88,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     (`lumos.transform.suppliers.clocks`; auto = recorded where the profile has the GPU and the
     base says its profiler schedule, else off). `host` (median, step): the base's host work as the median
     over its profiled steps, with an interval that draws one step's at a time, or the selected step's
-    own (`lumos.graph.host_steps`).
+    own (`lumos.graph.host_steps`). `fsdp_strategy` (full_shard, shard_grad_op): the FSDP strategy of the
+    target, from an FSDP base (`lumos.transform.fsdp_strategy`).
     """
     if plan is None:
         plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host)
@@ -96,7 +97,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
 
     def run(speed):
         o = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=speed,
-                      network_speed=network_speed, microbatch_rule=microbatch_rule, **tgt)
+                      network_speed=network_speed, microbatch_rule=microbatch_rule,
+                      fsdp_strategy=fsdp_strategy, **tgt)
         return (o, *simulate_plan(o, engine=engine))
 
     out, graph, sched, bd = run(compute_speed)
@@ -108,7 +110,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     doc = {"base": base_name,
            "target": {"tp": out.tp, "pp": out.pp, "dp": out.dp, "layers": out.layers,
                       "hidden": out.shape.hidden, "ffn": out.shape.ffn,
-                      "micro_batch": out.shape.micro_batch},
+                      "micro_batch": out.shape.micro_batch, "dp_sharding": out.sharding or "none"},
            "base_config": {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "layers": plan.layers,
                            "hidden": plan.shape.hidden, "ffn": plan.shape.ffn,
                            "micro_batch": plan.shape.micro_batch, "microbatches": plan.microbatches,

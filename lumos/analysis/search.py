@@ -6,6 +6,9 @@ vocabulary sizes (Megatron's split), PP divides the layer count, TP x PP x DP = 
 splits into whole micro-batches (B divisible by DP x micro-batch; micro-batches per
 iteration = B / (DP x micro-batch)); without it each candidate keeps the base's micro-batch
 count. Layouts that do not fit in memory (`lumos.transform.memory`) are listed as such and not simulated.
+From an FSDP FULL_SHARD base every layout is tried with both strategies, FULL_SHARD and SHARD_GRAD_OP
+(`lumos.transform.fsdp_strategy`), each with its own memory (ZeRO-3's, ZeRO-2's): the second is
+faster where it fits, the first fits where it does not.
 
 Three economies keep a large search cheap, none changing what a layout is predicted to take
 beyond the extrapolation below:
@@ -31,9 +34,10 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from lumos.transform.dp import change_dp
+from lumos.transform.fsdp_strategy import STRATEGIES
 from lumos.transform.micro_batch import change_micro_batch
 from lumos.transform.tp import change_tp, tp_misfits
-from lumos.transform.whatif import base_plan, layout_memory, memory_settings, transform
+from lumos.transform.whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
 
 from .predict import simulate_plan
 
@@ -45,10 +49,23 @@ __all__ = ["candidates", "search", "SHORT_PIPELINE"]
 SHORT_PIPELINE = 8
 
 
+def fsdp_strategies(base) -> list[str | None]:
+    """The FSDP strategies a layout is tried with: from a FULL_SHARD base both (SHARD_GRAD_OP drops its
+    backward gathers), from a SHARD_GRAD_OP base its own (the backward gathers of FULL_SHARD are not
+    made up, `fsdp_strategy.py`); None (no strategy to vary) from any other base."""
+    if base.sharding == "fsdp_full":
+        return ["full_shard", "shard_grad_op"]
+    if base.sharding == "fsdp_grad_op":
+        return ["shard_grad_op"]
+    return [None]
+
+
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
-    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`; a sharded optimizer's base keeps its
+    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`, each with every strategy of
+    `fsdp_strategies` (key `fsdp_strategy`, FSDP bases only); a sharded optimizer's base keeps its
     TP, PP and micro-batch count (its buckets are not re-cut, `plan.refuse_rebucketing`)."""
     out = []
+    strategies = fsdp_strategies(base)
     fixed = base.sharding == "zero12"
     for tp in range(1, gpus + 1):
         if gpus % tp or tp_misfits(base.shape, tp) or (fixed and tp != base.tp):
@@ -66,7 +83,9 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     m = base.microbatches
                 if fixed and m != base.microbatches:
                     continue
-                out.append({"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m})
+                for strategy in strategies:
+                    c = {"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m}
+                    out.append(c if strategy is None else dict(c, fsdp_strategy=strategy))
     return out
 
 
@@ -78,15 +97,15 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     (TP, micro-batch size); the result does not depend on their number."""
     base = base_plan(tables)
     micro_batches = micro_batches or [base.shape.micro_batch]
-    settings = memory_settings(base, memory)
     cands = candidates(base, gpus, micro_batches, global_batch)
+    settings = {s: memory_settings(base, _strategy_memory(memory, s)) for s in {c.get("fsdp_strategy") for c in cands}}
     if not cands:
         raise ValueError(f"no layout of {gpus} GPUs fits the base ({base.shape.heads} heads, {base.layers} layers"
                          + (f", global batch {global_batch}" if global_batch else "") + ")")
     rows = []
     for c in cands:
         shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
-        mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings)
+        mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings[c.get("fsdp_strategy")])
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
                          replayed_microbatches=None))
     fitting = [r for r in rows if r["fits"]]
@@ -103,6 +122,13 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     bar.close()
     fit = sorted(fitting, key=lambda r: r["iteration_us"])
     return fit + [r for r in rows if not r["fits"]]
+
+
+def _strategy_memory(memory: dict | None, strategy: str | None) -> dict | None:
+    """The memory overrides of a layout run with `strategy`: its ZeRO stage, unless the user set one."""
+    if strategy is None or (memory or {}).get("sharding") is not None:
+        return memory
+    return {**(memory or {}), "sharding": SHARDED_MEMORY[STRATEGIES[strategy]]}
 
 
 _BASE = None    # the base plan, for forked workers (inherited, not pickled)
@@ -139,7 +165,8 @@ def _iteration(part, c: dict, exact: bool) -> tuple[float, list[int]]:
     part = change_dp(part, c["dp"])     # once for both replays (`transform` would do it in each)
 
     def replay(m: int) -> float:
-        plan = transform(part, pp=c["pp"], global_batch=m * c["dp"] * c["micro_batch"])
+        plan = transform(part, pp=c["pp"], global_batch=m * c["dp"] * c["micro_batch"],
+                         fsdp_strategy=c.get("fsdp_strategy"))
         return float(simulate_plan(plan)[2].as_dict()["iteration_us"])
 
     m, short = c["microbatches"], SHORT_PIPELINE

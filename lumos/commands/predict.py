@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lumos.analysis import COMPONENTS
 from lumos.errors import UserError
+from lumos.transform.fsdp_strategy import STRATEGIES
 from lumos.transform.microbatch_count import MICROBATCH_RULES
 
 
@@ -48,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the base's host work (CPU ops and the Python between them): median (default: each op "
                         "and gap the median over the base's profiled steps; --samples draws one step's at a "
                         "time) or step (the selected step's own); lumos/graph/host_steps.py")
+    p.add_argument("--fsdp-strategy", choices=tuple(STRATEGIES), default=None,
+                   help="FSDP sharding strategy of the target, from an FSDP base: shard_grad_op keeps every unit "
+                        "gathered from its forward to its backward (no backward all-gathers; memory as ZeRO-2); "
+                        "default: the base's own (lumos/transform/fsdp_strategy.py)")
     add_memory_flags(p)
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
@@ -132,7 +137,7 @@ def run(args) -> int:
                       microbatch_rule=args.microbatch_rule,
                       memory=memory_overrides(args),
                       samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
-                      clocks=args.clocks, host=args.host)
+                      clocks=args.clocks, host=args.host, fsdp_strategy=args.fsdp_strategy)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
@@ -148,10 +153,12 @@ def run(args) -> int:
     return 0
 
 
-def _sharding_note(memory: str, base: str) -> str:
+def _sharding_note(memory: str, base: str, target: str) -> str:
     """What the memory line assumes about sharding, and whether the time assumes the same."""
     if memory == "none":
         return ""
+    if target != base:
+        return f" (with {memory} sharding of the DP state, as the target's {target} does)"
     if base != "none":
         return f" (with {memory} sharding of the DP state, as the base's {base} does)"
     return f" (with {memory} sharding of the DP state; the time assumes all-reduce DP)"
@@ -176,9 +183,10 @@ def format_table(doc: dict) -> str:
     if "memory" in doc:
         m = doc["memory"]
         shard = m.get("assumptions", {}).get("sharding", "none")
+        base_dp = doc.get("base_config", {}).get("dp_sharding", "none")
         lines.append(f"  memory per GPU (peak stage): {m['memory_gib_per_gpu']:.1f} GiB of {m['gpu_memory_gib']:.1f}"
                      f" -> {'fits' if m['fits'] else 'does NOT fit'}"
-                     + _sharding_note(shard, doc.get("base_config", {}).get("dp_sharding", "none")))
+                     + _sharding_note(shard, base_dp, t.get("dp_sharding", base_dp)))
     source = doc.get("structure", {}).get("source")
     if source in ("repetition", "modules"):
         how = "by repetition of its ops" if source == "repetition" else "from the profiler's module events"

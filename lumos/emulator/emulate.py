@@ -140,7 +140,7 @@ def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
         rand = Rand(np.random.default_rng(rank_seeds[r]))
         rec = Recorder(r, r % s.cluster.gpus_per_host, 10000 + r)
         dev = Device(env, r, float(slowness[r]), s.knobs, rand, rec, fabric,
-                     sharded=s.training.dp_sharding == "fsdp")
+                     sharded=s.training.dp_sharding in ("fsdp", "fsdp_grad_op"))
         rp = RankProgram(emu, r, dev, rand, rec, program, bar.update)
         env.process(rp.run())
         recorders[r] = rec

@@ -62,8 +62,11 @@ class RankProgram:
         self.root_params = (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
         self.stage_params = self.layers_per_stage * program.layer_params + self.root_params
         # FSDP2 (training.dp_sharding: fsdp, FULL_SHARD): every block of layers a unit, the stage's
-        # embedding and head the root unit; `gathered`: all-gathers issued by a backward prefetch
-        self.sharded = tr.dp_sharding == "fsdp"
+        # embedding and head the root unit; `gathered`: all-gathers issued by a backward prefetch.
+        # fsdp_grad_op (reshard_after_forward=False): a unit stays gathered from its forward to its
+        # backward, so the backward gathers nothing
+        self.sharded = tr.dp_sharding in ("fsdp", "fsdp_grad_op")
+        self.reshard_after_forward = tr.dp_sharding == "fsdp"
         # Megatron's distributed optimizer (training.dp_sharding: zero1): buckets reduce-scattered, Adam
         # over the rank's shard, then every bucket's parameters all-gathered (`bucket_params`)
         self.zero1 = tr.dp_sharding == "zero1"
@@ -245,7 +248,7 @@ class RankProgram:
             if self.sharded:
                 self._unshard(th, self._unit(l), self._unit_params(), "pre_forward")
             self._annotated(th, f"{self._layers(l)}/forward/mb{i}", self.p.layer_fwd)
-            if self.sharded:   # FULL_SHARD: the gathered parameters are freed (no device work)
+            if self.sharded:   # FULL_SHARD frees the gathered parameters, SHARD_GRAD_OP keeps them (no device work)
                 self._annotated(th, self._fsdp("post_forward", self._unit(l)), ())
         if self.is_last:
             self._annotated(th, f"head/forward/mb{i}", self.p.head_fwd)
@@ -326,14 +329,18 @@ class RankProgram:
 
     def _unshard(self, th: Thread, unit: str, params: float, hook: str, prefetch: str | None = None) -> None:
         """FSDP's pre_forward / pre_backward: gather the unit (unless a prefetch did), prefetch the next
-        unit of the backward, and make the compute stream wait for the unit's all-gather."""
+        unit of the backward, and make the compute stream wait for the unit's all-gather. Under
+        SHARD_GRAD_OP the backward's unshard and prefetch find the unit still gathered and issue nothing
+        (`FSDPParamGroup.unshard` returns early; the hooks' ranges are still recorded)."""
         self.ann_begin(th, self._fsdp(hook, unit))
+        gathered = hook == "pre_backward" and not self.reshard_after_forward
         end = self.gathered.pop(unit, None)
-        if end is None:
+        if end is None and not gathered:
             end = self._all_gather(th, unit, params)
         if prefetch is not None:
             self.ann_begin(th, f"FSDP::backward_prefetch for {prefetch}")
-            self.gathered[prefetch] = self._all_gather(th, prefetch, self._unit_params())
+            if not gathered:
+                self.gathered[prefetch] = self._all_gather(th, prefetch, self._unit_params())
             self.op_end(th)
         if end is not None:
             self.wait(th, COMPUTE_S, end)

@@ -64,8 +64,9 @@ def _merge(base: dict, over: dict, where: str) -> dict:
     return out
 
 
-# none: gradients all-reduced in buckets; fsdp: FSDP2 FULL_SHARD; zero1: Megatron's distributed optimizer
-DP_SHARDING = ("none", "fsdp", "zero1")
+# none: gradients all-reduced in buckets; fsdp: FSDP2 FULL_SHARD; fsdp_grad_op: FSDP2 with
+# reshard_after_forward=False (SHARD_GRAD_OP); zero1: Megatron's distributed optimizer
+DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
                     "attention": "flash", "dp_sharding": "none"}

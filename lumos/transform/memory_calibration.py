@@ -36,6 +36,7 @@ class MeasuredPeak:
     dp: int
     microbatches: int
     source: str                 # the files and devices read, said in the prediction
+    sharding: str | None = None   # the memory model's stage of the base's own DP (None: as the settings say)
 
 
 def workspace_from_peak(parts: dict, measured_gib: float) -> float:
@@ -47,20 +48,24 @@ def workspace_from_peak(parts: dict, measured_gib: float) -> float:
 
 def calibrate(m: MemorySettings, peak: MeasuredPeak) -> MemorySettings:
     """`m` with the workspace constant the base's measured peak implies (the largest over its
-    stages), predicted with `m`'s own settings; `workspace_source` names the trace."""
+    stages), predicted with `m`'s own settings but the sharding the base ran with (a target that shards
+    otherwise must not fold the difference into the constant); `workspace_source` names the trace."""
     if not peak.gib_by_stage:
         return dataclasses.replace(m, workspace_source=f"{m.workspace_source} (not calibrated from {peak.source}: "
                                    "no GPU peak; a CPU one leaves out what was allocated before profiling)")
-    w = max(workspace_from_peak(stage_memory(peak.shape, n, s, peak.pp, peak.dp, peak.microbatches, m, ndigits=None),
+    as_base = m if peak.sharding is None else dataclasses.replace(m, sharding=peak.sharding)
+    w = max(workspace_from_peak(stage_memory(peak.shape, n, s, peak.pp, peak.dp, peak.microbatches, as_base,
+                                             ndigits=None),
                                 peak.gib_by_stage[s])
             for s, n in enumerate(peak.layers_per_stage) if s in peak.gib_by_stage)
     return dataclasses.replace(m, workspace_gib=round(w, 3), workspace_source=f"trace: {peak.source}")
 
 
 def measured_peak(tables: Sequence, stage_of_rank: dict, shape, layers_per_stage: Sequence[int], pp: int,
-                  dp: int, microbatches: int, step: int | None = None) -> MeasuredPeak | None:
+                  dp: int, microbatches: int, step: int | None = None,
+                  sharding: str | None = None) -> MeasuredPeak | None:
     """The base's GPU peaks from the traces Kineto marks `profile_memory` (no other file is re-read);
-    None when none is."""
+    None when none is. `sharding`: the memory model's stage of the base's sharded DP, if it has one."""
     by_stage: dict[int, float] = {}
     read = []
     for t in tables:
@@ -75,4 +80,4 @@ def measured_peak(tables: Sequence, stage_of_rank: dict, shape, layers_per_stage
     if not read:
         return None
     return MeasuredPeak(gib_by_stage=by_stage, shape=shape, layers_per_stage=tuple(layers_per_stage), pp=pp,
-                        dp=dp, microbatches=microbatches, source="; ".join(read))
+                        dp=dp, microbatches=microbatches, source="; ".join(read), sharding=sharding)

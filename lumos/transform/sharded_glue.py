@@ -19,7 +19,10 @@ prefix holds:
   as recorded, others take the base's latest middle micro-batch.
 
 A stage of the target that holds neither the embedding nor the head has no
-root unit, so a root-sized gather in a copied prefix is left out there.
+root unit, so a root-sized gather in a copied prefix is left out there. A
+target that keeps its units gathered from forward to backward (SHARD_GRAD_OP,
+`fsdp_strategy.py`) takes no backward prefix: each holds only gathers, their
+prefetches and the compute's waits on them.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class ShardedGlue:
     def __init__(self, plan):
         g, st = plan.graph, plan.st
         self.st = st
+        self.regather = plan.sharding != "fsdp_grad_op"   # the target gathers again before a backward
         self.prefix: dict[tuple, list[int]] = {}
         self.suffix: dict[tuple, list[int]] = {}
         self.attached: set[int] = set()
@@ -174,6 +178,8 @@ class ShardedGlue:
                     pre = self._prefetch(pre, next_layer, (base_rank, phase, mbk))
                 if not has_root:
                     pre = [i for i in pre if not self._root_only.get(i, False)]
+                if phase == "backward" and not self.regather:
+                    pre = []
                 return pre, (list(self.suffix[key]) if mb == m - 1 else [])
         return [], []
 

@@ -19,6 +19,7 @@ from lumos.trace import TraceTable
 
 from .dp import change_dp
 from .dp_flavour import find_dp_flavour, host_dp_degree
+from .fsdp_strategy import change_fsdp_strategy
 from .memory_calibration import calibrate, measured_peak
 from .plan import Plan, comm_roles, refuse_rebucketing
 from .rebuild import rebuild
@@ -68,12 +69,13 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
                        sms=trace_sms(tables, profile) if gemm_efficiency == "waves" else 0)
     ranks = sorted(st.stage_of_rank)
+    sharding = base_sharding(flavours)
     measured = measured_peak(tables, st.stage_of_rank, st.shape, layers_per_stage(st.pp, st.layers), st.pp, st.dp,
-                             st.microbatches, step=step)
+                             st.microbatches, step=step, sharding=SHARDED_MEMORY.get(sharding))
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
-                host_steps=graph.summary.get("host_steps", {}), sharding=base_sharding(flavours))
+                host_steps=graph.summary.get("host_steps", {}), sharding=sharding)
 
 
 def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
@@ -90,10 +92,11 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
-              microbatch_rule: str = "auto") -> Plan:
+              microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
     """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
-    then one pipeline rebuild. Micro-batches per iteration: `global_batch`, else `microbatch_rule`
-    (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else the base's)."""
+    FSDP strategy, then one pipeline rebuild. Micro-batches per iteration: `global_batch`, else
+    `microbatch_rule` (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else
+    the base's). `fsdp_strategy` (full_shard, shard_grad_op; `fsdp_strategy.py`) from an FSDP base."""
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
@@ -102,6 +105,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
     out = change_dp(out, dp)
+    strategy = change_fsdp_strategy(out, fsdp_strategy)
+    restrategy = strategy is not out
+    out = strategy
     m, note = target_microbatches(plan.microbatches, plan.tp, plan.pp, tp=tp, pp=pp, dp=dp,
                                   micro_batch=out.shape.micro_batch, global_batch=global_batch,
                                   rule=microbatch_rule)
@@ -110,7 +116,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out.notes.append(note)
     layers = layers or plan.layers
     changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
-    if pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp:
+    if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
+            or restrategy):
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
     return out

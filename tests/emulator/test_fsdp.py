@@ -22,7 +22,8 @@ ROOT = 4456448           # its embedding: vocabulary x hidden + sequence x hidde
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = {}
-    for name, extra in (("fsdp", ["training.dp_sharding=fsdp"]), ("buckets", [])):
+    for name, extra in (("fsdp", ["training.dp_sharding=fsdp"]), ("buckets", []),
+                        ("grad_op", ["training.dp_sharding=fsdp_grad_op"])):
         d = tmp_path_factory.mktemp(name)
         write_result(emulate(SETUP + extra, progress=False), d)
         out[name] = {t.rank: t for t in load_run(d)}
@@ -87,6 +88,25 @@ def test_reduce_scatters_only_in_the_last_micro_batch_and_the_optimizer_updates_
     assert find_dp_flavour(plain).kind == "allreduce"
 
 
+def test_shard_grad_op_gathers_each_unit_for_its_forward_only_and_keeps_the_backward_hooks(runs):
+    # reshard_after_forward=False: the unit stays gathered, so its backward unshard and the prefetch of it
+    # issue nothing; the hooks' ranges are recorded as FSDP2 records them
+    full, op = runs["fsdp"][0], runs["grad_op"][0]
+    f = find_dp_flavour(op)
+    assert f.kind == "fsdp_grad_op" and f.unit_elements == {"root": ROOT, "layers.0": LAYER, "layers.1": LAYER}
+    got = [(c.kind, f.unit_layers[c.unit], c.phase) for c in f.collectives if c.kind != "all_reduce"]
+    fwd = [("all_gather", u, "forward") for u in ("embedding", "layer_0", "layer_1")]
+    rs = [("reduce_scatter", u, "backward") for u in ("layer_1", "layer_0", "embedding")]
+    assert got == fwd + fwd + rs
+    assert len(_kernels(op, AG_STREAM)) == 6 and len(_kernels(full, AG_STREAM)) == 12
+    ranges = lambda t, prefix: [str(n) for n in t.name if str(n).startswith(prefix)]  # noqa: E731
+    for prefix in ("FSDP::pre_backward", "FSDP::backward_prefetch for", "FSDP::post_backward_reduce"):
+        assert ranges(op, prefix) == ranges(full, prefix) != []
+    # the compute stream waits for the forward's gathers only
+    waits = np.flatnonzero(op.sync_kind != None)  # noqa: E711
+    assert int(np.sum((op.stream[waits] == 7) & (op.wait_stream[waits] == AG_STREAM))) == 6
+
+
 def test_one_replica_writes_the_ranges_but_no_collective(tmp_path):
     write_result(emulate(["model=tiny", "parallel.tp=1", "parallel.pp=1", "parallel.dp=1",
                           "training.dp_sharding=fsdp", "seed=0"], progress=False), tmp_path)
@@ -97,7 +117,7 @@ def test_one_replica_writes_the_ranges_but_no_collective(tmp_path):
 
 
 def test_fsdp_takes_no_after_backward_all_reduce_and_no_unknown_mode():
-    with pytest.raises(SettingsError, match="training.dp_sharding must be one of none, fsdp, zero1, got 'zero9'"):
+    with pytest.raises(SettingsError, match="training.dp_sharding must be one of none, fsdp, fsdp_grad_op, zero1, got 'zero9'"):
         emulate(["model=tiny", "training.dp_sharding=zero9"], progress=False)
     with pytest.raises(SettingsError, match="takes no dp_allreduce=after_backward"):
         emulate(["model=tiny", "training.dp_sharding=fsdp", "training.dp_allreduce=after_backward"], progress=False)

@@ -3,6 +3,7 @@ activations, and the workspace constant calibrated from a trace's [memory] event
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -128,6 +129,21 @@ def test_calibration_takes_the_largest_stage_and_names_the_trace():
     cpu_only = calibrate(m, MeasuredPeak({}, shape, (8, 8), 2, 4, 8, "base/rank0.json.gz [memory] cpu"))
     assert cpu_only.workspace_gib == 1.0 and cpu_only.workspace_source.startswith("profile (not calibrated")
 
+
+
+def test_calibration_reads_the_peak_under_the_sharding_the_base_ran_with():
+    # an FSDP FULL_SHARD base (zero3) asked about SHARD_GRAD_OP (zero2): the constant is what the base's peak
+    # holds beyond its own zero3 parts, and the target's whole parameters are added on top, not folded in
+    shape = ModelShape(hidden=4096, ffn=16384, seq=2048, micro_batch=1, vocab=51200, heads=32, tp=2)
+    base = MemorySettings(bytes_per_param=18.0, workspace_gib=1.0, sharding="zero3")
+    measured = {s: stage_memory(shape, 8, s, 2, 4, 8, base, ndigits=None)["total_gib"] + 0.75 for s in (0, 1)}
+    peak = MeasuredPeak(measured, shape, (8, 8), 2, 4, 8, "base/rank0.json.gz cuda:0", sharding="zero3")
+    target = dataclasses.replace(base, sharding="zero2")
+    out = calibrate(target, peak)
+    assert out.workspace_gib == 1.75 and out.sharding == "zero2"
+    # without the base's sharding, zero2's larger parameters (5.135 GiB against zero3's 4.601, both stages)
+    # would be taken out of the constant: the target's peak would come out 0.533 GiB too small
+    assert calibrate(target, dataclasses.replace(peak, sharding=None)).workspace_gib == 1.217
 
 def _with_memory_events(src: Path, dst: Path, totals: list[int], device_type: int) -> Path:
     """A copy of a real trace as if recorded with profile_memory=True: [memory] events in its first step."""

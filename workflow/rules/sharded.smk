@@ -1,11 +1,16 @@
 # Sharded data parallelism, checked on the emulator (emulated; issue 32): for each emulator mode
 # (training.dp_sharding: fsdp = FSDP2 FULL_SHARD, zero1 = Megatron's distributed optimizer) the base and
 # every target emulated in that mode, and `lumos predict BASE --tp T --pp P --dp D` from the base of the
-# same mode and seed against the target's emulated actual.
+# same mode and seed against the target's emulated actual. A strategy change (`strategies`: fsdp_grad_op =
+# FSDP2 SHARD_GRAD_OP) is predicted from the FULL_SHARD base with `--fsdp-strategy` against runs emulated
+# with the new strategy.
 
 SHARDED = config.get("sharded") or {}
 SHARDED_MODES = dict(SHARDED.get("modes") or {})
-MODE_LABEL = {"fsdp": "FSDP", "zero1": "ZeRO-1"}
+SHARDED_STRATEGIES = dict(SHARDED.get("strategies") or {})
+MODE_LABEL = {"fsdp": "FSDP", "zero1": "ZeRO-1", "fsdp_grad_op": "SHARD_GRAD_OP"}
+# strategy mode -> (the mode whose base it is predicted from, the flags that change the strategy)
+STRATEGY_FROM = {"fsdp_grad_op": ("fsdp", ["--fsdp-strategy", "shard_grad_op"])}
 
 
 def sharded_base():
@@ -13,9 +18,17 @@ def sharded_base():
 
 
 def sharded_runs(mode):
-    """label -> run: `base`, then every target shape (TPxPPxDP) of the mode."""
+    """label -> run: `base`, then every target shape (TPxPPxDP) of the mode; a strategy mode's targets only
+    (its base is the FULL_SHARD one)."""
     base = sharded_base()
+    if mode in SHARDED_STRATEGIES:
+        return {shape: pc.with_parallel(base, shape) for shape in SHARDED_STRATEGIES[mode]}
     return {"base": base, **{shape: pc.with_parallel(base, shape) for shape in SHARDED_MODES[mode]}}
+
+
+def sharded_targets():
+    """mode -> target shapes: the modes, then the strategy changes."""
+    return {**SHARDED_MODES, **SHARDED_STRATEGIES}
 
 
 def sharded_seeds():
@@ -23,14 +36,17 @@ def sharded_seeds():
 
 
 def sharded_jsons():
-    return [f"{R}/predict_sharded/{mode}/{t}/seed{s}.json" for mode, targets in SHARDED_MODES.items()
+    return [f"{R}/predict_sharded/{mode}/{t}/seed{s}.json" for mode, targets in sharded_targets().items()
             for t in targets for s in sharded_seeds()]
 
 
 def sharded_group(mode, base, target):
-    """What a target changes and the mode: `DP (FSDP)`, `PP (FSDP)`, `DP+PP (ZeRO-1)`, ..."""
+    """What a target changes and the mode: `DP (FSDP)`, `PP (FSDP)`, `DP+PP (ZeRO-1)`, and for a strategy
+    change `strategy (FSDP -> SHARD_GRAD_OP)`, `DP+strategy (FSDP -> SHARD_GRAD_OP)`, ..."""
     parts = [name for name, a, b in (("DP", base.dp, target.dp), ("PP", base.pp, target.pp),
                                      ("TP", base.tp, target.tp)) if a != b]
+    if mode in STRATEGY_FROM:
+        return f"{'+'.join(parts + ['strategy'])} ({MODE_LABEL[STRATEGY_FROM[mode][0]]} -> {MODE_LABEL[mode]})"
     return f"{'+'.join(parts) or 'none'} ({MODE_LABEL.get(mode, mode)})"
 
 
@@ -38,18 +54,20 @@ def sharded_labels():
     base = sharded_base()
     return [{"label": t, "group": sharded_group(mode, base, pc.with_parallel(base, t)),
              "run": pc.with_parallel(base, t).name, "seed": s}
-            for mode, targets in SHARDED_MODES.items() for t in targets for s in sharded_seeds()]
+            for mode, targets in sharded_targets().items() for t in targets for s in sharded_seeds()]
 
 
-def sharded_flags(shape):
+def sharded_flags(shape, mode=None):
     run = pc.with_parallel(sharded_base(), shape)
-    return ["--tp", str(run.tp), "--pp", str(run.pp), "--dp", str(run.dp)]
+    return ["--tp", str(run.tp), "--pp", str(run.pp), "--dp", str(run.dp)] + \
+        (STRATEGY_FROM[mode][1] if mode in STRATEGY_FROM else [])
 
 
 # Per mode, one job per seed emulates the base and every target, one predicts the targets (as the speed
 # rules do); the rules are made per mode since each has its own targets.
-for _mode, _targets in SHARDED_MODES.items():
-    _labels = ["base"] + list(_targets)
+for _mode, _targets in sharded_targets().items():
+    _labels = list(sharded_runs(_mode))
+    _base_mode = STRATEGY_FROM[_mode][0] if _mode in STRATEGY_FROM else _mode
 
     rule:
         name: f"emulate_sharded_{_mode}"
@@ -77,13 +95,13 @@ for _mode, _targets in SHARDED_MODES.items():
     rule:
         name: f"predict_sharded_{_mode}"
         input:
-            base=f"{R}/emulated_sharded/{_mode}/base/seed{{seed}}/manifest.json",
+            base=f"{R}/emulated_sharded/{_base_mode}/base/seed{{seed}}/manifest.json",
             actual=[f"{R}/emulated_sharded/{_mode}/{t}/seed{{seed}}/manifest.json" for t in _targets],
         output:
             json=[f"{R}/predict_sharded/{_mode}/{t}/seed{{seed}}.json" for t in _targets],
         params:
             variants=list(_targets),
-            flags=[sharded_flags(t) for t in _targets],
+            flags=[sharded_flags(t, _mode) for t in _targets],
         log:
             f"{R}/logs/predict_sharded/{_mode}/seed{{seed}}.log",
         benchmark:

@@ -42,7 +42,9 @@ with logged(smk):
         df = T.prediction_table(data[name])
         title = ("Sharded data parallelism (emulated): DP and PP changes of runs emulated with FSDP2 FULL_SHARD "
                  "(training.dp_sharding=fsdp) or Megatron's distributed optimizer (zero1), `lumos predict` from the "
-                 "base of the same mode vs the emulated actual, mean over seeds")
+                 "base of the same mode vs the emulated actual, and the strategy change FULL_SHARD -> SHARD_GRAD_OP "
+                 "(`--fsdp-strategy shard_grad_op` from the FULL_SHARD base vs runs emulated with fsdp_grad_op), "
+                 "mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
