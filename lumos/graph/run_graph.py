@@ -61,13 +61,18 @@ def comm_calls(graph: Graph, table: TraceTable, offset: int = 0) -> list[tuple[i
     """(task id + offset, Call) of one rank's in-step communication kernels, in issue order.
 
     A call that launches several kernels (a coalesced group, an op split by NCCL) is one call:
-    its first kernel stands for it.
+    its first kernel stands for it. A kernel that states its collective and group itself is its
+    own call.
     """
     comm = np.flatnonzero(graph.comm & graph.in_step & (graph.event >= 0))
     # issue order: launch order is the order on the stream; across streams use measured start
     comm = comm[np.argsort(graph.ts[comm], kind="stable")]
     rows = graph.event[comm]
-    launchers = comm_launchers(table, rows)
+    # a kernel whose own args name its collective and group (Kineto copies record_param_comms' args onto
+    # it) needs no launching op read: only the others go through the (slower) search for their launchers
+    own = np.fromiter((table.coll_name[r] is not None and table.pg_ranks[r] is not None for r in rows.tolist()),
+                      bool, count=len(rows))
+    launchers = comm_launchers(table, rows[~own])
     groups = pg_config(table.metadata)
     out, seen = [], set()
     for t, ev in zip(comm.tolist(), rows.tolist()):

@@ -25,6 +25,7 @@ else the size from the launching op's `Input Dims` and the group from the run
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ _STEMS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescat
           ("startcoalescing", "coalesced"), ("endcoalescing", "coalesced"))
 
 
+@functools.lru_cache(maxsize=4096)   # a trace repeats a few hundred names over its thousands of calls
 def classify_name(name: str | None, bare: bool = False) -> str | None:
     """The kind (one of `KINDS`) a kernel, op or range name says, else None.
 
@@ -91,13 +93,20 @@ def parse_ranks(text) -> tuple[int, ...] | None:
     """'[0, 4]' (the trace's "Process Group Ranks") -> (0, 4); None when absent, empty or malformed."""
     if text is None:
         return None
+    if isinstance(text, str):
+        return _parse_ranks_text(text)
     if isinstance(text, (list, tuple)):
         try:
             out = tuple(int(x) for x in text)
         except (TypeError, ValueError):
             return None
         return out or None
-    body = str(text).strip().strip("[]()")
+    return _parse_ranks_text(str(text))
+
+
+@functools.lru_cache(maxsize=1024)   # one string per process group, over thousands of calls
+def _parse_ranks_text(text: str) -> tuple[int, ...] | None:
+    body = text.strip().strip("[]()")
     try:
         out = tuple(int(x) for x in body.replace(",", " ").split())
     except ValueError:
