@@ -110,4 +110,7 @@ def replay_run_graph(tables: Sequence[TraceTable], step=None, engine: str = "aut
             "error_pct": round(relative_error_pct(replayed.iteration.iteration_us,
                                                   measured.iteration.iteration_us), 4),
             "critical_rank": measured.critical_rank, "cross_rank": True,
-            "rendezvous": int(graph.summary.get("rendezvous", 0)), "ranks": ranks}
+            "rendezvous": int(graph.summary.get("rendezvous", 0)),
+            "comm_ops": {str(r): n for r, n in graph.summary.get("comm_ops", {}).items()},
+            "unmatched_comm": {str(r): by for r, by in graph.summary.get("unmatched_comm", {}).items()},
+            "ranks": ranks}

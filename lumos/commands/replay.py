@@ -12,6 +12,8 @@ in file-name order instead. What the tool decided for the user (a default step
 that skips a stub, where the CPU tasks came from, ranks taken from file
 order) and device events it does not model are printed under the rank's line
 and listed in JSON (`graph.notes`, `graph.unmodelled_device_events`, `graph.unmodelled_device_us`).
+With `--joint`, communication ops that found no peers are counted per file, with
+the reason, on one line each (`joint.unmatched_comm` in JSON: rank -> reason -> count).
 
 `--durations-from OTHER[:STEP] [--durations gpu|cpu|all]` is the transfer
 test (`lumos.analysis.transfer`): the graph of `--step` replayed with the
@@ -34,6 +36,7 @@ from lumos.analysis.replay import ITERATION_KINDS, RunReplay, measured_breakdown
 from lumos.analysis.transfer import DURATION_KINDS
 from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
+from lumos.graph.run_graph import unmatched_lines
 from lumos.sim import SimulationError
 from lumos.trace import load_run
 
@@ -135,6 +138,12 @@ def run(args) -> int:
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.ranks_from_files:
         doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
+    named = [t for t in tables if t.metadata.get("rank_from_file_name")]
+    if named:
+        doc["ranks_from_file_names"] = {str(t.rank): Path(t.path).name for t in named}
+    rank_notes = [t.metadata["rank_note"] for t in tables if t.metadata.get("rank_note")]
+    if rank_notes:
+        doc["rank_notes"] = rank_notes
     if args.joint:
         doc["joint"] = _joint(args, tables, classes)
     interval_lines = _intervals(args, doc, result, tables)
@@ -148,6 +157,11 @@ def run(args) -> int:
         if args.ranks_from_files:
             print("ranks taken from file-name order (--ranks-from-files): "
                   + ", ".join(f"rank {t.rank} = {Path(t.path).name}" for t in tables))
+        if named:
+            print("ranks taken from file names (no distributedInfo.rank): "
+                  + ", ".join(f"rank {t.rank} = {Path(t.path).name}" for t in named))
+        for note in rank_notes:
+            print(f"note: {note}")
         print(format_table(result, args.path, metrics))
         for line in interval_lines:
             print(line)
@@ -158,6 +172,9 @@ def run(args) -> int:
             print(f"joint replay of {len(tables)} ranks with {j['rendezvous']} cross-rank rendezvous: "
                   f"measured {j['measured']['iteration_us'] / 1e3:.3f} ms, replayed "
                   f"{j['replayed']['iteration_us'] / 1e3:.3f} ms, error {j['error_pct']:+.3f}%")
+            paths = {int(t.rank): t.path for t in tables}
+            for line in unmatched_lines({int(r): by for r, by in j["unmatched_comm"].items()}, paths):
+                print(f"  not matched: {line}")
     return 0
 
 

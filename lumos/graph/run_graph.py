@@ -16,9 +16,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from lumos.trace import TraceTable
+from lumos.trace.collectives import P2P_KINDS, Call, classify, comm_launchers, pg_config
 
 from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
-from .edges.cross_rank import CommOp, add_rendezvous, match_ops, parse_ranks
+from .edges.cross_rank import CommOp, add_rendezvous, match_key, match_ops
 from .host_steps import host_steps, with_host_medians
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph
 
@@ -45,20 +46,94 @@ def concat_graphs(graphs: Sequence[Graph]) -> tuple[Graph, np.ndarray]:
     return out, offsets[:-1]
 
 
-def comm_ops(graph: Graph, table: TraceTable, offset: int = 0) -> list[CommOp]:
-    """Communication ops of one rank's graph that name their process group, in issue order."""
+# Why a communication op found no peers, as `lumos replay --joint` words it (one line per rank).
+UNMATCHED_REASONS = {
+    "no_kind": "no kind (no Collective name arg, and neither the kernel nor its launching op is named "
+               "as a known collective)",
+    "no_group": "no process group (no Process Group Ranks, no Process Group Name in "
+                "distributedInfo.pg_config, and the ranks' calls without a group differ, so none can be inferred)",
+    "no_peer": "a send/recv whose peer the trace does not name",
+    "peers_missing": "peers absent (their files not in the run, or without a matching call)",
+}
+
+
+def comm_calls(graph: Graph, table: TraceTable, offset: int = 0) -> list[tuple[int, Call]]:
+    """(task id + offset, Call) of one rank's in-step communication kernels, in issue order.
+
+    A call that launches several kernels (a coalesced group, an op split by NCCL) is one call:
+    its first kernel stands for it. A kernel that states its collective and group itself is its
+    own call.
+    """
     comm = np.flatnonzero(graph.comm & graph.in_step & (graph.event >= 0))
     # issue order: launch order is the order on the stream; across streams use measured start
     comm = comm[np.argsort(graph.ts[comm], kind="stable")]
-    ops = []
-    for t in comm:
-        ev = int(graph.event[t])
-        group = parse_ranks(table.pg_ranks[ev])
-        kind = table.coll_name[ev]
-        if group is None or kind is None:
+    rows = graph.event[comm]
+    # a kernel whose own args name its collective and group (Kineto copies record_param_comms' args onto
+    # it) needs no launching op read: only the others go through the (slower) search for their launchers
+    own = np.fromiter((table.coll_name[r] is not None and table.pg_ranks[r] is not None for r in rows.tolist()),
+                      bool, count=len(rows))
+    launchers = comm_launchers(table, rows[~own])
+    groups = pg_config(table.metadata)
+    out, seen = [], set()
+    for t, ev in zip(comm.tolist(), rows.tolist()):
+        call = classify(table, ev, launchers.get(ev, ()), groups)
+        if call.carrier >= 0:
+            if call.carrier in seen:
+                continue
+            seen.add(call.carrier)
+        out.append((t + offset, call))
+    return out
+
+
+def comm_ops(graph: Graph, table: TraceTable, offset: int = 0) -> list[CommOp]:
+    """Communication ops of one rank's graph whose kind and process group the trace states."""
+    return [CommOp(task=t, rank=int(table.rank), kind=c.kind, group=c.group, nelems=c.nelems)
+            for t, c in comm_calls(graph, table, offset) if c.kind is not None and c.group is not None]
+
+
+def resolve_ops(calls: dict[int, list[tuple[int, Call]]], world: int | None) -> tuple[list[CommOp], dict]:
+    """CommOps of every rank's calls, groups inferred where the trace has none; why the rest has none.
+
+    A collective without a group is given the whole world when that is the only reading: every rank
+    of the world is loaded, and the ranks' calls without a group are the same kinds in the same
+    order (and any `Group size` given is the world's). Anything else is left unmatched, and said.
+    Returns (ops, {rank: {reason: count}}).
+    """
+    ranks = sorted(calls)
+    loose = {r: [c.kind for _, c in calls[r] if c.group is None and c.kind is not None and c.kind not in P2P_KINDS]
+             for r in ranks}
+    whole = world is not None and ranks == list(range(world)) and len(ranks) > 1
+    same = whole and len({tuple(k) for k in loose.values()}) == 1
+    sizes_ok = all(c.group_size in (None, world) for r in ranks for _, c in calls[r] if c.group is None)
+    inferred = tuple(ranks) if same and sizes_ok else None
+    ops, why = [], {r: {} for r in ranks}
+    for r in ranks:
+        for t, c in calls[r]:
+            group = c.group
+            if c.kind is None:
+                reason = "no_kind"
+            elif group is None and c.kind in P2P_KINDS:
+                reason = "no_peer"
+            elif group is None and inferred is None:
+                reason = "no_group"
+            else:
+                ops.append(CommOp(task=t, rank=r, kind=c.kind, group=group or inferred, nelems=c.nelems))
+                continue
+            why[r][reason] = why[r].get(reason, 0) + 1
+    return ops, why
+
+
+def unmatched_lines(unmatched: dict, paths: dict[int, str]) -> list[str]:
+    """One line per rank with unmatched communication ops: how many, and why."""
+    lines = []
+    for r, by in sorted(unmatched.items()):
+        n = sum(by.values())
+        if not n:
             continue
-        ops.append(CommOp(task=int(t) + offset, rank=int(table.rank), kind=str(kind), group=group))
-    return ops
+        parts = "; ".join(f"{k} {UNMATCHED_REASONS[reason]}" for reason, k in sorted(by.items()))
+        lines.append(f"{paths.get(r, f'rank {r}')}: {n} communication op{'s' if n > 1 else ''} "
+                     f"not matched to peers: {parts}")
+    return lines
 
 
 def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int] | None = None,
@@ -80,12 +155,20 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
         run.summary["host_steps"] = {r: h for r, h in host.items() if h.n_steps >= 2}
     if EdgeClass.CROSS_RANK not in frozenset(EdgeClass(c) for c in edge_classes):
         return run
-    ops = []
-    for g, t, off in zip(graphs, tables, offsets):
-        ops.extend(comm_ops(g, t, int(off)))
+    calls = {int(t.rank): comm_calls(g, t, int(off)) for g, t, off in zip(graphs, tables, offsets)}
+    worlds = {int(t.world_size) for t in tables}
+    ops, unmatched = resolve_ops(calls, worlds.pop() if len(worlds) == 1 else None)
     groups = match_ops(ops, [t.rank for t in tables])
+    matched = set(np.concatenate([np.asarray(g, np.int64) for g in groups]).tolist()) if groups else set()
+    for op in ops:
+        if op.task not in matched:
+            by = unmatched[op.rank]
+            reason = "no_peer" if match_key(op) is None else "peers_missing"
+            by[reason] = by.get(reason, 0) + 1
     out = add_rendezvous(run, groups)
     out.summary = {**out.summary, **{k: run.summary[k] for k in ("ranks", "host_steps") if k in run.summary}}
+    out.summary["comm_ops"] = {r: len(c) for r, c in calls.items()}
+    out.summary["unmatched_comm"] = {r: by for r, by in unmatched.items() if by}
     return out
 
 

@@ -145,6 +145,7 @@ def parse_document(doc, path) -> TraceTable:
         cols["seq"].append(_as_int(args.get("Sequence number")))
         cols["dtype"].append(args.get("dtype"))
         cols["pg_ranks"].append(args.get("Process Group Ranks"))
+        cols["pg_name"].append(args.get("Process Group Name"))
         cols["input_dims"].append(args.get("Input Dims") if code == schema.CPU_OP else None)
 
     arrays = {}

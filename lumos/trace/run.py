@@ -1,17 +1,26 @@
 """A multi-rank run: a directory of per-rank trace files, ordered by rank.
 
-The rank and world size of each file come from its `distributedInfo`. A
-directory whose files do not read as the ranks of one run (a file without
-rank info, two files claiming one rank, world sizes that disagree, a rank
-outside its world) is refused with one line naming the files and the clash:
-replaying such a set as one run would silently pair unrelated timelines.
-`ranks_from_files=True` takes each file as its own rank instead, in file-name
-order, and marks each table (`metadata["rank_from_file_order"]`).
+The rank and world size of each file come from its `distributedInfo`; a file
+without `distributedInfo.rank` takes its rank from its name (`FILE_RANK`:
+`rank3`, `rank-3`, `rank_3`, `worker3`, case-insensitive, at the start of the
+name or after a non-alphanumeric character: `trace_rank3.json`,
+`worker3_step_12.pt.trace.json.gz`), marked `metadata["rank_from_file_name"]`;
+the world size is then the other files' (or, where none says, the highest rank
+plus one). A directory whose files still do not read as the ranks of one run
+(a file with neither, two files claiming one rank, world sizes that disagree, a
+rank outside its world) is refused with one line naming the files and the
+clash: replaying such a set as one run would silently pair unrelated timelines.
+Where a file's `distributedInfo.rank` and its name disagree and the ranks do
+not clash, `distributedInfo` is taken and the disagreement kept in
+`metadata["rank_note"]` for the replay to print. `ranks_from_files=True` takes
+each file as its own rank instead, in file-name order, and marks each table
+(`metadata["rank_from_file_order"]`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .errors import TraceError
@@ -20,6 +29,14 @@ from .table import TraceTable
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 HINT = "pass --ranks-from-files to take each file as its own rank, in file-name order"
+FILE_RANK = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+NAME_FORMS = "rank3, rank-3, rank_3 or worker3"
+
+
+def file_rank(name: str) -> int | None:
+    """The rank a file's name says (`FILE_RANK`), None when it says none or two different ones."""
+    found = {int(m.group(1)) for m in FILE_RANK.finditer(name)}
+    return found.pop() if len(found) == 1 else None
 
 
 def trace_files(directory: Path) -> list[Path]:
@@ -42,16 +59,21 @@ def rank_clash(tables: list[TraceTable]) -> str | None:
     """Why these files are not the ranks of one run, or None if they are."""
     names = [Path(t.path).name for t in tables]
     info = [_rank_info(t) for t in tables]
+    info = [(r if r is not None else file_rank(n), w) for n, (r, w) in zip(names, info)]
     missing = [n for n, (r, _) in zip(names, info) if r is None]
     if missing:
-        return f"{', '.join(missing)} {'carries' if len(missing) == 1 else 'carry'} no rank (no distributedInfo.rank)"
+        return (f"{', '.join(missing)} {'carries' if len(missing) == 1 else 'carry'} no rank (no distributedInfo.rank, "
+                f"and {'its name says' if len(missing) == 1 else 'their names say'} none: {NAME_FORMS})")
     by_rank: dict[int, list[str]] = {}
     for n, (r, _) in zip(names, info):
         by_rank.setdefault(r, []).append(n)
     for r, files in sorted(by_rank.items()):
         if len(files) > 1:
-            return f"{' and '.join(files)} all claim rank {r}" if len(files) > 2 else \
-                f"{files[0]} and {files[1]} both claim rank {r}"
+            said = [file_rank(f) for f in files]
+            named = f" (their names say ranks {', '.join(map(str, said))})" \
+                if None not in said and len(set(said)) == len(said) else ""
+            return (f"{' and '.join(files)} all claim rank {r}" if len(files) > 2 else
+                    f"{files[0]} and {files[1]} both claim rank {r}") + named
     worlds = {w for _, w in info if w is not None}
     if len(worlds) > 1:
         said = ", ".join(f"{n} says {w}" for n, (_, w) in zip(names, info) if w is not None)
@@ -86,4 +108,24 @@ def load_run(path: str | os.PathLike, ranks_from_files: bool = False) -> list[Tr
         clash = rank_clash(tables)
         if clash is not None:
             raise TraceError(path, f"the files are not ranks of one run: {clash}; {HINT}")
+        _ranks_from_names(tables)
     return sorted(tables, key=lambda t: t.rank)
+
+
+def _ranks_from_names(tables: list[TraceTable]) -> None:
+    """Give files without distributedInfo.rank the rank their name says (rank_clash has checked it
+    does); note where distributedInfo and the name disagree."""
+    info = [_rank_info(t) for t in tables]
+    worlds = {w for _, w in info if w is not None}
+    for t, (r, _) in zip(tables, info):
+        said = file_rank(Path(t.path).name)
+        if r is None:
+            t.rank = said
+            t.metadata["rank_from_file_name"] = True
+        elif said is not None and said != r:
+            t.metadata["rank_note"] = (f"{Path(t.path).name}: distributedInfo says rank {r}, its name says rank "
+                                       f"{said}; distributedInfo taken")
+    if any(r is None for r, _ in info):
+        world = worlds.pop() if worlds else max(t.rank for t in tables) + 1
+        for t in tables:
+            t.world_size = world

@@ -22,7 +22,8 @@ MAX_DEPTH = 256  # orjson refuses beyond 1024; nesting deeper than this is left 
 EVENT_KEYS = ("cat", "name", "ts", "dur", "pid", "tid")
 ARG_KEYS = ("correlation", "External id", "external id", "stream", "device", "wait_on_stream",
             "wait_on_cuda_event_record_corr_id", "In msg nelems", "Out msg nelems", "Group size", "Sequence number",
-            "cuda_sync_kind", "Collective name", "dtype", "Process Group Ranks", "Input Dims")
+            "cuda_sync_kind", "Collective name", "dtype", "Process Group Ranks", "Input Dims",
+            "Process Group Name")
 F = {k: i for i, k in enumerate(EVENT_KEYS + ARG_KEYS)}
 N_FIELDS, N_EVENT = len(F), len(EVENT_KEYS)
 I_FIRST = F["pid"]  # pid .. Sequence number hold integers: plain ones are read by the scanner

@@ -187,7 +187,7 @@ def scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
     out["stream"] = int_field("stream", -1, none_default=np.where(gpu & (code != schema.SYNC), tid, -1))
     out["device"] = int_field("device", np.where(gpu, pid, -1))
     for col, key in (("sync_kind", "cuda_sync_kind"), ("coll_name", "Collective name"), ("dtype", "dtype"),
-                     ("pg_ranks", "Process Group Ranks")):
+                     ("pg_ranks", "Process Group Ranks"), ("pg_name", "Process Group Name")):
         out[col] = _object_field(buf, *field(key))
     out["input_dims"] = _object_field(buf, *field("Input Dims"), only=code == schema.CPU_OP)
     doc = orjson.loads(data[:lo] + b"[]" + data[hi:])

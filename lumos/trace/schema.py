@@ -76,14 +76,19 @@ POLLING_CALLS = _calls({"cudaEventQuery", "cudaStreamQuery"})
 
 FLOW_CATEGORIES = frozenset({"ac2g", "async_cpu_to_gpu", "async"})
 
+# NCCL's kernels by version: `ncclKernel_<Coll>_<algo>_<proto>_<op>_<type>` (< 2.19),
+# `ncclDevKernel_<Coll>...`, `ncclDevKernel_SendRecv` and `ncclDevKernel_Generic` (coalesced calls, >= 2.19);
+# RCCL keeps NCCL's names; MSCCL's are `mscclKernel_<op>_<type>_<proto>`. What kind of call a kernel runs
+# is read in `lumos.trace.collectives`, with the ops that launched it.
 _COMM_KERNEL = re.compile(
-    r"^(void )?(nccl(Dev)?Kernel_|ncclKernel|nccl::|c10d::|.*all_?reduce|.*all_?gather|"
+    r"^(void )?(nccl(Dev)?Kernel_|ncclKernel|msccl(pp)?Kernel|nccl::|c10d::|.*all_?reduce|.*all_?gather|"
     r".*reduce_?scatter|.*all_?to_?all|.*SendRecv|cross_device_reduce|.*one_shot_all_reduce|"
     r".*two_shot_all_reduce|.*userbuffers|.*multimem_all_reduce)", re.IGNORECASE)
 
 
 def is_comm_kernel(name: str) -> bool:
-    """NCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`) and other known collective kernels."""
+    """NCCL/RCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`, `ncclDevKernel_Generic`), MSCCL's
+    (`mscclKernel_*`) and other known collective kernels."""
     return bool(_COMM_KERNEL.match(name))
 
 

@@ -18,7 +18,7 @@ from .errors import format_counts
 INT_COLUMNS = ("cat", "pid", "tid", "corr", "ext", "stream", "device",
                "wait_stream", "wait_corr", "in_nelems", "out_nelems", "group_size", "seq")
 FLOAT_COLUMNS = ("ts", "dur")
-OBJECT_COLUMNS = ("name", "sync_kind", "coll_name", "dtype", "pg_ranks", "input_dims")
+OBJECT_COLUMNS = ("name", "sync_kind", "coll_name", "dtype", "pg_ranks", "input_dims", "pg_name")
 
 
 def gpu_name(metadata: dict) -> str | None:
@@ -59,6 +59,7 @@ class TraceTable:
     dtype: np.ndarray
     pg_ranks: np.ndarray
     input_dims: np.ndarray
+    pg_name: np.ndarray        # "Process Group Name": a key of distributedInfo.pg_config
     rank: int = 0
     world_size: int = 1
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from lumos.trace import TraceTable, schema
+from lumos.trace.collectives import classify_name
 from lumos.trace.steps import select_step
 
 from .structure import ANN, innermost
@@ -45,7 +46,6 @@ FSDP2_RANGE = re.compile(r"^FSDP::(\w+?)(?: \((.*)\)| for (.+))?$")
 FSDP1_PREFIX = "FullyShardedDataParallel."
 ROOT = "root"
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
-_NORMAL = {"allgather": "all_gather", "reducescatter": "reduce_scatter", "allreduce": "all_reduce"}
 
 LABELS = {
     "fsdp_full": "FSDP, resharding after forward (FULL_SHARD, ZeRO-3)",
@@ -65,15 +65,11 @@ def collective_kind(name: str) -> str | None:
     """all_gather / reduce_scatter / all_reduce for a collective's op, range or kernel name, else None.
 
     `c10d::_allgather_base_`, `nccl:_all_gather_base`, `gloo:all_gather`,
-    `ncclDevKernel_AllGather_RING_LL`, `c10d::reduce_scatter_tensor_coalesced_` ...
+    `ncclDevKernel_AllGather_RING_LL`, `c10d::reduce_scatter_tensor_coalesced_` ... The names are
+    read by `lumos.trace.collectives`; only the three kinds DP works with are answered here.
     """
-    key = name.split("(", 1)[0].lower().replace("_", "")
-    for prefix in ("c10d::", "nccl:", "gloo:", "rccl:", "void", "ncclkernel", "nccldevkernel"):
-        key = key[len(prefix):] if key.startswith(prefix) else key
-    for stem, kind in _NORMAL.items():
-        if key.startswith(stem) or key.startswith("base" + stem):
-            return kind
-    return None
+    kind = classify_name(name, bare=True)
+    return kind if kind in KINDS else None
 
 
 @dataclass(frozen=True)

@@ -143,8 +143,8 @@ def test_two_files_both_rank_0_are_refused_unless_ranks_from_files(tmp_path, cap
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == (
         f"lumos replay: error: {tmp_path}: the files are not ranks of one run: a_amd.json.gz, b_triton.json.gz "
-        "carry no rank (no distributedInfo.rank); pass --ranks-from-files to take each file as its own rank, "
-        "in file-name order")
+        "carry no rank (no distributedInfo.rank, and their names say none: rank3, rank-3, rank_3 or worker3); "
+        "pass --ranks-from-files to take each file as its own rank, in file-name order")
     assert main(["replay", str(tmp_path), "--ranks-from-files"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("ranks taken from file-name order (--ranks-from-files): rank 0 = a_amd.json.gz, "

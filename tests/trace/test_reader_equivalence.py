@@ -113,6 +113,7 @@ def reference_parse(doc, path) -> TraceTable:
         cols["seq"].append(_ref_int(args.get("Sequence number")))
         cols["dtype"].append(args.get("dtype"))
         cols["pg_ranks"].append(args.get("Process Group Ranks"))
+        cols["pg_name"].append(args.get("Process Group Name"))
         cols["input_dims"].append(args.get("Input Dims") if code == schema.CPU_OP else None)
     arrays = {c: np.asarray(cols[c], dtype=np.int64) for c in INT_COLUMNS}
     arrays["cat"] = arrays["cat"].astype(np.int8)

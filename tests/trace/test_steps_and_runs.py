@@ -122,7 +122,7 @@ def test_world_sizes_that_disagree_are_refused(tmp_path):
 def test_files_without_rank_info_are_refused(tmp_path):
     _rank_file(tmp_path / "a.json", 0, 2)
     _rank_file(tmp_path / "b.json")
-    with pytest.raises(TraceError, match=r"b.json carries no rank \(no distributedInfo.rank\)"):
+    with pytest.raises(TraceError, match=r"b.json carries no rank \(no distributedInfo.rank, and its name says none: "):
         load_run(tmp_path)
 
 

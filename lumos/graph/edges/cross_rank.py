@@ -16,30 +16,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lumos.trace.collectives import parse_ranks
+
 from ..model import EdgeClass, Graph, TaskKind
 
+__all__ = ["P2P", "CommOp", "parse_ranks", "match_key", "match_ops", "add_rendezvous"]
+
 P2P = frozenset({"send", "recv"})
-
-
-def parse_ranks(text) -> tuple[int, ...] | None:
-    """'[0, 4]' (the trace's "Process Group Ranks") -> (0, 4); None when absent or malformed."""
-    if text is None:
-        return None
-    if isinstance(text, (list, tuple)):
-        return tuple(int(x) for x in text)
-    body = str(text).strip().strip("[]()")
-    try:
-        return tuple(int(x) for x in body.replace(",", " ").split())
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
 class CommOp:
     task: int            # task id in the run graph
     rank: int
-    kind: str            # collective name: allreduce, send, recv, ...
+    kind: str            # a kind of lumos.trace.collectives.KINDS: all_reduce, all_to_all, send, recv, ...
     group: tuple         # ranks of the process group
+    nelems: int | None = None    # message elements, None when the trace does not say
 
 
 def match_key(op: CommOp) -> tuple | None:
