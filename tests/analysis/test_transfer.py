@@ -14,7 +14,8 @@ import pytest
 
 from lumos.analysis.transfer import (NotSameJobError, TaskKeys, diff_attribution, match_tasks, transfer_pair,
                                      transfer_steps)
-from lumos.graph.model import TaskKind
+from lumos.graph import build_graph
+from lumos.graph.model import EdgeClass, TaskKind
 from lumos.report.tables import transfer_real_table
 from lumos.trace import load_trace
 
@@ -121,16 +122,34 @@ def test_trace_diff_ops_of_one_step_only_shift_nothing():
     # Step 1012 runs 27 CPU ops step 1011 does not (an extra aten::empty_strided after the
     # forward's last launch, behind a 2.3 ms pause that step 1011 takes on the backward thread).
     # Paired by occurrence, every later op of those names took the wrong partner and the pause
-    # counted twice: +6.15% against 1011 as measured. Aligned and bridged: +3.30%, -0.96% back.
+    # counted twice: +6.15% against 1011 as measured. Aligned and bridged: +3.30%, -0.96% back;
+    # with the stream-20 op after each SendRecv waiting for it, not for a stream-7 op that ended
+    # 1 us before it by chance (test_trace_diff_stream_20_waits_for_the_send_recv): +0.94%, -0.13%.
     table = load_trace(TRACE_DIFF)
     r = transfer_pair(table, 1012, table, 1011)
     assert r.matched == {"cpu": "6239/6266", "gpu": "1575/1575"}
-    assert (r.predicted_us, r.actual_us) == (78730.0, 76212.0)
-    assert transfer_pair(table, 1011, table, 1012, baselines=False).predicted_us == 75989.0
+    assert (r.predicted_us, r.actual_us) == (76931.0, 76212.0)
+    assert transfer_pair(table, 1011, table, 1012, baselines=False).predicted_us == 76627.0
     # issue 12's bar on this trace: no worse than "same as step k" by more than 0.3 points
     df = transfer_steps(table)
     assert len(df) == 8
     assert df["lumos_err_pct"].abs().mean() <= df["same_as_k_err_pct"].abs().mean() + 0.3
+
+
+def test_trace_diff_stream_20_waits_for_the_send_recv():
+    # Step 1011: the thread launches a SendRecv on NCCL stream 21 (corr 1809924), calls
+    # cudaStreamWaitEvent and launches a fill kernel on stream 20 (corr 1809965). The fill
+    # starts 2 us after the SendRecv ends and 1 us after a stream-7 kernel (corr 1809008) ends;
+    # stream 7 runs a 9.5 ms backlog: that kernel was launched 7.5 ms before the wait, with 48
+    # more stream-7 ops launched behind it before the wait: a coincidence. Tied to stream 7, the fill (and the
+    # cudaStreamSynchronize after it) kept step 1011's timing when step 1010's SendRecv ran
+    # 1.7 ms longer: -3.19% against 1010 as measured; tied to the SendRecv, +1.38%.
+    table = load_trace(TRACE_DIFF)
+    g = build_graph(table, step=1011)
+    corr = table.corr[g.event]
+    inter = {(int(corr[s]), int(corr[d])) for s, d, c in zip(g.src, g.dst, g.cls) if c == EdgeClass.INTER_STREAM}
+    assert (1809924, 1809965) in inter
+    assert not any(d == 1809965 and s != 1809924 for s, d in inter)
 
 
 def test_diff_of_a_step_with_itself_is_zero(nccl):

@@ -126,6 +126,36 @@ def test_inferred_stream_wait_event_without_args():
     assert g.summary["inferred_how"] == {"timeline: delayed op after cudaStreamWaitEvent": 1}
 
 
+def test_inferred_wait_is_not_a_backlog_op_ending_by_chance():
+    # Stream 7 drains a backlog launched long before; the thread then launches c1 on stream 21,
+    # waits, and launches g on stream 20. g starts 1 us after a4 ends, 16 us after c1 ends.
+    # a5 was launched behind a4 before the wait, so no event recorded before the wait
+    # captured a4; c1 is what the thread launched last before it (torch's current stream).
+    t = TraceBuilder()
+    for i in range(5):
+        t.launch(f"a{i + 1}", 10 + 5 * i, 3, 100 + 50 * i, 50, stream=7)   # a4: 250-300
+    t.launch("c1", 40, 5, 46, 239, stream=21)                             # ends at 285
+    t.runtime("cudaStreamWaitEvent", 50, 2)
+    t.launch("g", 55, 5, 301, 10, stream=20)
+    g = build_graph(t.table())
+    assert edges(g, EdgeClass.INTER_STREAM) == [("c1", "g")]
+    assert g.summary["violations"] == 0
+
+
+def test_inferred_wait_skips_ops_launched_after_the_wait():
+    # x on stream 7 is launched, the thread waits, launches g on stream 21, then m on stream 7.
+    # g starts 4 us after m ends and 10 us after x ends: m was enqueued after the wait, so the
+    # event the wait paired with cannot have captured it.
+    t = TraceBuilder()
+    t.launch("x", 10, 5, 20, 80, stream=7)           # ends at 100
+    t.runtime("cudaStreamWaitEvent", 20, 2)
+    t.launch("g", 25, 5, 110, 10, stream=21)
+    t.launch("m", 35, 5, 102, 4, stream=7)           # ends at 106
+    g = build_graph(t.table())
+    assert edges(g, EdgeClass.INTER_STREAM) == [("x", "g")]
+    assert g.summary["violations"] == 0
+
+
 def test_no_wait_call_means_no_inferred_inter_stream_edge():
     t = TraceBuilder()
     t.launch("producer", 10, 5, 20, 100, stream=7)

@@ -12,7 +12,10 @@ sync events altogether; there the edge is inferred from
 the timeline: an op that started later than its launch and its stream
 predecessor allow, right after an op on another stream of the same device
 ended, and whose launching thread called cudaStreamWaitEvent just before
-launching it, waited for that op.
+launching it, waited for that op. Which op: never one launched after the wait
+call; first the op that thread launched last before the wait (torch records on
+the current stream just before waiting), then one still last on its stream at
+the wait, then the one that ended last (`_waited_for`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class _ThreadHistory:
         ts, ids = table.get(thread, (np.zeros(0), np.zeros(0, np.int64)))
         i = np.searchsorted(ts, t, side="left") - 1
         return int(ids[i]) if i >= 0 else -1
+
+    def last_launch(self, thread: int, t: float) -> int:
+        """The GPU op whose launch call `thread` started last before t (-1: none)."""
+        return self._last_before(self.launches, thread, t)
 
     def record_and_stream(self, wait_call: int) -> tuple[int, int]:
         """The record call a wait pairs with and the stream processor it recorded on (-1, -1: none)."""
@@ -122,6 +129,7 @@ def _inferred(ctx: BuildContext, out: EdgeList) -> None:
     for w in waits:
         waits_by_thread.setdefault(int(ctx.thread_key[w]), []).append(ctx.ts[w])
     waits_by_thread = {k: np.sort(np.array(v)) for k, v in waits_by_thread.items()}
+    history = _ThreadHistory(ctx)
     for g in gpu:
         launcher = ctx.launcher[g]
         if launcher < 0:
@@ -140,13 +148,41 @@ def _inferred(ctx: BuildContext, out: EdgeList) -> None:
         k = np.searchsorted(wts, ctx.ts[launcher], side="right") - 1
         if k < 0 or wts[k] < prev_launch_ts:
             continue
-        hi = np.searchsorted(ends, ctx.ts[g] + 1.0, side="right")
-        lo = np.searchsorted(ends, ctx.ts[g] - WINDOW_US, side="left")
-        for j in range(hi - 1, lo - 1, -1):
-            u = by_end[j]
-            if ctx.proc[u] != ctx.proc[g] and ctx.device[u] == ctx.device[g]:
-                out.add(u, g, inferred=True, how=HOW)
-                break
+        u = _waited_for(ctx, g, by_end, ends, float(wts[k]), history.last_launch)
+        if u >= 0:
+            out.add(u, g, inferred=True, how=HOW)
+
+
+def _waited_for(ctx: BuildContext, g: int, by_end: np.ndarray, ends: np.ndarray, wait_ts: float,
+                last_launch) -> int:
+    """The op on another stream of g's device that g waited for (-1: none).
+
+    Candidates ended in the `WINDOW_US` before g started and were launched before the wait
+    call (an event captures only work enqueued before it is recorded, and it is recorded
+    before it is waited on). The trace names no record call, so the likeliest is the one
+    torch makes: on the waiting thread's current stream, the stream it launched to last,
+    just before the wait. So, in this order: the op the waiting thread launched last before
+    the wait; an op that was still the last launched on its stream then; the one that
+    ended last. A stream running a backlog always has an op ending just before any moment,
+    and an op with later work launched behind it before the wait ended there by chance:
+
+        wait ─┐                       ┌ g (stream B, launched after the wait)
+        A:    |  ..][a4][a5][a6][a7]..    a6 ends 1 us before g: a7 was launched before the wait
+        C:   [ c1 (launched last, then waited for) ]   c1 ends 15 us before g: g waited for c1
+    """
+    hi = np.searchsorted(ends, ctx.ts[g] + 1.0, side="right")
+    lo = np.searchsorted(ends, ctx.ts[g] - WINDOW_US, side="left")
+    mine = last_launch(int(ctx.thread_key[ctx.launcher[g]]), wait_ts)
+    launched = ctx.launch_time()
+    best, best_rank = -1, -1
+    for j in range(hi - 1, lo - 1, -1):   # latest end first: ties keep the later-ending op
+        u = int(by_end[j])
+        if ctx.proc[u] == ctx.proc[g] or ctx.device[u] != ctx.device[g] or launched[u] > wait_ts:
+            continue
+        rank = 2 if u == mine else 1 if ctx.last_on_stream(int(ctx.proc[u]), "launch", wait_ts) == u else 0
+        if rank > best_rank:
+            best, best_rank = u, rank
+    return best
 
 
 def inter_stream_edges(ctx: BuildContext) -> EdgeList:
