@@ -162,7 +162,8 @@ def tensor_parallel(src: Sources) -> Cells:
 
 def sharded(src: Sources) -> Cells:
     """sharded_dp.csv: abs_error_pct_mean and component_l1_pct_mean per target (mean over seeds), group
-    (`DP (FSDP)`: what changes, then the emulator's mode), label, n (seeds)."""
+    (`DP (FSDP)`: what changes, then the emulator's mode; `strategy (FSDP -> SHARD_GRAD_OP)`: a strategy
+    change, from the base's mode to the target's), label, n (seeds)."""
     df = _read(src.tables / "sharded_dp.csv")
     parts = []
     for mode, rows in df.groupby(df["group"].str.extract(r"\((.*)\)$", expand=False), sort=False):
@@ -276,7 +277,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Transfer on real traces (step k's graph, step k+1's durations)", transfer, "transfer_real"),
     ("The nine scale-out targets (Fig. 7) from 15B 2x2x4", scaleout, "scaleout"),
     ("TP changes from 15B 2x2x4", tensor_parallel, "scaleout"),
-    ("Sharded DP (FSDP2, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
+    ("Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),
     ("Prediction vs hardware (published runs)", endtoend, "endtoend"),

@@ -59,8 +59,9 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
         h["predicted_lo90_ms"], h["predicted_hi90_ms"] = 0.9, 1.1
         h["measured_in_90_pct"] = [0.0, 100.0, 50.0, 100.0, 100.0, 0.0, 50.0]
     h.to_csv(tables / "h200_whatif.csv", index=False)
-    pd.DataFrame({"group": ["DP (FSDP)", "DP+PP (FSDP)", "DP (ZeRO-1)"], "label": ["2x2x8", "2x4x8", "2x2x8"],
-                  "n": [10, 10, 10], "abs_error_pct_mean": [2.0, 5.0, 1.0], "component_l1_pct_mean": [10.0, 20.0, 3.0]}
+    pd.DataFrame({"group": ["DP (FSDP)", "DP+PP (FSDP)", "DP (ZeRO-1)", "strategy (FSDP -> SHARD_GRAD_OP)"],
+                  "label": ["2x2x8", "2x4x8", "2x2x8", "2x2x4"], "n": [10, 10, 10, 10],
+                  "abs_error_pct_mean": [2.0, 5.0, 1.0, 2.0], "component_l1_pct_mean": [10.0, 20.0, 3.0, 7.0]}
                  ).to_csv(tables / "sharded_dp.csv", index=False)
     pd.DataFrame({"row": ["summary", "summary", "configuration"], "dataset": ["d1", "d2", "d1"],
                   "n": [2, 10, None], "mean_abs_error_pct": [1.26, 10.04, None]}
@@ -101,9 +102,10 @@ EXPECTED = {
         "mean \\|error\\| 2.00% over 3 layouts (10 seeds each), worst layout 3.00%",
         "the paper: DP 0.5-1.5%, PP up to 4%, all nine 2.5% mean"),
     "TP changes from 15B 2x2x4": ("mean \\|error\\| 1.00% over 2 layouts (5 seeds each), worst layout 1.50%", H.NO_TP),
-    "Sharded DP (FSDP2, distributed optimizer) from 15B 2x2x4": (
+    "Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4": (
         "FSDP: mean \\|error\\| 3.50% over 2 layouts (DP 2x2x8 2.0%, DP+PP 2x4x8 5.0%); ZeRO-1: mean \\|error\\| "
-        "1.00% over 1 layouts (DP 2x2x8 1.0%); component L1 11.0%; 10 seeds each", H.NO_SHARDED),
+        "1.00% over 1 layouts (DP 2x2x8 1.0%); FSDP -> SHARD_GRAD_OP: mean \\|error\\| 2.00% over 1 layouts "
+        "(strategy 2x2x4 2.0%); component L1 10.0%; 10 seeds each", H.NO_SHARDED),
     "H200 what-ifs (layers, width, micro-batch size and count)": (
         "from b0 / b1: mean \\|error\\| 1.50% / 4.00% over 2 what-ifs, worst 2.00% / 5.00%; "
         "host-bound mbs_2: +40.00% / -20.00%", "- (no published predictor on these runs)"),
