@@ -6,7 +6,9 @@ something does change. For every task the binding constraint in the measured
 timeline (the in-edge whose source ended last) carries the task's remaining
 slack as its lag: a host gap on the intra-thread edge, launch latency on the
 launch edge, a queue wait on the intra-stream edge. A task nothing constrains
-is anchored at its measured start. A blocking sync's duration is the part
+is anchored at its measured start. A sync's host gap (from its binding
+constraint to the call's measured start) is its edge's lag too, whether or
+not the call then waited. A blocking sync's duration is the part
 after the GPU work it waited for ended; a call that waited for its own copy
 keeps the part before the copy (`edges.waits`), the edge from the copy
 holding the rest as a lag.
@@ -89,8 +91,11 @@ def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchore
         last[:-1] = dst[order][1:] != dst[order][:-1]
         binding = order[last]
         v = dst[binding]
-        bound = np.maximum(ready_at[binding], waited[v])
-        slack = ts[v] - bound
-        give = (slack > 0) & ~anchored[v] & (ready_at[binding] >= waited[v])
+        # The host's own time before the task began (a gap between top-level ops, Python) is
+        # the binding edge's lag even where the task then waited for the GPU: measured from
+        # the call's start, not from the end of its wait, so a replay in which the GPU is done
+        # sooner still finds the host busy until then.
+        slack = ctx.ts[v] - ready_at[binding]
+        give = (slack > 0) & ~anchored[v]
         lag[binding[give]] += slack[give]
     return Timing(ts=ts, dur=dur, lag=lag, release=release, violations=violations)
