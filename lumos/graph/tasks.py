@@ -58,18 +58,21 @@ UNLAUNCHED_REASONS = {
 }
 
 
+REASON_KEYS = tuple(UNLAUNCHED_REASONS)   # code k (1, 2, 3) is REASON_KEYS[k - 1]; 0: launched
+
+
 def unlaunched_reasons(table: TraceTable, rows: np.ndarray) -> np.ndarray:
-    """Per GPU row: '' when a runtime call in the trace carries its correlation id, else the
-    reason there is none (a key of UNLAUNCHED_REASONS). Correlation ids are positive: CUPTI
+    """Per GPU row: 0 when a runtime call in the trace carries its correlation id, else the
+    code of the reason there is none (REASON_KEYS). Correlation ids are positive: CUPTI
     numbers from 1, and 0 is what roctracer writes for a kernel it could not correlate."""
     runtime_ids = np.unique(table.corr[(table.cat == schema.RUNTIME) & (table.corr > 0)])
     corr = table.corr[rows]
-    out = np.full(len(rows), "", dtype=object)
-    out[corr <= 0] = "no_correlation"
+    out = np.zeros(len(rows), dtype=np.int8)
     missing = (corr > 0) & ~np.isin(corr, runtime_ids)
     early = missing & (corr < runtime_ids[0]) if len(runtime_ids) else np.zeros(len(rows), bool)
-    out[early] = "before_profiler"
-    out[missing & ~early] = "launch_not_in_trace"
+    out[early] = 1
+    out[corr <= 0] = 2
+    out[missing & ~early] = 3
     return out
 
 
@@ -213,7 +216,7 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
         launched_here[:] = True
     else:
         # no launch to place it in a step by: it belongs to the step it starts in
-        unplaced = (why == "no_correlation") | (why == "launch_not_in_trace")
+        unplaced = why >= 2   # no correlation id, or no runtime call carries it
         launched_here |= unplaced & (table.ts[gpu_rows] >= w0) & (table.ts[gpu_rows] < w1)
     step_ops = gpu_rows[launched_here]
     if len(step_ops):
@@ -236,8 +239,8 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     carry_in = np.zeros(len(event), dtype=bool)
     carry_in[n_cpu + len(step_ops):] = True
     unlaunched = np.zeros(len(event), dtype=bool)
-    unlaunched[n_cpu:] = gpu_why != ""
-    counts = {k: int(np.sum(gpu_why == k)) for k in UNLAUNCHED_REASONS}
+    unlaunched[n_cpu:] = gpu_why > 0
+    counts = dict(zip(REASON_KEYS, np.bincount(gpu_why, minlength=4)[1:].tolist()))
     gpu_dur = _clip_stream_overlaps(table, gpu_ev)
     dur = np.concatenate([cpu_dur, gpu_dur])
     return TaskSelection(event=event, is_gpu=is_gpu, ts=table.ts[event].astype(np.float64),
