@@ -131,7 +131,7 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "notes": ([step.note] if step is not None and step.note else []) + list(sel.notes),
         # GPU ops with no launch call in the trace, by reason (tasks.UNLAUNCHED_REASONS)
         "unlaunched_gpu_ops": dict(sel.unlaunched_counts),
-        **({"unlaunched_note": unlaunched_note(sel.unlaunched_counts)} if sel.unlaunched_counts else {}),
+        **({"unlaunched_note": unlaunched_note(ctx, sel.unlaunched_counts)} if sel.unlaunched_counts else {}),
         "unmodelled_device_events": dict(table.unmodelled),
         **({"unmodelled_device_us": {k: round(v, 3) for k, v in table.unmodelled_us.items()},
             "unmodelled_note": table.unmodelled_note()} if table.unmodelled else {}),
@@ -140,11 +140,18 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
     return drop_classes(graph, set(EdgeClass) - keep)
 
 
-def unlaunched_note(counts: dict[str, int]) -> str:
-    """'N GPU ops with no launch call in the trace (n reason, ...): kept on ...', for a replay's output."""
+def unlaunched_note(ctx: BuildContext, counts: dict[str, int]) -> str:
+    """'N GPU ops with no launch call in the trace (n reason, ...; first: NAME on stream S, correlation C,
+    at T ms from the window's start): kept on ...', for a replay's output."""
     why = ", ".join(f"{n} {UNLAUNCHED_REASONS[k]}" for k, n in counts.items())
-    return (f"{sum(counts.values())} GPU ops with no launch call in the trace ({why}): kept on their streams "
-            f"from their measured start, not tied to the host")
+    ops = np.flatnonzero(ctx.sel.unlaunched)
+    first = int(ops[np.lexsort((ctx.sel.event[ops], ctx.ts[ops]))[0]])
+    name = str(ctx.name[first])
+    name = name if len(name) <= 60 else name[:57] + "..."
+    at = (ctx.ts[first] - ctx.sel.window[0]) / 1e3
+    return (f"{sum(counts.values())} GPU ops with no launch call in the trace ({why}; first: {name!r} on stream "
+            f"{ctx.stream[first]}, correlation {ctx.corr[first]}, at {at:+.3f} ms from the window's start): kept "
+            f"on their streams from their measured start, not tied to the host")
 
 
 def step_thread(ctx: BuildContext, step: Step | None, timing) -> dict | None:

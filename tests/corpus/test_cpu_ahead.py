@@ -59,7 +59,9 @@ def test_a_real_step_that_starts_on_ops_launched_before_the_profiler(backlog_tab
     s = g.summary
     assert (s["carry_in_gpu_ops"], s["carry_in_anchored"], s["unlaunched_gpu_ops"]) == (872, 32, {"before_profiler": 872})
     assert s["unlaunched_note"] == ("872 GPU ops with no launch call in the trace (872 launched before the profiler "
-                                    "started): kept on their streams from their measured start, not tied to the host")
+                                    "started; first: 'Memset (Unknown)' on stream 7, correlation 815091, at +0.989 ms "
+                                    "from the window's start): kept on their streams from their measured start, not "
+                                    "tied to the host")
     r = replay_graph(g, engine="reference")
     assert r.measured.iteration_us == r.replayed.iteration_us == 209748.0
 

@@ -63,9 +63,10 @@ def test_amd_kernels_without_correlation_or_launch_record_are_kept_and_named():
     g = build_graph(table)
     s = g.summary
     assert s["unlaunched_gpu_ops"] == {"no_correlation": 2, "launch_not_in_trace": 1}
-    assert s["unlaunched_note"] == ("3 GPU ops with no launch call in the trace (2 without a correlation id, "
-                                    "1 whose launch record is missing): kept on their streams from their measured "
-                                    "start, not tied to the host")
+    assert s["unlaunched_note"] == (
+        "3 GPU ops with no launch call in the trace (2 without a correlation id, 1 whose launch record is missing; "
+        "first: 'Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16...' on stream 0, correlation 0, "
+        "at +0.661 ms from the window's start): kept on their streams from their measured start, not tied to the host")
     assert (s["gpu_tasks"], s["carry_in_gpu_ops"]) == (16, 0)     # all 16 still the step's work
     corr = table.corr[g.event]
     launch = sorted(int(corr[d]) for d in g.dst[g.cls == EdgeClass.LAUNCH])
@@ -126,8 +127,9 @@ def test_replay_prints_the_line_and_the_json_key(tmp_path, capsys):
     t.gpu("lost", 60, 5, corr=4242)                # an id no runtime call carries
     path = t.write(tmp_path / "t.json")
     assert main(["replay", str(path)]) == 0
-    assert ("  unlaunched: 1 GPU ops with no launch call in the trace (1 whose launch record is missing): kept on "
-            "their streams from their measured start, not tied to the host") in capsys.readouterr().out.splitlines()
+    assert ("  unlaunched: 1 GPU ops with no launch call in the trace (1 whose launch record is missing; first: "
+            "'lost' on stream 7, correlation 4242, at +0.060 ms from the window's start): kept on their streams "
+            "from their measured start, not tied to the host") in capsys.readouterr().out.splitlines()
     assert main(["replay", str(path), "--format", "json"]) == 0
     import json
     assert json.loads(capsys.readouterr().out)["graph"]["unlaunched_gpu_ops"] == {"launch_not_in_trace": 1}
