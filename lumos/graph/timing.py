@@ -6,12 +6,12 @@ something does change. For every task the binding constraint in the measured
 timeline (the in-edge whose source ended last) carries the task's remaining
 slack as its lag: a host gap on the intra-thread edge, launch latency on the
 launch edge, a queue wait on the intra-stream edge. A task nothing constrains
-is anchored at its measured start. A sync's host gap (from its binding
-constraint to the call's measured start) is its edge's lag too, whether or
-not the call then waited. A blocking sync's duration is the part
-after the GPU work it waited for ended; a call that waited for its own copy
-keeps the part before the copy (`edges.waits`), the edge from the copy
-holding the rest as a lag.
+is anchored at its measured start. A sync call's host gap (from its binding
+constraint to the call's measured start) is that edge's lag too, whether or
+not the call then waited. A blocking sync's duration is the part after the
+GPU work it waited for ended; a call that waited for its own copy keeps the
+part before the copy (`edges.waits`), the edge from the copy holding the
+rest as a lag.
 """
 
 from __future__ import annotations
