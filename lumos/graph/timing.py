@@ -79,6 +79,11 @@ def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchore
     lag[early] = np.maximum(ts[dst[early]] - end[src[early]], -dur[src[early]])
     ready_at = end[src] + lag
     violations = ready_at > ts[dst] + VIOLATION_TOLERANCE_US
+    # Within the tolerance the measured overlap is clock skew (SM vs copy-engine vs host clocks):
+    # the lag absorbs it, so an unchanged replay starts the task where it was measured.
+    skew = ~violations & (ready_at > ts[dst])
+    lag[skew] -= ready_at[skew] - ts[dst[skew]]
+    ready_at[skew] = ts[dst[skew]]
 
     release = np.full(ctx.n, -np.inf)
     has_in = np.zeros(ctx.n, dtype=bool)
