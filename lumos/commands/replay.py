@@ -10,8 +10,10 @@ A directory is replayed as the ranks of one run only if its files say they
 are (`lumos.trace.run`); `--ranks-from-files` takes each file as its own rank
 in file-name order instead. What the tool decided for the user (a default step
 that skips a stub, where the CPU tasks came from, ranks taken from file
-order) and device events it does not model are printed under the rank's line
-and listed in JSON (`graph.notes`, `graph.unmodelled_device_events`, `graph.unmodelled_device_us`).
+order), GPU ops with no launch call in the trace (kept on their streams, not tied
+to the host) and device events it does not model are printed under the rank's line
+and listed in JSON (`graph.notes`, `graph.unlaunched_gpu_ops`, `graph.unmodelled_device_events`,
+`graph.unmodelled_device_us`).
 With `--joint`, communication ops that found no peers are counted per file, with
 the reason, on one line each (`joint.unmatched_comm` in JSON: rank -> reason -> count).
 
@@ -242,6 +244,8 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
                      f"{s['violations']} timeline violations")
         for note in s.get("notes", ()):
             lines.append(f"  note: {note}")
+        if s.get("unlaunched_note"):
+            lines.append(f"  unlaunched: {s['unlaunched_note']}")
         if s.get("unmodelled_note"):
             lines.append(f"  not modelled: {s['unmodelled_note']}")
         lines.append(f"  {'':<18}{'measured ms':>14}{'replayed ms':>14}{'diff %':>9}")

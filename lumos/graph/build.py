@@ -25,7 +25,7 @@ from .edges.sync import sync_edges
 from .edges.waits import wait_edges
 from .ablate import drop_classes
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph, TaskKind, WaitKind
-from .tasks import select_tasks
+from .tasks import UNLAUNCHED_REASONS, select_tasks
 from .timing import fit_timing
 
 DEFAULT_GAP_THRESHOLD_US = 100.0
@@ -88,7 +88,7 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
     # A GPU -> CPU edge is a wait inside its destination call unless it follows a blocking copy.
     holds = (cls == EdgeClass.SYNC) & ~ctx.is_gpu[dst]
     holds[n_before:] = np.asarray(waits.holds, dtype=bool)
-    anchored = backlog_anchors(ctx, sel.carry_in)
+    anchored = backlog_anchors(ctx, sel.carry_in | sel.unlaunched)
     timing = fit_timing(ctx, src, dst, cls, sync.wait_kind, sync.wait_target, anchored,
                         base_lag=base_lag, holds=holds, call_dur=waits.call_dur)
     violations_by_class = {c.label: int(np.sum(timing.violations & (cls == c))) for c in EdgeClass}
@@ -114,7 +114,7 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "cpu_tasks": int(np.sum(~ctx.is_gpu)),
         "gpu_tasks": int(np.sum(ctx.is_gpu)),
         "carry_in_gpu_ops": int(np.sum(sel.carry_in)),
-        "carry_in_anchored": int(np.sum(anchored)),
+        "carry_in_anchored": int(np.sum(anchored & sel.carry_in)),
         "edges": graph.edge_counts(),
         "edge_classes": sorted(c.label for c in EdgeClass),
         "inferred_edges": int(np.sum(inferred)),
@@ -129,12 +129,29 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "step_thread": step_thread(ctx, step, timing),
         # what the reader or the task selection decided for the user, in words
         "notes": ([step.note] if step is not None and step.note else []) + list(sel.notes),
+        # GPU ops with no launch call in the trace, by reason (tasks.UNLAUNCHED_REASONS)
+        "unlaunched_gpu_ops": dict(sel.unlaunched_counts),
+        **({"unlaunched_note": unlaunched_note(ctx, sel.unlaunched_counts)} if sel.unlaunched_counts else {}),
         "unmodelled_device_events": dict(table.unmodelled),
         **({"unmodelled_device_us": {k: round(v, 3) for k, v in table.unmodelled_us.items()},
             "unmodelled_note": table.unmodelled_note()} if table.unmodelled else {}),
     }
     # Ablation: drop classes only now, after the lags were fitted on the full graph.
     return drop_classes(graph, set(EdgeClass) - keep)
+
+
+def unlaunched_note(ctx: BuildContext, counts: dict[str, int]) -> str:
+    """'N GPU ops with no launch call in the trace (n reason, ...; first: NAME on stream S, correlation C,
+    at T ms from the window's start): kept on ...', for a replay's output."""
+    why = ", ".join(f"{n} {UNLAUNCHED_REASONS[k]}" for k, n in counts.items())
+    ops = np.flatnonzero(ctx.sel.unlaunched)
+    first = int(ops[np.lexsort((ctx.sel.event[ops], ctx.ts[ops]))[0]])
+    name = str(ctx.name[first])
+    name = name if len(name) <= 60 else name[:57] + "..."
+    at = (ctx.ts[first] - ctx.sel.window[0]) / 1e3
+    return (f"{sum(counts.values())} GPU ops with no launch call in the trace ({why}; first: {name!r} on stream "
+            f"{ctx.stream[first]}, correlation {ctx.corr[first]}, at {at:+.3f} ms from the window's start): kept "
+            f"on their streams from their measured start, not tied to the host")
 
 
 def step_thread(ctx: BuildContext, step: Step | None, timing) -> dict | None:
@@ -155,8 +172,9 @@ def step_thread(ctx: BuildContext, step: Step | None, timing) -> dict | None:
 
 
 def backlog_anchors(ctx: BuildContext, carry_in: np.ndarray) -> np.ndarray:
-    """Carried-in GPU ops pinned at their measured start: the first on each stream, and any
-    that started after its stream had gone idle (it waited for something outside the window).
+    """Carried-in GPU ops (and ops with no launch call in the trace) pinned at their measured
+    start: the first on each stream, and any that started after its stream had gone idle (it
+    waited for something outside the window).
 
     The others were queued back to back behind it: they follow the op ahead of them with
     the measured gap, so the backlog drains later or sooner when its durations change.

@@ -9,6 +9,8 @@ from lumos.trace.table import TraceTable
 
 from .tasks import TaskSelection
 
+CLOCK_TOL_US = 1.0   # a GPU op may be stamped this much before its launch call on another clock
+
 
 class EdgeList:
     """Edges one builder found, in the order found; `how` says how inferred edges were found.
@@ -105,18 +107,31 @@ class BuildContext:
         for p, tasks in enumerate(self.proc_tasks):
             if len(tasks) and self.proc_kind[self.proc[tasks[0]]] == 1:
                 self.stream_pos[tasks] = np.arange(len(tasks), dtype=np.int32)
-        # launcher of each GPU op (runtime task with the same correlation id)
+        # launcher of each GPU op (runtime task with the same correlation id; ids are positive,
+        # 0 is roctracer's "none")
         self.launcher = np.full(self.n, -1, dtype=np.int64)
-        runtime = np.flatnonzero(~self.is_gpu & (self.cat == schema.RUNTIME) & (self.corr >= 0))
+        runtime = np.flatnonzero(~self.is_gpu & (self.cat == schema.RUNTIME) & (self.corr > 0))
         # the last runtime task of each correlation id (the later of two with one id wins)
-        by_id = runtime[np.argsort(self.corr[runtime], kind="stable")]
+        by_id = runtime[np.lexsort((self.ts[runtime], self.corr[runtime]))]
         ids = self.corr[by_id]
         last = np.r_[ids[1:] != ids[:-1], True] if len(ids) else np.zeros(0, dtype=bool)
         self._runtime_ids, self._runtime_tasks = ids[last], by_id[last]
         gpu = np.flatnonzero(self.is_gpu)
         self.launcher[gpu] = self.runtime_of(self.corr[gpu])
+        if not last.all():
+            self._launchers_of_reused_ids(gpu, by_id, ids)
         self._suffix_min: dict[tuple[str, int], np.ndarray] = {}
         self._prefix_max: dict[tuple[str, int], np.ndarray] = {}
+
+    def _launchers_of_reused_ids(self, gpu: np.ndarray, by_id: np.ndarray, ids: np.ndarray) -> None:
+        """Where runtime calls share a correlation id (a tracer that reuses ids), each
+        op's launcher is the last of them that started by the op's start (clock tolerance
+        CLOCK_TOL_US), else the first: never a call made after the op ran."""
+        reused = np.unique(ids[:-1][ids[1:] == ids[:-1]])
+        for g in gpu[np.isin(self.corr[gpu], reused)]:
+            calls = by_id[ids == self.corr[g]]           # by start, earliest first
+            k = int(np.searchsorted(self.ts[calls], self.ts[g] + CLOCK_TOL_US, side="right")) - 1
+            self.launcher[g] = calls[max(k, 0)]
 
     def proc_of_stream(self, device: int, stream: int) -> int:
         if not hasattr(self, "_stream_procs"):

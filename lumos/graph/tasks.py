@@ -20,6 +20,17 @@ plus the "carry-in" ops still queued or running when the iteration began
 (launched in an earlier step, or before the profiler started, so without a
 launcher in the window). Carry-in ops are kept as tasks anchored at their
 measured start: they occupy their streams exactly as measured.
+
+A GPU op is tied to its launch by correlation id only (`context.BuildContext`);
+the `External id` is not read for that, so an offset or missing one changes
+nothing. An op whose launch is not in the trace at all is unlaunched
+(`UNLAUNCHED_REASONS`): its correlation id is below every runtime call's (CUPTI
+numbers them in order: launched before the profiler started, a carry-in), or it
+has none (roctracer writes 0 for some kernels), or no runtime call carries its
+id (the record was lost). The last two cannot be placed in any step by their
+launch: one that starts inside the window is taken as the step's own work.
+Each is kept on its stream at its measured start, not tied to the host, and
+counted by reason, so a replay says how many the graph holds that way.
 """
 
 from __future__ import annotations
@@ -38,6 +49,32 @@ from lumos.trace.table import TraceTable
 # the last float bit. Back-to-back events closer than this do not nest.
 CLOCK_EPS_US = 1e-3
 
+# Why a GPU op of the graph has no launch call in the trace, in the order a replay names them:
+# its correlation id is below every runtime call's; it has none; no runtime call carries it.
+UNLAUNCHED_REASONS = {
+    "before_profiler": "launched before the profiler started",
+    "no_correlation": "without a correlation id",
+    "launch_not_in_trace": "whose launch record is missing",
+}
+
+
+REASON_KEYS = tuple(UNLAUNCHED_REASONS)   # code k (1, 2, 3) is REASON_KEYS[k - 1]; 0: launched
+
+
+def unlaunched_reasons(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """Per GPU row: 0 when a runtime call in the trace carries its correlation id, else the
+    code of the reason there is none (REASON_KEYS). Correlation ids are positive: CUPTI
+    numbers from 1, and 0 is what roctracer writes for a kernel it could not correlate."""
+    runtime_ids = np.unique(table.corr[(table.cat == schema.RUNTIME) & (table.corr > 0)])
+    corr = table.corr[rows]
+    out = np.zeros(len(rows), dtype=np.int8)
+    missing = (corr > 0) & ~np.isin(corr, runtime_ids)
+    early = missing & (corr < runtime_ids[0]) if len(runtime_ids) else np.zeros(len(rows), bool)
+    out[early] = 1
+    out[corr <= 0] = 2
+    out[missing & ~early] = 3
+    return out
+
 
 @dataclass
 class TaskSelection:
@@ -49,6 +86,8 @@ class TaskSelection:
     carry_in: np.ndarray  # GPU ops not launched inside the step (anchored)
     window: tuple[float, float]
     notes: tuple[str, ...] = ()  # choices made for the user: CPU-only trace, CPU tasks from another process
+    unlaunched: np.ndarray | None = None   # GPU ops with no launch call in the trace (anchored)
+    unlaunched_counts: dict | None = None  # their number by reason (UNLAUNCHED_REASONS), zeros left out
 
 
 def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -168,12 +207,17 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     cpu_dur = np.concatenate(dur_parts) if dur_parts else np.zeros(0)
 
     gpu_rows = np.flatnonzero(table.is_gpu())
+    why = unlaunched_reasons(table, gpu_rows)
     runtime_in_win = in_win & (table.cat == schema.RUNTIME)
     step_corr = np.unique(table.corr[runtime_in_win])
-    step_corr = step_corr[step_corr >= 0]
+    step_corr = step_corr[step_corr > 0]
     launched_here = np.isin(table.corr[gpu_rows], step_corr)
     if step is None:
         launched_here[:] = True
+    else:
+        # no launch to place it in a step by: it belongs to the step it starts in
+        unplaced = why >= 2   # no correlation id, or no runtime call carries it
+        launched_here |= unplaced & (table.ts[gpu_rows] >= w0) & (table.ts[gpu_rows] < w1)
     step_ops = gpu_rows[launched_here]
     if len(step_ops):
         last_end = float(table.end[step_ops].max())
@@ -185,6 +229,7 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     else:
         carry = np.zeros(0, np.int64)
     gpu_ev = np.concatenate([step_ops, carry])
+    gpu_why = np.concatenate([why[launched_here], why[np.searchsorted(gpu_rows, carry)]])
     n_cpu = len(cpu_ev)
     event = np.concatenate([cpu_ev, gpu_ev]).astype(np.int64)
     is_gpu = np.zeros(len(event), dtype=bool)
@@ -193,8 +238,12 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     in_step[n_cpu:n_cpu + len(step_ops)] = True
     carry_in = np.zeros(len(event), dtype=bool)
     carry_in[n_cpu + len(step_ops):] = True
+    unlaunched = np.zeros(len(event), dtype=bool)
+    unlaunched[n_cpu:] = gpu_why > 0
+    counts = dict(zip(REASON_KEYS, np.bincount(gpu_why, minlength=4)[1:].tolist()))
     gpu_dur = _clip_stream_overlaps(table, gpu_ev)
     dur = np.concatenate([cpu_dur, gpu_dur])
     return TaskSelection(event=event, is_gpu=is_gpu, ts=table.ts[event].astype(np.float64),
                          dur=dur.astype(np.float64), in_step=in_step, carry_in=carry_in, window=(w0, w1),
-                         notes=tuple(notes))
+                         notes=tuple(notes), unlaunched=unlaunched,
+                         unlaunched_counts={k: n for k, n in counts.items() if n})

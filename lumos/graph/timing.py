@@ -6,10 +6,12 @@ something does change. For every task the binding constraint in the measured
 timeline (the in-edge whose source ended last) carries the task's remaining
 slack as its lag: a host gap on the intra-thread edge, launch latency on the
 launch edge, a queue wait on the intra-stream edge. A task nothing constrains
-is anchored at its measured start. A blocking sync's duration is the part
-after the GPU work it waited for ended; a call that waited for its own copy
-keeps the part before the copy (`edges.waits`), the edge from the copy
-holding the rest as a lag.
+is anchored at its measured start. A sync call's host gap (from its binding
+constraint to the call's measured start) is that edge's lag too, whether or
+not the call then waited. A blocking sync's duration is the part after the
+GPU work it waited for ended; a call that waited for its own copy keeps the
+part before the copy (`edges.waits`), the edge from the copy holding the
+rest as a lag.
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchore
     lag[early] = np.maximum(ts[dst[early]] - end[src[early]], -dur[src[early]])
     ready_at = end[src] + lag
     violations = ready_at > ts[dst] + VIOLATION_TOLERANCE_US
+    # Within the tolerance the measured overlap is clock skew (SM vs copy-engine vs host clocks):
+    # the lag absorbs it, so an unchanged replay starts the task where it was measured.
+    skew = ~violations & (ready_at > ts[dst])
+    lag[skew] -= ready_at[skew] - ts[dst[skew]]
+    ready_at[skew] = ts[dst[skew]]
 
     release = np.full(ctx.n, -np.inf)
     has_in = np.zeros(ctx.n, dtype=bool)
@@ -89,8 +96,11 @@ def fit_timing(ctx: BuildContext, src, dst, cls, wait_kind, wait_target, anchore
         last[:-1] = dst[order][1:] != dst[order][:-1]
         binding = order[last]
         v = dst[binding]
-        bound = np.maximum(ready_at[binding], waited[v])
-        slack = ts[v] - bound
-        give = (slack > 0) & ~anchored[v] & (ready_at[binding] >= waited[v])
+        # The host's own time before the task began (a gap between top-level ops, Python) is
+        # the binding edge's lag even where the task then waited for the GPU: measured from
+        # the call's start, not from the end of its wait, so a replay in which the GPU is done
+        # sooner still finds the host busy until then.
+        slack = ctx.ts[v] - ready_at[binding]
+        give = (slack > 0) & ~anchored[v]
         lag[binding[give]] += slack[give]
     return Timing(ts=ts, dur=dur, lag=lag, release=release, violations=violations)

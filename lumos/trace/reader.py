@@ -85,6 +85,10 @@ def parse_document(doc, path) -> TraceTable:
     if not isinstance(doc, dict):
         raise TraceError(path, "top level is not a JSON object")
     events = doc.get("traceEvents")
+    if events is None and "nodes" in doc and "schema" in doc:
+        raise TraceError(path, f"a PyTorch execution trace (schema {doc['schema']}), not a Kineto trace: pass the "
+                               "Kineto trace of the same run (Lumos ties kernels to launches by correlation id "
+                               "and reads no execution trace)")
     if events is None:
         raise TraceError(path, "no 'traceEvents' key: not a Kineto/Chrome trace")
     if not isinstance(events, list):

@@ -60,6 +60,8 @@ LAUNCH_CALLS = _calls(
               "hipExtLaunchKernel", "hipExtLaunchMultiKernelMultiDevice", "hipMemcpyWithStream",
               "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync",
               "hipMemcpyDtoDAsync", "hipMemsetD8Async", "hipMemsetD32Async"})
+# Calls that launch a whole CUDA graph: every op of the graph carries the call's correlation id.
+GRAPH_LAUNCH_CALLS = _calls({"cudaGraphLaunch"}, driver={"cuGraphLaunch"})
 # Calls that block the calling thread until GPU work completes.
 STREAM_SYNC_CALLS = _calls({"cudaStreamSynchronize"}, driver={"cuStreamSynchronize"})
 DEVICE_SYNC_CALLS = _calls({"cudaDeviceSynchronize"}, driver={"cuCtxSynchronize"})

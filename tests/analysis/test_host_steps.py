@@ -39,8 +39,9 @@ def test_every_host_task_of_the_base_is_paired_in_its_three_steps(base_r0):
     assert cpu.sum() == 5718
     assert np.isfinite(host.task[:, cpu]).sum(axis=1).tolist() == [5718, 5718, 5718]
     assert not np.isfinite(host.task[:, ~cpu]).any()   # GPU work is not host work
-    # the main thread's Python between ops: 73 ms in step 2, 96-97 ms in steps 3 and 4 (measured)
-    assert np.round(np.nansum(host.lag, axis=1) / 1e3, 3).tolist() == [96.084, 73.086, 97.295]
+    # the main thread's Python between ops: 73 ms in step 2, 96-97 ms in steps 3 and 4 (measured; the
+    # host time before a sync that then waited counts too: 1-2 us more per step than before it did)
+    assert np.round(np.nansum(host.lag, axis=1) / 1e3, 3).tolist() == [96.086, 73.087, 97.296]
     edges = (graph.cls == EdgeClass.INTRA_THREAD) & cpu[graph.src] & cpu[graph.dst]
     assert np.isfinite(host.lag[0]).sum() == edges.sum() == 5716
     assert np.array_equal(host.task[0, cpu], graph.dur[cpu])   # row 0 is the graph's own

@@ -54,6 +54,10 @@ def reference_parse(doc, path) -> TraceTable:
     if not isinstance(doc, dict):
         raise TraceError(path, "top level is not a JSON object")
     events = doc.get("traceEvents")
+    if events is None and "nodes" in doc and "schema" in doc:
+        raise TraceError(path, f"a PyTorch execution trace (schema {doc['schema']}), not a Kineto trace: pass the "
+                               "Kineto trace of the same run (Lumos ties kernels to launches by correlation id "
+                               "and reads no execution trace)")
     if events is None:
         raise TraceError(path, "no 'traceEvents' key: not a Kineto/Chrome trace")
     if not isinstance(events, list):
@@ -206,7 +210,7 @@ def test_uncompressed_json_reads_identically(tmp_path):
 
 @pytest.mark.parametrize("path", PYTORCH_ET[:2], ids=[p.name for p in PYTORCH_ET[:2]])
 def test_execution_traces_are_refused_the_same_way(path):
-    with pytest.raises(TraceError, match="no 'traceEvents' key"):
+    with pytest.raises(TraceError, match="a PyTorch execution trace \\(schema 1.0.1\\), not a Kineto trace"):
         load_trace(path)
     assert_same_outcome(path)
 

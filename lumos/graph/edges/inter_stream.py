@@ -16,6 +16,20 @@ launching it, waited for that op. Which op: never one launched after the wait
 call; first the op that thread launched last before the wait (torch records on
 the current stream just before waiting), then one still last on its stream at
 the wait, then the one that ended last (`_waited_for`).
+
+A CUDA graph's own dependencies never appear in the trace: one
+cudaGraphLaunch puts every op of the graph on its streams (they share the
+call's correlation id), and where the graph forks onto a second stream and
+joins back, no record or wait call says so. There the edge is inferred the
+same way, inside one launch: an op that started later than its launch and
+its stream predecessor allow, right after an op of the same launch on
+another stream ended, waited for that op (`HOW_GRAPH`). Without it the
+join's wait would sit as a lag on the stream edge, and the branch it waited
+for would be off the critical path.
+
+    stream 7   |-- A --|-- C --|              |-- D --|
+    stream 20          |-------- B ---------|
+                                            ^ B -> D (same graph launch)
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ from ..context import BuildContext, EdgeList
 from .sync import recorded_op
 
 HOW = "timeline: delayed op after cudaStreamWaitEvent"
+HOW_GRAPH = "CUDA graph: delayed op after an op of its graph launch on another stream"
 TOLERANCE_US = 2.0   # a start this much later than its constraints is a delay
 WINDOW_US = 50.0     # the op waited for ended at most this long before the start
 
@@ -114,6 +129,48 @@ def _explicit(ctx: BuildContext, out: EdgeList) -> int:
     return int(keep.sum())
 
 
+def _prev_on_stream(ctx: BuildContext) -> np.ndarray:
+    prev = np.full(ctx.n, -1, dtype=np.int64)
+    for p, tasks in enumerate(ctx.proc_tasks):
+        if len(tasks) and ctx.proc_kind[p] == 1:
+            prev[tasks[1:]] = tasks[:-1]
+    return prev
+
+
+def _delay(ctx: BuildContext, g: int, prev: int) -> float:
+    """How much later op g started than its launch and its stream predecessor allow."""
+    launcher = ctx.launcher[g]
+    bound = ctx.end[launcher] if ctx.ts[g] >= ctx.end[launcher] else ctx.ts[launcher]
+    if prev >= 0:
+        bound = max(bound, ctx.end[prev])
+    return float(ctx.ts[g] - bound)
+
+
+def _graph_branches(ctx: BuildContext, out: EdgeList) -> None:
+    """Op -> op of one CUDA graph launch across streams, from the timeline (HOW_GRAPH)."""
+    graph_calls = np.flatnonzero(~ctx.is_gpu & np.isin(ctx.name, list(schema.GRAPH_LAUNCH_CALLS)))
+    if not len(graph_calls):
+        return
+    ops = np.flatnonzero(ctx.is_gpu & np.isin(ctx.launcher, graph_calls))
+    prev_on_stream = _prev_on_stream(ctx)
+    by_launch: dict[int, np.ndarray] = {}
+    for call in np.unique(ctx.launcher[ops]):
+        mine = ops[ctx.launcher[ops] == call]
+        by_launch[int(call)] = mine[np.argsort(ctx.end[mine], kind="stable")]
+    for g in ops:
+        if _delay(ctx, g, prev_on_stream[g]) <= TOLERANCE_US:
+            continue
+        mine = by_launch[int(ctx.launcher[g])]
+        ends = ctx.end[mine]
+        hi = np.searchsorted(ends, ctx.ts[g] + 1.0, side="right")
+        lo = np.searchsorted(ends, ctx.ts[g] - WINDOW_US, side="left")
+        for j in range(hi - 1, lo - 1, -1):
+            u = mine[j]
+            if ctx.proc[u] != ctx.proc[g]:
+                out.add(u, g, inferred=True, how=HOW_GRAPH)
+                break
+
+
 def _inferred(ctx: BuildContext, out: EdgeList) -> None:
     waits = np.flatnonzero(~ctx.is_gpu & np.isin(ctx.name, list(schema.STREAM_WAIT_CALLS)))
     if not len(waits):
@@ -121,10 +178,7 @@ def _inferred(ctx: BuildContext, out: EdgeList) -> None:
     gpu = np.flatnonzero(ctx.is_gpu)
     by_end = gpu[np.argsort(ctx.end[gpu], kind="stable")]
     ends = ctx.end[by_end]
-    prev_on_stream = np.full(ctx.n, -1, dtype=np.int64)
-    for p, tasks in enumerate(ctx.proc_tasks):
-        if len(tasks) and ctx.proc_kind[p] == 1:
-            prev_on_stream[tasks[1:]] = tasks[:-1]
+    prev_on_stream = _prev_on_stream(ctx)
     waits_by_thread: dict[int, np.ndarray] = {}
     for w in waits:
         waits_by_thread.setdefault(int(ctx.thread_key[w]), []).append(ctx.ts[w])
@@ -134,11 +188,8 @@ def _inferred(ctx: BuildContext, out: EdgeList) -> None:
         launcher = ctx.launcher[g]
         if launcher < 0:
             continue
-        bound = ctx.end[launcher] if ctx.ts[g] >= ctx.end[launcher] else ctx.ts[launcher]
         p = prev_on_stream[g]
-        if p >= 0:
-            bound = max(bound, ctx.end[p])
-        if ctx.ts[g] - bound <= TOLERANCE_US:
+        if _delay(ctx, g, p) <= TOLERANCE_US:
             continue
         # did the launching thread call cudaStreamWaitEvent since its previous launch to this stream?
         wts = waits_by_thread.get(int(ctx.thread_key[launcher]))
@@ -189,4 +240,5 @@ def inter_stream_edges(ctx: BuildContext) -> EdgeList:
     out = EdgeList()
     if _explicit(ctx, out) == 0:
         _inferred(ctx, out)
+    _graph_branches(ctx, out)
     return out
