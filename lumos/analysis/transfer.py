@@ -154,6 +154,7 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
             if b < 0 or match[b] >= 0:
                 break
         if b < 0:
+            _tail_gaps(g, source, edges, int(match[a]), nxt_s, edge_s, has_partner)
             continue
         gaps, y = 0.0, int(match[a])
         while True:  # the source: from a's partner to the next task with a partner, b's or none
@@ -174,6 +175,24 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
         g.release[mine_step["first_task"]] = mine_step["start_us"] + theirs["head_us"]
         g.summary = {**g.summary,
                      "step_thread": {**mine_step, "head_us": theirs["head_us"], "tail_us": theirs["tail_us"]}}
+
+
+def _tail_gaps(g: Graph, source: Graph, edges: list, y: int, nxt_s: np.ndarray, edge_s: np.ndarray,
+               has_partner: np.ndarray) -> None:
+    """A thread of step k that ends in tasks the source did not run (after its last task with a
+    partner, `edges`): the source's own host time after that partner (`y`) to the end of its
+    thread replaces step k's, as between two partners. The last step of a profile often ends in
+    a device sync after a pause the others never had (1.76 s in resnet_1gpu's step 29); kept, it
+    made every transfer from that step the pause's."""
+    gaps = 0.0
+    while nxt_s[y] >= 0 and not has_partner[nxt_s[y]]:
+        gaps += float(source.lag[edge_s[y]])
+        y = int(nxt_s[y])
+    if nxt_s[y] >= 0:    # the source goes on to a task with a partner: not a tail on both sides
+        return
+    mine = g.lag[edges]
+    total = float(mine.sum())
+    g.lag[edges] = mine * (gaps / total) if total > 0 else np.r_[gaps, np.zeros(len(edges) - 1)]
 
 
 def _peer_floors(g: Graph, graph: Graph, source: Graph, match: np.ndarray, take: np.ndarray) -> None:

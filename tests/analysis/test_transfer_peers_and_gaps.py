@@ -84,3 +84,31 @@ def test_host_gaps_are_bridged_over_an_op_of_one_step_only():
     g = r.graph
     gc = int(np.flatnonzero(g.name == "gc")[0])
     assert g.lag[(g.dst == gc) & (g.cls == EdgeClass.INTRA_THREAD)].tolist() == pytest.approx([19.9])
+
+
+def pause_before_a_last_op_of_one_step_only():
+    t = steps_of(3000.0)
+    # step 1 ends its thread in a 1900 us pause, then a device sync step 2 does not run
+    t.cpu("a", 0, 10)
+    t.launch("k", 20, 5, 30, 50)
+    t.cpu("cudaDeviceSynchronize", 1925, 10)
+    # step 2: the same work, no sync at its end
+    t.cpu("a", 3000, 10)
+    t.launch("k", 3020, 5, 3030, 50)
+    return t.table()
+
+
+def test_a_pause_before_an_op_at_the_end_of_one_step_only_is_the_source_steps():
+    # the thread of step 1 ends in tasks step 2 did not run: step 2's own time after the last task with a
+    # partner (none: its thread ends there) replaces step 1's 1900 us pause, as between two partners;
+    # kept, every transfer from step 1 would have carried the pause (resnet_1gpu's step 29 ends in 1.76 s
+    # of it before a device sync: 29 -> 28 read +1118% with it, +71% without)
+    table = pause_before_a_last_op_of_one_step_only()
+    r = transfer_pair(table, 1, table, 2)
+    g = r.graph
+    sync = int(np.flatnonzero(g.name == "cudaDeviceSynchronize")[0])
+    assert g.lag[(g.dst == sync) & (g.cls == EdgeClass.INTRA_THREAD)].tolist() == [0.0]
+    base = transfer_pair(table, 1, table, 1)   # the same step's own durations and gaps: unchanged
+    sync_own = int(np.flatnonzero(base.graph.name == "cudaDeviceSynchronize")[0])
+    assert base.graph.lag[(base.graph.dst == sync_own) & (base.graph.cls == EdgeClass.INTRA_THREAD)].tolist() == \
+        [1900.0]
