@@ -167,9 +167,7 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
                 break
         if y < 0 or y != match[b]:
             continue
-        mine = g.lag[edges]
-        total = float(mine.sum())
-        g.lag[edges] = mine * (gaps / total) if total > 0 else np.r_[gaps, np.zeros(len(edges) - 1)]
+        _spread(g, edges, gaps)
     mine_step, theirs = g.summary.get("step_thread"), source.summary.get("step_thread")
     if mine_step and theirs:
         g.release[mine_step["first_task"]] = mine_step["start_us"] + theirs["head_us"]
@@ -190,6 +188,12 @@ def _tail_gaps(g: Graph, source: Graph, edges: list, y: int, nxt_s: np.ndarray, 
         y = int(nxt_s[y])
     if nxt_s[y] >= 0:    # the source goes on to a task with a partner: not a tail on both sides
         return
+    _spread(g, edges, gaps)
+
+
+def _spread(g: Graph, edges: list, gaps: float) -> None:
+    """The source's `gaps` (us) over step k's `edges`, in proportion to their own lags (all on the
+    first where they have none)."""
     mine = g.lag[edges]
     total = float(mine.sum())
     g.lag[edges] = mine * (gaps / total) if total > 0 else np.r_[gaps, np.zeros(len(edges) - 1)]
