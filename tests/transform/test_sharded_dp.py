@@ -1,18 +1,22 @@
 """Predictions from a sharded (FSDP2 FULL_SHARD) base, against the emulator's FSDP2 mode (EMULATED):
 the base reads as DP, not as pipeline stages; a DP change re-groups every unit's gather and
 reduce-scatter and shards the optimizer further; a PP change re-issues the gathers a stage needs
-(its root's only where it holds the embedding or the head)."""
+(its root's only where it holds the embedding or the head); a strategy change to SHARD_GRAD_OP leaves
+out the backward's gathers, against the emulator's fsdp_grad_op runs, in predict, search and the CLI."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lumos.analysis.predict import predict
 from lumos.analysis.search import search
+from lumos.cli import main as lumos_main
 from lumos.emulator import emulate, write_result
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run, schema
@@ -224,3 +228,17 @@ def test_search_from_a_full_shard_base_tries_both_strategies_with_their_own_memo
     fits = {(r["tp"], r["pp"], r["dp"], r["fsdp_strategy"]): r["fits"] for r in rows}
     assert (fits[(2, 2, 4, "shard_grad_op")], fits[(2, 2, 4, "full_shard")]) == (True, False)
     assert all((r["iteration_us"] is None) != r["fits"] for r in rows)
+
+
+def test_the_cli_changes_the_strategy_and_says_what_memory_assumes(runs, capsys):
+    base = str(Path(runs["base"][0].path).parent)
+    assert lumos_main(["predict", base, "--fsdp-strategy", "shard_grad_op", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["target"]["dp_sharding"], doc["base_config"]["dp_sharding"]) == ("fsdp_grad_op", "fsdp_full")
+    assert doc["memory"]["assumptions"]["sharding"] == "zero2"
+    assert any(n.startswith("SHARD_GRAD_OP: every unit stays gathered") for n in doc["notes"])
+    assert lumos_main(["predict", base, "--fsdp-strategy", "shard_grad_op"]) == 0
+    assert "(with zero2 sharding of the DP state, as the target's fsdp_grad_op does)" in capsys.readouterr().out
+    assert lumos_main(["search", base, "--gpus", "16", "--global-batch", "16", "--workers", "1", "--top", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[5] == "FSDP" and {line.split()[5] for line in out[2:6]} <= {"full_shard", "shard_grad_op"}
