@@ -34,7 +34,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from lumos.transform.dp import change_dp
-from lumos.transform.fsdp_strategy import STRATEGIES
+from lumos.transform.fsdp_strategy import STRATEGIES, reachable
 from lumos.transform.micro_batch import change_micro_batch
 from lumos.transform.tp import change_tp, tp_misfits
 from lumos.transform.whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
@@ -49,23 +49,13 @@ __all__ = ["candidates", "search", "SHORT_PIPELINE"]
 SHORT_PIPELINE = 8
 
 
-def fsdp_strategies(base) -> list[str | None]:
-    """The FSDP strategies a layout is tried with: from a FULL_SHARD base both (SHARD_GRAD_OP drops its
-    backward gathers), from a SHARD_GRAD_OP base its own (the backward gathers of FULL_SHARD are not
-    made up, `fsdp_strategy.py`); None (no strategy to vary) from any other base."""
-    if base.sharding == "fsdp_full":
-        return ["full_shard", "shard_grad_op"]
-    if base.sharding == "fsdp_grad_op":
-        return ["shard_grad_op"]
-    return [None]
-
-
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
-    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`, each with every strategy of
-    `fsdp_strategies` (key `fsdp_strategy`, FSDP bases only); a sharded optimizer's base keeps its
-    TP, PP and micro-batch count (its buckets are not re-cut, `plan.refuse_rebucketing`)."""
+    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`, each with every FSDP strategy the
+    base can be changed to (`fsdp_strategy.reachable`; key `fsdp_strategy`, FSDP bases only); a
+    sharded optimizer's base keeps its TP, PP and micro-batch count (its buckets are not re-cut,
+    `plan.refuse_rebucketing`)."""
     out = []
-    strategies = fsdp_strategies(base)
+    strategies = reachable(base.sharding) or [None]
     fixed = base.sharding == "zero12"
     for tp in range(1, gpus + 1):
         if gpus % tp or tp_misfits(base.shape, tp) or (fixed and tp != base.tp):
@@ -98,7 +88,8 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     base = base_plan(tables)
     micro_batches = micro_batches or [base.shape.micro_batch]
     cands = candidates(base, gpus, micro_batches, global_batch)
-    settings = {s: memory_settings(base, _strategy_memory(memory, s)) for s in {c.get("fsdp_strategy") for c in cands}}
+    settings = {s: memory_settings(base, _strategy_memory(memory, s))
+                for s in {c.get("fsdp_strategy") for c in cands}}
     if not cands:
         raise ValueError(f"no layout of {gpus} GPUs fits the base ({base.shape.heads} heads, {base.layers} layers"
                          + (f", global batch {global_batch}" if global_batch else "") + ")")

@@ -140,7 +140,9 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
     only (an op the other step did not run) are bridged: the source's gaps between the two
     partners replace step k's between the two tasks, spread over step k's edges in proportion
     (kept, a pause beside such an op stayed in step k's graph while the source's pause was
-    added elsewhere). The edges stay step k's; only their measured gaps move, as durations do."""
+    added elsewhere); so are tasks of step k only at the end of its thread, where the source's
+    thread ends after the same partner. The edges stay step k's; only their measured gaps move, as
+    durations do."""
     nxt_g, edge_g = _thread_chains(g)
     nxt_s, edge_s = _thread_chains(source)
     has_partner = np.zeros(source.n_tasks, dtype=bool)
@@ -153,21 +155,12 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
             b = int(nxt_g[b])
             if b < 0 or match[b] >= 0:
                 break
-        if b < 0:
-            _tail_gaps(g, source, edges, int(match[a]), nxt_s, edge_s, has_partner)
-            continue
-        gaps, y = 0.0, int(match[a])
-        while True:  # the source: from a's partner to the next task with a partner, b's or none
-            if nxt_s[y] < 0:
-                y = -1
-                break
-            gaps += float(source.lag[edge_s[y]])
-            y = int(nxt_s[y])
-            if has_partner[y]:
-                break
-        if y < 0 or y != match[b]:
-            continue
-        _spread(g, edges, gaps)
+        gaps, y = _source_gaps(source, int(match[a]), nxt_s, edge_s, has_partner)
+        # b < 0: step k's thread ends in tasks the source did not run; where the source's ends after a's
+        # partner too, its own tail replaces them (the last step of a profile may end in a device sync
+        # after a pause the others never had: 1.76 s in resnet_1gpu's step 29)
+        if y == (int(match[b]) if b >= 0 else -1):
+            _spread(g, edges, gaps)
     mine_step, theirs = g.summary.get("step_thread"), source.summary.get("step_thread")
     if mine_step and theirs:
         g.release[mine_step["first_task"]] = mine_step["start_us"] + theirs["head_us"]
@@ -175,20 +168,17 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
                      "step_thread": {**mine_step, "head_us": theirs["head_us"], "tail_us": theirs["tail_us"]}}
 
 
-def _tail_gaps(g: Graph, source: Graph, edges: list, y: int, nxt_s: np.ndarray, edge_s: np.ndarray,
-               has_partner: np.ndarray) -> None:
-    """A thread of step k that ends in tasks the source did not run (after its last task with a
-    partner, `edges`): the source's own host time after that partner (`y`) to the end of its
-    thread replaces step k's, as between two partners. The last step of a profile often ends in
-    a device sync after a pause the others never had (1.76 s in resnet_1gpu's step 29); kept, it
-    made every transfer from that step the pause's."""
+def _source_gaps(source: Graph, y: int, nxt_s: np.ndarray, edge_s: np.ndarray,
+                 has_partner: np.ndarray) -> tuple[float, int]:
+    """The source's host time from task `y` along its thread to the next task with a partner, and
+    that task (-1: the thread ends first, its gaps to the end summed)."""
     gaps = 0.0
-    while nxt_s[y] >= 0 and not has_partner[nxt_s[y]]:
+    while nxt_s[y] >= 0:
         gaps += float(source.lag[edge_s[y]])
         y = int(nxt_s[y])
-    if nxt_s[y] >= 0:    # the source goes on to a task with a partner: not a tail on both sides
-        return
-    _spread(g, edges, gaps)
+        if has_partner[y]:
+            return gaps, y
+    return gaps, -1
 
 
 def _spread(g: Graph, edges: list, gaps: float) -> None:

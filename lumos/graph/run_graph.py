@@ -85,12 +85,6 @@ def comm_calls(graph: Graph, table: TraceTable, offset: int = 0) -> list[tuple[i
     return out
 
 
-def comm_ops(graph: Graph, table: TraceTable, offset: int = 0) -> list[CommOp]:
-    """Communication ops of one rank's graph whose kind and process group the trace states."""
-    return [CommOp(task=t, rank=int(table.rank), kind=c.kind, group=c.group, nelems=c.nelems)
-            for t, c in comm_calls(graph, table, offset) if c.kind is not None and c.group is not None]
-
-
 def resolve_ops(calls: dict[int, list[tuple[int, Call]]], world: int | None) -> tuple[list[CommOp], dict]:
     """CommOps of every rank's calls, groups inferred where the trace has none; why the rest has none.
 

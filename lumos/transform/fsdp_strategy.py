@@ -27,6 +27,14 @@ STRATEGIES = {"full_shard": "fsdp_full", "shard_grad_op": "fsdp_grad_op"}
 NAMES = {v: k for k, v in STRATEGIES.items()}
 
 
+def reachable(sharding: str) -> list[str]:
+    """The strategies (`STRATEGIES` keys) `change_fsdp_strategy` takes a base of this DP flavour to:
+    its own, and SHARD_GRAD_OP from FULL_SHARD; none from a base that is not FSDP."""
+    if sharding not in NAMES:
+        return []
+    return ["full_shard", "shard_grad_op"] if sharding == "fsdp_full" else [NAMES[sharding]]
+
+
 def change_fsdp_strategy(plan: Plan, strategy: str | None) -> Plan:
     """`plan` with its FSDP units kept gathered from forward to backward (`shard_grad_op`), or `plan`
     itself when `strategy` is None or the base's own; the rebuild applies it (`Plan.sharding`)."""

@@ -173,14 +173,15 @@ class ShardedGlue:
                 key = (base_rank, phase, mbk, kind, f, nl)
                 if key not in self.prefix:
                     continue
+                suffix = list(self.suffix[key]) if mb == m - 1 else []
+                if phase == "backward" and not self.regather:
+                    return [], suffix
                 pre = list(self.prefix[key])
                 if phase == "backward" and nl != next_layer:
                     pre = self._prefetch(pre, next_layer, (base_rank, phase, mbk))
                 if not has_root:
                     pre = [i for i in pre if not self._root_only.get(i, False)]
-                if phase == "backward" and not self.regather:
-                    pre = []
-                return pre, (list(self.suffix[key]) if mb == m - 1 else [])
+                return pre, suffix
         return [], []
 
     def _prefetch(self, pre: list[int], want: bool, where: tuple) -> list[int]:

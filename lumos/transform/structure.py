@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lumos.graph.edges.cross_rank import parse_ranks
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
+from lumos.trace.collectives import parse_ranks
 
 from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
 

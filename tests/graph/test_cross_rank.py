@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from lumos.analysis.run_replay import replay_run_graph
-from lumos.graph.edges.cross_rank import CommOp, match_ops, parse_ranks
+from lumos.graph.edges.cross_rank import CommOp, match_ops
 from lumos.graph.model import EdgeClass
 from lumos.graph.run_graph import build_run_graph
 from lumos.trace import load_run, write_trace
+from lumos.trace.collectives import parse_ranks
 
 
 def _nccl(kind, ts, dur, stream, corr):

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lumos.trace.collectives import parse_ranks
-
 from ..model import EdgeClass, Graph, TaskKind
 
-__all__ = ["P2P", "CommOp", "parse_ranks", "match_key", "match_ops", "add_rendezvous"]
+__all__ = ["P2P", "CommOp", "match_key", "match_ops", "add_rendezvous"]
 
 P2P = frozenset({"send", "recv"})
 

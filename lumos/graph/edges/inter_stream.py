@@ -146,6 +146,14 @@ def _delay(ctx: BuildContext, g: int, prev: int) -> float:
     return float(ctx.ts[g] - bound)
 
 
+def _ended_just_before(ends: np.ndarray, t: float) -> range:
+    """Positions in sorted `ends` of the ops that ended in the `WINDOW_US` before t (up to 1 us
+    after it: clocks), latest first: the candidates for what an op starting at t waited for."""
+    hi = np.searchsorted(ends, t + 1.0, side="right")
+    lo = np.searchsorted(ends, t - WINDOW_US, side="left")
+    return range(hi - 1, lo - 1, -1)
+
+
 def _graph_branches(ctx: BuildContext, out: EdgeList) -> None:
     """Op -> op of one CUDA graph launch across streams, from the timeline (HOW_GRAPH)."""
     graph_calls = np.flatnonzero(~ctx.is_gpu & np.isin(ctx.name, list(schema.GRAPH_LAUNCH_CALLS)))
@@ -161,10 +169,7 @@ def _graph_branches(ctx: BuildContext, out: EdgeList) -> None:
         if _delay(ctx, g, prev_on_stream[g]) <= TOLERANCE_US:
             continue
         mine = by_launch[int(ctx.launcher[g])]
-        ends = ctx.end[mine]
-        hi = np.searchsorted(ends, ctx.ts[g] + 1.0, side="right")
-        lo = np.searchsorted(ends, ctx.ts[g] - WINDOW_US, side="left")
-        for j in range(hi - 1, lo - 1, -1):
+        for j in _ended_just_before(ctx.end[mine], ctx.ts[g]):
             u = mine[j]
             if ctx.proc[u] != ctx.proc[g]:
                 out.add(u, g, inferred=True, how=HOW_GRAPH)
@@ -221,12 +226,10 @@ def _waited_for(ctx: BuildContext, g: int, by_end: np.ndarray, ends: np.ndarray,
         A:    |  ..][a4][a5][a6][a7]..    a6 ends 1 us before g: a7 was launched before the wait
         C:   [ c1 (launched last, then waited for) ]   c1 ends 15 us before g: g waited for c1
     """
-    hi = np.searchsorted(ends, ctx.ts[g] + 1.0, side="right")
-    lo = np.searchsorted(ends, ctx.ts[g] - WINDOW_US, side="left")
     mine = last_launch(int(ctx.thread_key[ctx.launcher[g]]), wait_ts)
     launched = ctx.launch_time()
     best, best_rank = -1, -1
-    for j in range(hi - 1, lo - 1, -1):   # latest end first: ties keep the later-ending op
+    for j in _ended_just_before(ends, ctx.ts[g]):   # latest end first: ties keep the later-ending op
         u = int(by_end[j])
         if ctx.proc[u] == ctx.proc[g] or ctx.device[u] != ctx.device[g] or launched[u] > wait_ts:
             continue
