@@ -112,3 +112,53 @@ def test_a_pause_before_an_op_at_the_end_of_one_step_only_is_the_source_steps():
     sync_own = int(np.flatnonzero(base.graph.name == "cudaDeviceSynchronize")[0])
     assert base.graph.lag[(base.graph.dst == sync_own) & (base.graph.cls == EdgeClass.INTRA_THREAD)].tolist() == \
         [1900.0]
+
+
+def test_the_source_steps_time_after_its_last_shared_op_is_added_at_the_end():
+    # the other direction: step 2's graph (no sync) with step 1's durations. Step 1 spent 1,900 us and a
+    # 10 us sync after the partner of step 2's last task ("k"'s launch call); they go on step 2's tail
+    # (1,065 us, its own) as time the source thread spent, so the step reads step 1's 3,000 us
+    table = pause_before_a_last_op_of_one_step_only()
+    r = transfer_pair(table, 2, table, 1)
+    assert r.actual_us == 3000.0
+    assert r.graph.summary["step_thread"]["tail_us"] == 1065.0 + 1910.0
+    assert r.predicted_us == pytest.approx(3000.0)
+
+
+def loader_in_one_step_only():
+    t = steps_of(3000.0)
+    # step 1 opens with a data loader's two ops and a 1,500 us stall between them, then the step
+    t.cpu("load", 5, 10)
+    t.cpu("load", 1515, 10)
+    t.cpu("a", 1530, 10)
+    t.cpu("b", 1550, 10)
+    t.launch("k", 1570, 5, 1580, 50)
+    # step 2 has its batch already: it opens with "a"
+    t.cpu("a", 3005, 10)
+    t.cpu("b", 3025, 10)
+    t.launch("k", 3045, 5, 3055, 50)
+    return t.table()
+
+
+def test_ops_of_one_step_only_at_the_head_of_its_thread_are_bridged():
+    # step 1 with step 2's durations: the loader's ops keep their 10 us each, but the gaps from the thread's
+    # first task to the first shared op ("a") become step 2's from its first task to "a" (none): "a" at 25,
+    # "k"'s call 65-70, then step 2's 2,950 us tail. Kept, the stall would have counted in full (4,525 us).
+    # resnet_1gpu's step 23 opens this way (a 262 ms loader stall step 24 did not have: 23 -> 24 read +132%)
+    table = loader_in_one_step_only()
+    r = transfer_pair(table, 1, table, 2)
+    assert r.matched == {"cpu": "3/5", "gpu": "1/1"}
+    g = r.graph
+    second_load, a = np.flatnonzero(g.name == "load")[1], np.flatnonzero(g.name == "a")[0]
+    into = [float(g.lag[(g.dst == d) & (g.cls == EdgeClass.INTRA_THREAD)][0]) for d in (second_load, a)]
+    assert into == [0.0, 0.0]
+    assert r.predicted_us == pytest.approx(3020.0) and r.actual_us == 3000.0
+
+
+def test_the_source_steps_time_before_its_first_shared_op_is_added_at_the_head():
+    # step 2 with step 1's durations: step 1 spent 1,525 us on the loader (10 + 1,500 + 10 + 5 to "a") before
+    # the partner of step 2's first task; it joins step 1's 5 us head, so "a" starts at 1,530 as in step 1
+    table = loader_in_one_step_only()
+    r = transfer_pair(table, 2, table, 1)
+    assert r.graph.summary["step_thread"]["head_us"] == 5.0 + 1525.0
+    assert r.predicted_us == pytest.approx(3000.0) and r.actual_us == 3000.0
