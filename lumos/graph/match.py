@@ -1,8 +1,9 @@
 """Which task of one step is which task of another: the pairing transfer and step medians share.
 
 Tasks are paired per processor by aligning the two name sequences in time order, as a diff
-aligns lines: runs of names that agree pair up in order; inside a stretch that differs, and
-for an op that moved, the n-th task named X left over takes the n-th X left over. An op only
+aligns lines: runs of names that agree pair up in order; a stretch that differs is aligned
+again inside, with every name as an anchor; what still differs there, and an op that moved,
+pairs the n-th task named X left over with the n-th X left over. An op only
 one step ran finds no partner. Processors are matched by their trace ids (pid/tid,
 device/stream) where both sides have the id, the rest by their order in the trace. GPU ops
 carried in from an earlier step are matched only with carried-in ops.
@@ -80,24 +81,51 @@ def _pair_by_occurrence(a_names: list, b_names: list) -> list[tuple[int, int]]:
     return out
 
 
+# Largest stretch (its two lengths multiplied) re-aligned with every name as an anchor: a diff
+# without junk costs about that product; past it, the n-th X pairs with the n-th X.
+REFINE_MAX_CELLS = 4_000_000
+
+
 def _align(a_names: list, b_names: list) -> list[tuple[int, int]]:
     """Positions (i, j) of two processors' name sequences paired as a diff pairs lines: runs
-    that agree are paired in order, and inside a stretch where they differ the n-th X with
-    the n-th X. An op one step ran and the other did not then shifts nothing after it (pairing
-    by occurrence over the whole processor shifted every later op of that name)."""
+    that agree are paired in order, and a stretch where they differ is aligned again inside
+    (`_pair_stretch`). An op one step ran and the other did not then shifts nothing after it
+    (pairing by occurrence over the whole processor shifted every later op of that name)."""
     out = []
     sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=True)
     for tag, i0, i1, j0, j1 in sm.get_opcodes():
         if tag == "equal":
             out.extend(zip(range(i0, i1), range(j0, j1)))
         elif tag == "replace":
-            out.extend((i0 + i, j0 + j) for i, j in _pair_by_occurrence(a_names[i0:i1], b_names[j0:j1]))
+            out.extend((i0 + i, j0 + j) for i, j in _pair_stretch(a_names[i0:i1], b_names[j0:j1]))
     # what is left (an op that moved past others) by occurrence among the left-overs
     a_used, b_used = {i for i, _ in out}, {j for _, j in out}
     a_rest = [i for i in range(len(a_names)) if i not in a_used]
     b_rest = [j for j in range(len(b_names)) if j not in b_used]
     out.extend((a_rest[i], b_rest[j]) for i, j in _pair_by_occurrence([a_names[i] for i in a_rest],
                                                                       [b_names[j] for j in b_rest]))
+    return out
+
+
+def _pair_stretch(a_names: list, b_names: list) -> list[tuple[int, int]]:
+    """A stretch where the two sequences differ, aligned again with every name as an anchor.
+
+    The first diff treats a name that fills more than 1% of a long sequence as junk (difflib's
+    `autojunk`): it anchors on nothing between two rare ops, and a stretch of a thousand
+    `aten::empty` / `cudaLaunchKernel` calls came back as one difference, whose n-th X then took
+    the n-th X wherever it stood (hta trace_diff: partners up to 7 ms apart, their gaps carried
+    over; transfer 0.97% against 0.78% aligned again). A diff without junk over a whole step costs
+    time the square of its length (36 s on hta_queue); over the stretches only, a second or two.
+    Stretches longer than `REFINE_MAX_CELLS` allows pair by occurrence."""
+    if len(a_names) * len(b_names) > REFINE_MAX_CELLS:
+        return _pair_by_occurrence(a_names, b_names)
+    out = []
+    sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=False)
+    for tag, i0, i1, j0, j1 in sm.get_opcodes():
+        if tag == "equal":
+            out.extend(zip(range(i0, i1), range(j0, j1)))
+        elif tag == "replace":
+            out.extend((i0 + i, j0 + j) for i, j in _pair_by_occurrence(a_names[i0:i1], b_names[j0:j1]))
     return out
 
 

@@ -65,6 +65,23 @@ def test_ops_that_changed_places_still_pair_by_name():
     assert match_tasks(t, s).tolist() == [2, 0, 1]
 
 
+def test_a_stretch_of_common_names_is_aligned_again_inside():
+    # 283 ops of a thread where "e" and "L" fill all but two: difflib's first pass takes them as junk
+    # (each over 1% of a sequence of 200+), anchors on "x" and "y", extends from there up to the
+    # first and last difference (an extra "e" early in the target, late in the source) and returns
+    # the 240 ops between as one difference. Paired by occurrence there, every "e" took the source's
+    # next "e" and every "L" its previous "L": 120 pairs crossing over their neighbours' (and their
+    # gaps carried over with them). Aligned again inside, the pairs keep their order but for the
+    # two extra "e", left over and paired with each other: one crossing, every other op of the
+    # target within one place of its own.
+    t = ["x"] + ["e", "L"] * 10 + ["e"] + ["e", "L"] * 130 + ["y"]
+    s = ["x"] + ["e", "L"] * 130 + ["e"] + ["e", "L"] * 10 + ["y"]
+    m = match_tasks(keys([0] * len(t), [7] * len(t), t), keys([0] * len(s), [7] * len(s), s)).tolist()
+    assert sorted(m) == list(range(len(s)))
+    assert sum(a > b for a, b in zip(m, m[1:])) == 1
+    assert [i for i, j in enumerate(m) if abs(i - j) > 1] == [261]
+
+
 def test_processors_without_a_common_id_match_by_order():
     # Another run: thread ids differ (100, 200 vs 300, 400), so they pair in id order; stream 7
     # exists on both sides and keeps its id.
@@ -124,16 +141,21 @@ def test_trace_diff_ops_of_one_step_only_shift_nothing():
     # Paired by occurrence, every later op of those names took the wrong partner and the pause
     # counted twice: +6.15% against 1011 as measured. Aligned and bridged: +3.30%, -0.96% back;
     # with the stream-20 op after each SendRecv waiting for it, not for a stream-7 op that ended
-    # 1 us before it by chance (test_trace_diff_stream_20_waits_for_the_send_recv): +0.94%, -0.13%.
+    # 1 us before it by chance (test_trace_diff_stream_20_waits_for_the_send_recv): +0.94%, -0.13%;
+    # with the stretches where the steps differ aligned again (test_a_stretch_of_common_names_...):
+    # +1.09%, -0.14%.
     table = load_trace(TRACE_DIFF)
     r = transfer_pair(table, 1012, table, 1011)
     assert r.matched == {"cpu": "6239/6266", "gpu": "1575/1575"}
-    assert (r.predicted_us, r.actual_us) == (76931.0, 76212.0)
-    assert transfer_pair(table, 1011, table, 1012, baselines=False).predicted_us == 76627.0
-    # issue 12's bar on this trace: no worse than "same as step k" by more than 0.3 points
+    assert (r.predicted_us, r.actual_us) == (77040.0, 76212.0)
+    assert transfer_pair(table, 1011, table, 1012, baselines=False).predicted_us == 76622.0
+    # issue 12's bar on this trace (no worse than "same as step k" by more than 0.3 points) and
+    # issue 31's (at most half its error): 0.78% against 1.80%
     df = transfer_steps(table)
     assert len(df) == 8
-    assert df["lumos_err_pct"].abs().mean() <= df["same_as_k_err_pct"].abs().mean() + 0.3
+    lumos, same = df["lumos_err_pct"].abs().mean(), df["same_as_k_err_pct"].abs().mean()
+    assert lumos <= 0.5 * same
+    assert round(lumos, 3) == 0.782 and round(same, 3) == 1.798
 
 
 def test_trace_diff_stream_20_waits_for_the_send_recv():
