@@ -84,6 +84,7 @@ class CommCosts:
         self.nvl_half = float(comm.nvlink_half_mb or 0.0) * 1e6
         self.congestion = 1.0 + comm.congestion * math.log2(max(job_hosts, 1))
         self.algorithm = str(comm.algorithm)   # checked by settings.from_config
+        self.pipelined = str(getattr(comm, "ring_form", "serial")) == "pipelined"
         self._choice: dict = {}
 
     def nvl_bw(self, nbytes: float) -> float:
@@ -106,7 +107,8 @@ class CommCosts:
         key = (kind, nbytes, n, hosts, per_host)
         c = self._choice.get(key)
         if c is None:
-            algo, proto, _t = nccl.choose(kind, nbytes, n, hosts, per_host, self.nvl, self.nvl_half, self.nic_bw(0))
+            algo, proto, _t = nccl.choose(kind, nbytes, n, hosts, per_host, self.nvl, self.nvl_half, self.nic_bw(0),
+                                          self.pipelined, self.nics_per_host)
             c = self._choice[key] = (algo, proto)
         return c
 
@@ -136,21 +138,25 @@ class CommCosts:
         if self.algorithm == "nccl":   # NCCL's base latency stands for nccl_fixed_us
             algo, proto = self.nccl_choice(kind, nbytes, n, hosts, per_host)
             return nccl.time_us(kind, algo, proto, nbytes, n, hosts, per_host, self.nvl, self.nvl_half,
-                                self.nic_bw(flows))
+                                self.nic_bw(flows), pipelined=self.pipelined, nics=self.nics_per_host)
         both = kind == "allreduce"       # all-reduce = reduce-scatter + all-gather
         if hosts <= 1:
             steps = (n - 1) * (2 if both else 1)
             vol = (n - 1) / n * nbytes * (2 if both else 1)
             return c.nccl_fixed_us + steps * self.nvl_lat + vol / self.nvl_bw(nbytes)
         k = max(per_host, 1)
+        tree = both and nbytes < c.tree_threshold_bytes
+        steps = 2 * math.ceil(math.log2(hosts)) if tree else (hosts - 1) * (2 if both else 1)
+        if self.pipelined and not tree:
+            # NCCL's ring (`comm.ring_form: pipelined`): every link carries (n-1)/n of the message and the
+            # slowest sets the pace, the NVLink bus or the k NICs of the group's GPUs on a host together;
+            # the latencies are the serial form's
+            moved = (n - 1) / n * nbytes * (2 if both else 1)
+            net = min(k, self.nics_per_host) * self.nic_bw(flows)
+            return (c.nccl_fixed_us + (k - 1) * self.nvl_lat * (2 if both else 1) + steps * self.net_lat
+                    + max(moved / self.nvl_bw(nbytes), moved / net))
         t = c.nccl_fixed_us
         if k > 1:   # intra-host phase(s) on NVLink
             t += ((k - 1) / k * nbytes / self.nvl_bw(nbytes) + (k - 1) * self.nvl_lat) * (2 if both else 1)
-        shard = nbytes / k
-        ring_steps = (hosts - 1) * (2 if both else 1)
-        if both and nbytes < c.tree_threshold_bytes:
-            steps = 2 * math.ceil(math.log2(hosts))
-        else:
-            steps = ring_steps
-        vol = (hosts - 1) / hosts * shard * (2 if both else 1)
+        vol = (hosts - 1) / hosts * (nbytes / k) * (2 if both else 1)   # the ring of the 1/k shards across hosts
         return t + steps * self.net_lat + vol / self.nic_bw(flows)

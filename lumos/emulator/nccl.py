@@ -98,10 +98,12 @@ def _on_nvlink(volume: float, nbytes: float, eff: float, nvl_bw: float, nvl_half
 
 
 def transfer_us(kind: str, algo: str, proto: int, nbytes: float, n: int, hosts: int, per_host: int,
-                nvl_bw: float, nvl_half: float, net_bw: float) -> float:
+                nvl_bw: float, nvl_half: float, net_bw: float, pipelined: bool = False, nics: int = 8) -> float:
     """Bandwidth term (us). `nvl_bw` is the NVLink bus bandwidth (bytes/us) large messages reach, `nvl_half` the
     message size reaching half of it (0: every size reaches it), `net_bw` what each GPU's NIC gives this call.
-    `nbytes` is the message (all-gather / reduce-scatter: the whole gathered buffer)."""
+    `nbytes` is the message (all-gather / reduce-scatter: the whole gathered buffer). `pipelined`: a ring
+    across hosts as tuning.cc models it, (n-1)/n of the message per link at the slowest link's pace (the
+    NVLink bus, or the NICs of the `per_host` GPUs, at most `nics`, together), not its two phases added."""
     k = max(per_host, 1)
     if algo == "TREE":   # up the tree and back down: the whole message on every level
         eff = TREE_EFF * (TREE_LL128_ONE_HOST if (proto == LL128 and hosts <= 1) else TREE_PROTO_EFF[proto])
@@ -116,18 +118,21 @@ def transfer_us(kind: str, algo: str, proto: int, nbytes: float, n: int, hosts: 
     phases = 2 if kind == "allreduce" else 1
     if hosts <= 1:
         return _on_nvlink(phases * (n - 1) / n * nbytes, nbytes, eff, nvl_bw, nvl_half)
+    if pipelined:
+        moved = phases * (n - 1) / n * nbytes
+        return max(_on_nvlink(moved, nbytes, eff, nvl_bw, nvl_half), moved / (min(k, nics) * net_bw * eff))
     t = _on_nvlink(phases * (k - 1) / k * nbytes, nbytes, eff, nvl_bw, nvl_half) if k > 1 else 0.0
     return t + phases * (hosts - 1) / hosts * (nbytes / k) / (net_bw * eff)   # ring of the shards across hosts
 
 
 def time_us(kind: str, algo: str, proto: int, nbytes: float, n: int, hosts: int, per_host: int,
-            nvl_bw: float, nvl_half: float, net_bw: float) -> float:
+            nvl_bw: float, nvl_half: float, net_bw: float, pipelined: bool = False, nics: int = 8) -> float:
     return latency_us(kind, algo, proto, n, hosts, per_host) + \
-        transfer_us(kind, algo, proto, nbytes, n, hosts, per_host, nvl_bw, nvl_half, net_bw)
+        transfer_us(kind, algo, proto, nbytes, n, hosts, per_host, nvl_bw, nvl_half, net_bw, pipelined, nics)
 
 
 def choose(kind: str, nbytes: float, n: int, hosts: int, per_host: int, nvl_bw: float, nvl_half: float,
-           net_bw: float) -> tuple[str, int, float]:
+           net_bw: float, pipelined: bool = False, nics: int = 8) -> tuple[str, int, float]:
     """NCCL's pick: (algorithm, protocol index, predicted us), the fastest prediction; ties keep the
     first in NCCL's order (tree before ring, LL before LL128 before Simple).
 
@@ -139,7 +144,7 @@ def choose(kind: str, nbytes: float, n: int, hosts: int, per_host: int, nvl_bw: 
     best = None
     for algo in _algorithms(kind):
         for proto in (LL, LL128, SIMPLE):
-            t = time_us(kind, algo, proto, nbytes, n, hosts, per_host, nvl_bw, nvl_half, net_bw)
+            t = time_us(kind, algo, proto, nbytes, n, hosts, per_host, nvl_bw, nvl_half, net_bw, pipelined, nics)
             if best is None or t < best[2]:
                 best = (algo, proto, t)
     return best

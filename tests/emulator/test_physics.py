@@ -98,6 +98,7 @@ def _compose(overrides):
     (["++cluster.emulator.comm.nic_efff=0.5"], "cluster.emulator.comm.nic_efff is not an emulator knob"),
     (["emulator.comm.algorithm=magic"], "emulator.comm.algorithm must be one of hier_ring, nccl"),
     (["emulator.comm.placement=pooled"], "emulator.comm.placement must be one of rail, shared"),
+    (["emulator.comm.ring_form=parallel"], "emulator.comm.ring_form must be one of serial, pipelined"),
     (["emulator.schedule.grad_norm_group=dp"], "emulator.schedule.grad_norm_group must be one of tp, model_parallel"),
 ])
 def test_bad_settings_name_what_is_wrong(overrides, message):
@@ -289,6 +290,41 @@ def test_nccl_algorithm_times_the_cross_host_dp_allreduce_by_the_tuners_model():
     assert us == pytest.approx(expect, rel=1e-9)
     # longer than hier_ring's: about the same latency (14 + 6 x 8.5 us against 8 + 6 x 9 us), 8% less bandwidth
     assert us - ring_us == pytest.approx((14 + 6 * 8.5 - 8 - 6 * 9) + (ring_us - 62) * (1 / 0.92 - 1), rel=1e-6)
+
+
+# DP 4 over two 2-GPU hosts: a ring with k = 2 GPUs on each host, the case where the two ring forms differ
+DP_TWO_PER_HOST = ["model=tiny", "seed=0", "parallel.pp=1", "parallel.tp=1", "parallel.dp=4",
+                   "cluster.gpus_per_host=2"] + QUIET
+
+
+@pytest.mark.parametrize("algorithm", ["hier_ring", "nccl"])
+def test_pipelined_ring_form_paces_the_cross_host_ring_by_its_slowest_link(algorithm):
+    from lumos.emulator import nccl
+
+    over = DP_TWO_PER_HOST + [f"emulator.comm.algorithm={algorithm}"]
+    _n, serial_us, nbytes, costs = _dp_bucket(emulate(over, progress=False))
+    _n, piped_us, nbytes2, piped = _dp_bucket(emulate(over + ["emulator.comm.ring_form=pipelined"], progress=False))
+    assert nbytes2 == nbytes
+    moved = 2 * 3 / 4 * nbytes                # a ring all-reduce over 4 ranks moves 2 (n-1)/n of the message
+    if algorithm == "hier_ring":
+        # serial: the NVLink phases over the host's 2 GPUs (2 x 1/2 of the message), then the ring of the
+        # halves across the 2 hosts on each GPU's NIC (2 x 1/2 x 1/2); pipelined: 3/2 of the message at the
+        # pace of the slower of NVLink and the two GPUs' NICs together; the latencies are the same
+        latency = costs.c.nccl_fixed_us + 2 * costs.nvl_lat + 2 * costs.net_lat
+        assert serial_us == pytest.approx(latency + nbytes / costs.nvl_bw(nbytes) + 0.5 * nbytes / costs.nic_bw(0),
+                                          rel=1e-9)
+        assert piped_us == pytest.approx(latency + max(moved / piped.nvl_bw(nbytes), moved / (2 * piped.nic_bw(0))),
+                                         rel=1e-9)
+    else:
+        algo, proto = piped.nccl_choice("allreduce", nbytes, 4, 2, 2)
+        eff = nccl.RING_PROTO_EFF[proto]
+        assert algo == "RING"
+        assert piped_us == pytest.approx(nccl.latency_us("allreduce", algo, proto, 4, 2, 2) + max(
+            moved / (piped.nvl * eff) + (moved * piped.nvl_half / (nbytes * piped.nvl) if piped.nvl_half else 0.0),
+            moved / (2 * piped.nic_bw(0) * eff)), rel=1e-9)
+    # with 2 GPUs a host the flat ring is the slower: each of the two NICs carries 3/4 of the message, where
+    # the hierarchy reduces inside the host first and sends 1/2 (with 4 or 8 a host the flat ring is faster)
+    assert piped_us > serial_us
 
 
 def test_shared_nics_slow_the_dp_allreduce_only_when_the_host_has_fewer_nics_than_flows():
