@@ -20,12 +20,13 @@ LAYOUTS = {
                   "parallel.dp=8", "model.micro_batch_size=1", "model.global_batch_size=512"],
     "h100_15b": ["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", "parallel.dp=32"],
 }
-# each switch's off and on value; every run sets all four at the training layer, which overrides the
+# each switch's off and on value; every run sets all of them at the training layer, which overrides the
 # defaults and the profile's own choice (a100_vtrain and training=vtrain turn three of them on)
-KNOBS = {"comm.algorithm": ("hier_ring", "nccl"), "comm.placement": ("rail", "shared"),
+KNOBS = {"comm.algorithm": ("hier_ring", "nccl"), "comm.ring_form": ("serial", "pipelined"),
+         "comm.placement": ("rail", "shared"),
          "schedule.p2p_scatter_gather": ("false", "true"), "schedule.grad_norm_group": ("tp", "model_parallel")}
 SWITCHES = {"off": []} | {(k if on == "true" else f"{k}={on}"): [k] for k, (_off, on) in KNOBS.items()}
-SWITCHES["all four"] = list(KNOBS)
+SWITCHES["all"] = list(KNOBS)
 
 
 def overrides(on: list[str]) -> list[str]:
