@@ -176,3 +176,39 @@ def test_reduce_scatter_in_the_forward_is_model_parallelism():
     _layers(b, gather_in_forward=True, rs_in_backward=True)
     _coll(b, "c10d::_reduce_scatter_base_", 95, 4000, 1000)   # Megatron sequence parallelism's pattern
     assert find_dp_flavour(b.table()).kind == "unrecognised"
+
+
+def _fsdp2_units(b, replicate_all_reduce: bool):
+    """Two FSDP2 units on one thread: each gathered in its pre_forward (group of 4: output 4x the
+    input), reduce-scattered in its post_backward_reduce, and under HSDP the reduced shard then
+    all-reduced across the replicas (torch `_fsdp_collectives.py` `foreach_reduce`: the
+    `all_reduce` over the replicate group after the reduce-scatter over the shard group)."""
+    _ann(b, "forward", 0, 250)
+    for i in range(2):
+        _ann(b, f"FSDP::pre_forward (layers.{i})", 10 + 100 * i, 40)
+        _ann(b, f"FSDP::all_gather (layers.{i})", 12 + 100 * i, 20)
+        _coll(b, "c10d::_allgather_base_", 14 + 100 * i, 4000, 1000)
+    _ann(b, "backward", 300, 300)
+    for i in (1, 0):
+        start = 310 + 100 * (1 - i)
+        _ann(b, f"FSDP::post_backward_reduce (layers.{i})", start + 50, 40)
+        _coll(b, "c10d::_reduce_scatter_base_", start + 52, 4000, 1000)
+        if replicate_all_reduce:
+            b.cpu("c10d::allreduce_", start + 70, 5, **{"Input Dims": [[1000]]})
+
+
+def test_hsdp_pattern_all_reduces_each_units_reduced_shard():
+    b = TraceBuilder(step=(0.0, 1000.0))
+    _fsdp2_units(b, replicate_all_reduce=True)
+    f = find_dp_flavour(b.table())
+    assert f.kind == "hsdp" and f.sharded
+    assert f.units == ["layers.0", "layers.1"]
+    assert [(c.kind, c.unit, c.phase, c.elements) for c in f.collectives] == [
+        ("all_gather", "layers.0", "forward", 4000), ("all_gather", "layers.1", "forward", 4000),
+        ("reduce_scatter", "layers.1", "backward", 4000), ("all_reduce", "layers.1", "backward", 1000),
+        ("reduce_scatter", "layers.0", "backward", 4000), ("all_reduce", "layers.0", "backward", 1000)]
+    assert "an all-reduce follows the reduce-scatters" in f.reason
+    # the same units without the replicas' all-reduce: FSDP that gathers in the forward only
+    b = TraceBuilder(step=(0.0, 1000.0))
+    _fsdp2_units(b, replicate_all_reduce=False)
+    assert find_dp_flavour(b.table()).kind == "fsdp_grad_op"
