@@ -91,13 +91,7 @@ def _align(a_names: list, b_names: list) -> list[tuple[int, int]]:
     that agree are paired in order, and a stretch where they differ is aligned again inside
     (`_pair_stretch`). An op one step ran and the other did not then shifts nothing after it
     (pairing by occurrence over the whole processor shifted every later op of that name)."""
-    out = []
-    sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=True)
-    for tag, i0, i1, j0, j1 in sm.get_opcodes():
-        if tag == "equal":
-            out.extend(zip(range(i0, i1), range(j0, j1)))
-        elif tag == "replace":
-            out.extend((i0 + i, j0 + j) for i, j in _pair_stretch(a_names[i0:i1], b_names[j0:j1]))
+    out = _diff_pairs(a_names, b_names, autojunk=True, stretch=_pair_stretch)
     # what is left (an op that moved past others) by occurrence among the left-overs
     a_used, b_used = {i for i, _ in out}, {j for _, j in out}
     a_rest = [i for i in range(len(a_names)) if i not in a_used]
@@ -119,13 +113,18 @@ def _pair_stretch(a_names: list, b_names: list) -> list[tuple[int, int]]:
     Stretches longer than `REFINE_MAX_CELLS` allows pair by occurrence."""
     if len(a_names) * len(b_names) > REFINE_MAX_CELLS:
         return _pair_by_occurrence(a_names, b_names)
+    return _diff_pairs(a_names, b_names, autojunk=False, stretch=_pair_by_occurrence)
+
+
+def _diff_pairs(a_names: list, b_names: list, autojunk: bool, stretch) -> list[tuple[int, int]]:
+    """Positions (i, j) of a diff: its equal runs in order, each stretch that differs by `stretch`."""
     out = []
-    sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=False)
+    sm = difflib.SequenceMatcher(None, a_names, b_names, autojunk=autojunk)
     for tag, i0, i1, j0, j1 in sm.get_opcodes():
         if tag == "equal":
             out.extend(zip(range(i0, i1), range(j0, j1)))
         elif tag == "replace":
-            out.extend((i0 + i, j0 + j) for i, j in _pair_by_occurrence(a_names[i0:i1], b_names[j0:j1]))
+            out.extend((i0 + i, j0 + j) for i, j in stretch(a_names[i0:i1], b_names[j0:j1]))
     return out
 
 
