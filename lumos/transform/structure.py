@@ -29,7 +29,7 @@ import numpy as np
 
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
-from lumos.trace.collectives import classify_name, parse_ranks
+from lumos.trace.collectives import classify, classify_name, comm_launchers, parse_ranks, pg_config
 
 from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
 
@@ -411,6 +411,27 @@ def transform_kind(collective_name) -> str:
     return TRANSFORM_KINDS.get(kind, kind) if kind else str(collective_name)
 
 
+def _read_launched_collectives(table: TraceTable, graph: Graph, gpu_tasks: np.ndarray, coll, group, nbytes) -> None:
+    """Communication kernels whose own args do not say what they are (PyTorch before Kineto copied
+    record_param_comms' args onto the kernel): read from the ops that launched them, through the
+    issue-31 classifier (`lumos.trace.collectives.classify`), where it finds both the kind and the
+    process group (the op's `Process Group Ranks`, or its group name in `distributedInfo.pg_config`).
+    A kernel it cannot place stays unread, as before: the transforms then keep its measured time."""
+    unread = [int(t) for t in gpu_tasks if graph.comm[t] and coll[t] is None]
+    if not unread:
+        return
+    rows = graph.event[unread]
+    launchers = comm_launchers(table, rows)
+    groups = pg_config(table.metadata)
+    for t, e in zip(unread, rows.tolist()):
+        call = classify(table, e, launchers.get(e, ()), groups)
+        if call.kind is None or not call.group:
+            continue
+        coll[t] = TRANSFORM_KINDS.get(call.kind, call.kind)
+        group[t] = call.group
+        nbytes[t] = (call.nelems or 0) * DTYPE_BYTES.get(str(call.dtype), 2)
+
+
 def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> RunStructure:
     """Blocks and facts of a run graph built (by `build_run_graph`) from `tables`. `dp_hint`: the DP
     degree the run's sharded or host-side collectives show (`dp_flavour.host_dp_degree`), taken when
@@ -444,6 +465,7 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
                 group[t] = parse_ranks(table.pg_ranks[e])
                 ne = max(int(table.in_nelems[e]), int(table.out_nelems[e]), 0)
                 nbytes[t] = ne * DTYPE_BYTES.get(str(table.dtype[e]), 2)
+        _read_launched_collectives(table, graph, tasks[gpu], coll, group, nbytes)
         # the CPU op that launched each task: innermost cpu_op around its launcher
         cpu_ops = np.flatnonzero(table.cat == schema.CPU_OP)
         corr_rt = {}
