@@ -109,7 +109,7 @@ def _pair_stretch(a_names: list, b_names: list) -> list[tuple[int, int]]:
     `aten::empty` / `cudaLaunchKernel` calls came back as one difference, whose n-th X then took
     the n-th X wherever it stood (hta trace_diff: partners up to 7 ms apart, their gaps carried
     over; transfer 0.97% against 0.78% aligned again). A diff without junk over a whole step costs
-    time the square of its length (36 s on hta_queue); over the stretches only, a second or two.
+    time the square of its length (36 s on hta_queue); over the stretches only, 0.3-1.4 s more per trace.
     Stretches longer than `REFINE_MAX_CELLS` allows pair by occurrence."""
     if len(a_names) * len(b_names) > REFINE_MAX_CELLS:
         return _pair_by_occurrence(a_names, b_names)
