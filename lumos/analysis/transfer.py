@@ -141,9 +141,9 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
     partners replace step k's between the two tasks, spread over step k's edges in proportion
     (kept, a pause beside such an op stayed in step k's graph while the source's pause was
     added elsewhere); so are tasks of step k only at the end of its thread, where the source's
-    thread ends after the same partner, and at its head (`_head_gaps`). Where the source ran tasks
+    thread ends after the same partner, and at its head (`_bridge_head`). Where the source ran tasks
     of its own before the first partner or after the last, their time (durations and gaps) joins
-    the head or the tail (`_head_gaps`, `_trailing_time`). The edges stay step k's; only their
+    the head or the tail (`_leading_time`, `_trailing_time`). The edges stay step k's; only their
     measured gaps move, as durations do."""
     nxt_g, edge_g = _thread_chains(g)
     nxt_s, edge_s = _thread_chains(source)
@@ -165,62 +165,70 @@ def _host_gaps(g: Graph, source: Graph, match: np.ndarray) -> None:
             _spread(g, edges, gaps)
     mine_step, theirs = g.summary.get("step_thread"), source.summary.get("step_thread")
     if mine_step and theirs:
-        lead = _head_gaps(g, source, match, mine_step["first_task"], theirs["first_task"], nxt_g, edge_g, nxt_s,
-                          edge_s, has_partner)
-        trail = _trailing_time(g, source, match, mine_step["first_task"], nxt_g, nxt_s, edge_s, has_partner)
-        g.release[mine_step["first_task"]] = mine_step["start_us"] + theirs["head_us"] + lead
+        first, first_s = int(mine_step["first_task"]), int(theirs["first_task"])
+        _bridge_head(g, source, match, first, first_s, nxt_g, edge_g, nxt_s, edge_s, has_partner)
+        lead = _leading_time(source, match, first, first_s, nxt_s, edge_s, has_partner)
+        trail = _trailing_time(source, match, first, nxt_g, nxt_s, edge_s, has_partner)
+        g.release[first] = mine_step["start_us"] + theirs["head_us"] + lead
         g.summary = {**g.summary, "step_thread": {**mine_step, "head_us": theirs["head_us"] + lead,
                                                   "tail_us": theirs["tail_us"] + trail}}
 
 
-def _head_gaps(g: Graph, source: Graph, match: np.ndarray, first: int, first_s: int, nxt_g: np.ndarray,
-               edge_g: np.ndarray, nxt_s: np.ndarray, edge_s: np.ndarray, has_partner: np.ndarray) -> float:
-    """The head of the step thread, where one step ran tasks the other did not (resnet_1gpu's step
-    23 opens with a data loader's ops and a 262 ms stall; step 24 with the copy of its batch).
-    Step k's tasks before its first task with a partner are bridged like those between two partners:
-    the source's gaps from its own first task to the same partner replace step k's. Where step k's
-    first task has a partner and the source ran tasks before it, the source's time on them (their
-    durations and gaps) is returned, to be added before step k's first task; else 0."""
-    if match[first] >= 0:
-        lead, y = 0.0, int(first_s)
-        while y >= 0 and not has_partner[y]:
-            lead += float(source.dur[y]) + (float(source.lag[edge_s[y]]) if nxt_s[y] >= 0 else 0.0)
-            y = int(nxt_s[y])
-        return lead if y == int(match[first]) else 0.0
-    edges, b = [], int(first)
-    while nxt_g[b] >= 0 and match[b] < 0:
+def _bridge_head(g: Graph, source: Graph, match: np.ndarray, first: int, first_s: int, nxt_g: np.ndarray,
+                 edge_g: np.ndarray, nxt_s: np.ndarray, edge_s: np.ndarray, has_partner: np.ndarray) -> None:
+    """Step k's tasks before its first task with a partner on the step thread (resnet_1gpu's step 23
+    opens with a data loader's ops and a 262 ms stall; step 24 with the copy of its batch), bridged
+    like those between two partners: the source's gaps from its own first task to the same partner
+    replace step k's."""
+    edges, b = [], first
+    while match[b] < 0 and nxt_g[b] >= 0:
         edges.append(int(edge_g[b]))
         b = int(nxt_g[b])
-    if match[b] < 0 or not edges:
-        return 0.0
-    if has_partner[first_s]:
-        gaps, y = 0.0, int(first_s)
-    else:
-        gaps, y = _source_gaps(source, int(first_s), nxt_s, edge_s, has_partner)
+    if not edges or match[b] < 0:
+        return
+    gaps, y = (0.0, first_s) if has_partner[first_s] else _source_gaps(source, first_s, nxt_s, edge_s, has_partner)
     if y == int(match[b]):
         _spread(g, edges, gaps)
-    return 0.0
 
 
-def _trailing_time(g: Graph, source: Graph, match: np.ndarray, first: int, nxt_g: np.ndarray, nxt_s: np.ndarray,
+def _leading_time(source: Graph, match: np.ndarray, first: int, first_s: int, nxt_s: np.ndarray,
+                  edge_s: np.ndarray, has_partner: np.ndarray) -> float:
+    """The source's time on tasks of its own before the partner of step k's first task (the loader,
+    seen from step 24), to be added before that task; 0 where step k's first task has no partner."""
+    if match[first] < 0:
+        return 0.0
+    t, y = _own_time(source, first_s, nxt_s, edge_s, has_partner)
+    return t if y == int(match[first]) else 0.0
+
+
+def _trailing_time(source: Graph, match: np.ndarray, first: int, nxt_g: np.ndarray, nxt_s: np.ndarray,
                    edge_s: np.ndarray, has_partner: np.ndarray) -> float:
     """The source's time on its step thread after the partner of step k's last task, where the source
-    ran only tasks step k did not (their durations and gaps: resnet_1gpu's step 29 ends in a device
-    sync after a 1.76 s pause); 0 where step k's last task has no partner or the source runs on into
-    tasks step k has."""
-    b = int(first)
+    ran only tasks step k did not (resnet_1gpu's step 29 ends in a device sync after a 1.76 s pause);
+    0 where step k's last task has no partner or the source runs on into tasks step k has."""
+    b = first
     while nxt_g[b] >= 0:
         b = int(nxt_g[b])
-    if match[b] < 0:
+    y = int(match[b])
+    if y < 0 or nxt_s[y] < 0:
         return 0.0
-    y, trail = int(match[b]), 0.0
-    while nxt_s[y] >= 0:
-        trail += float(source.lag[edge_s[y]])
+    t, stop = _own_time(source, int(nxt_s[y]), nxt_s, edge_s, has_partner)
+    return float(source.lag[edge_s[y]]) + t if stop < 0 else 0.0
+
+
+def _own_time(source: Graph, y: int, nxt_s: np.ndarray, edge_s: np.ndarray,
+              has_partner: np.ndarray) -> tuple[float, int]:
+    """The source's time on its tasks without a partner from task `y` along its thread (their
+    durations and the gaps after each), and the task it stopped at: the next with a partner, or -1
+    at the thread's end."""
+    t = 0.0
+    while not has_partner[y]:
+        t += float(source.dur[y])
+        if nxt_s[y] < 0:
+            return t, -1
+        t += float(source.lag[edge_s[y]])
         y = int(nxt_s[y])
-        if has_partner[y]:
-            return 0.0
-        trail += float(source.dur[y])
-    return trail
+    return t, y
 
 
 def _source_gaps(source: Graph, y: int, nxt_s: np.ndarray, edge_s: np.ndarray,
