@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from lumos.trace import TraceTable
-from lumos.trace.collectives import P2P_KINDS, Call, classify, comm_launchers, pg_config
+from lumos.trace.collectives import P2P_KINDS, Call, classify_rows
 
 from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .edges.cross_rank import CommOp, add_rendezvous, match_key, match_ops
@@ -67,16 +67,8 @@ def comm_calls(graph: Graph, table: TraceTable, offset: int = 0) -> list[tuple[i
     comm = np.flatnonzero(graph.comm & graph.in_step & (graph.event >= 0))
     # issue order: launch order is the order on the stream; across streams use measured start
     comm = comm[np.argsort(graph.ts[comm], kind="stable")]
-    rows = graph.event[comm]
-    # a kernel whose own args name its collective and group (Kineto copies record_param_comms' args onto
-    # it) needs no launching op read: only the others go through the (slower) search for their launchers
-    own = np.fromiter((table.coll_name[r] is not None and table.pg_ranks[r] is not None for r in rows.tolist()),
-                      bool, count=len(rows))
-    launchers = comm_launchers(table, rows[~own])
-    groups = pg_config(table.metadata)
     out, seen = [], set()
-    for t, ev in zip(comm.tolist(), rows.tolist()):
-        call = classify(table, ev, launchers.get(ev, ()), groups)
+    for t, call in zip(comm.tolist(), classify_rows(table, graph.event[comm])):
         if call.carrier >= 0:
             if call.carrier in seen:
                 continue

@@ -33,8 +33,8 @@ import numpy as np
 
 from . import schema
 
-__all__ = ["KINDS", "P2P_KINDS", "Call", "classify_name", "classify", "comm_launchers", "parse_ranks",
-           "pg_config"]
+__all__ = ["KINDS", "P2P_KINDS", "Call", "classify_name", "classify", "classify_rows", "comm_launchers",
+           "parse_ranks", "pg_config"]
 
 # The fixed vocabulary. `sendrecv`: a point-to-point kernel seen without the op that says its direction
 # (send, recv or an all-to-all); `coalesced`: several calls NCCL ran as one kernel, of kinds the trace
@@ -202,6 +202,18 @@ def classify(table, row: int, launchers: tuple[int, ...] = (), groups: dict | No
     carrier = next((r for r in launchers if table.coll_name[r] is not None
                     or classify_name(table.name[r]) is not None), -1)
     return Call(kind, kind_from, nelems, size_from, dtype, group, group_from, size, carrier)
+
+
+def classify_rows(table, rows: np.ndarray) -> list[Call]:
+    """`classify` of each communication kernel in `rows`. A kernel whose own args name its collective
+    and group (Kineto copies record_param_comms' args onto it) needs no launching op read: only the
+    others go through the (slower) search for their launchers (`comm_launchers`)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    own = np.fromiter((table.coll_name[r] is not None and table.pg_ranks[r] is not None for r in rows.tolist()),
+                      bool, count=len(rows))
+    launchers = comm_launchers(table, rows[~own])
+    groups = pg_config(table.metadata)
+    return [classify(table, r, launchers.get(r, ()), groups) for r in rows.tolist()]
 
 
 def comm_launchers(table, rows: np.ndarray) -> dict[int, tuple[int, ...]]:

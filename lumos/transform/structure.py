@@ -29,7 +29,7 @@ import numpy as np
 
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
-from lumos.trace.collectives import classify, classify_name, comm_launchers, parse_ranks, pg_config
+from lumos.trace.collectives import classify_rows
 
 from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
 
@@ -400,34 +400,21 @@ def _vocab(blocks: list, op_name, op_dims, h: int, tokens: int) -> int:
 TRANSFORM_KINDS = {"all_reduce": "allreduce", "all_gather": "allgather"}
 
 
-def transform_kind(collective_name) -> str:
-    """The kind the transforms match on for a kernel's `Collective name` arg: the classifier's reading of
-    it, so PyTorch's own names (FSDP2's `allgather_into_tensor_coalesced` and
-    `reduce_scatter_tensor_coalesced`, `_allgather_base`, `_reduce_scatter_base`, `allreduce_coalesced`)
-    are the gathers, reduce-scatters and all-reduces they are. Read verbatim, an FSDP2 GPU trace's
-    gathers were no FSDP gathers to the transforms, and a PP change of it came out half the emulated
-    time without a word. A name the classifier does not know is kept as it is."""
-    kind = classify_name(str(collective_name), bare=True)
-    return TRANSFORM_KINDS.get(kind, kind) if kind else str(collective_name)
-
-
-def _read_launched_collectives(table: TraceTable, graph: Graph, gpu_tasks: np.ndarray, coll, group, nbytes) -> None:
-    """Communication kernels whose own args do not say what they are (PyTorch before Kineto copied
-    record_param_comms' args onto the kernel): read from the ops that launched them, through the
-    issue-31 classifier (`lumos.trace.collectives.classify`), where it finds both the kind and the
-    process group (the op's `Process Group Ranks`, or its group name in `distributedInfo.pg_config`).
-    A kernel it cannot place stays unread, as before: the transforms then keep its measured time."""
-    unread = [int(t) for t in gpu_tasks if graph.comm[t] and coll[t] is None]
-    if not unread:
-        return
-    rows = graph.event[unread]
-    launchers = comm_launchers(table, rows)
-    groups = pg_config(table.metadata)
-    for t, e in zip(unread, rows.tolist()):
-        call = classify(table, e, launchers.get(e, ()), groups)
-        if call.kind is None or not call.group:
+def _read_collectives(table: TraceTable, graph: Graph, comm_tasks: np.ndarray, coll, group, nbytes) -> None:
+    """Kind (in the transforms' names), process group and bytes of each communication kernel, as the
+    issue-31 classifier reads it (`lumos.trace.collectives.classify_rows`), so PyTorch's own names
+    (FSDP2's `allgather_into_tensor_coalesced` and `reduce_scatter_tensor_coalesced`,
+    `_allgather_base`, `allreduce_coalesced`) are the gathers, reduce-scatters and all-reduces they
+    are: read verbatim, an FSDP2 GPU trace's gathers were no FSDP gathers to the rebuild, and a PP
+    change of it came out half the emulated time without a word. A kernel without its call's args
+    (PyTorch before Kineto copied record_param_comms' args onto it) is read from the ops that
+    launched it, where they give a kind and a process group; one still unread keeps its measured
+    time in a prediction. A `Collective name` the classifier does not know is kept as it is."""
+    for t, call in zip(comm_tasks.tolist(), classify_rows(table, graph.event[comm_tasks])):
+        named = table.coll_name[graph.event[t]]
+        if named is None and (call.kind is None or not call.group):
             continue
-        coll[t] = TRANSFORM_KINDS.get(call.kind, call.kind)
+        coll[t] = TRANSFORM_KINDS.get(call.kind, call.kind) if call.kind else str(named)
         group[t] = call.group
         nbytes[t] = (call.nelems or 0) * DTYPE_BYTES.get(str(call.dtype), 2)
 
@@ -459,13 +446,7 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
         proc_role[streams] = graph.proc_key[streams] & 0xFFFFFFFF
         ev = graph.event[tasks]
         gpu = graph.kind[tasks] == TaskKind.GPU
-        for t, e, isg in zip(tasks, ev, gpu):
-            if isg and graph.comm[t] and table.coll_name[e] is not None:
-                coll[t] = transform_kind(table.coll_name[e])
-                group[t] = parse_ranks(table.pg_ranks[e])
-                ne = max(int(table.in_nelems[e]), int(table.out_nelems[e]), 0)
-                nbytes[t] = ne * DTYPE_BYTES.get(str(table.dtype[e]), 2)
-        _read_launched_collectives(table, graph, tasks[gpu], coll, group, nbytes)
+        _read_collectives(table, graph, tasks[gpu & graph.comm[tasks]], coll, group, nbytes)
         # the CPU op that launched each task: innermost cpu_op around its launcher
         cpu_ops = np.flatnonzero(table.cat == schema.CPU_OP)
         corr_rt = {}

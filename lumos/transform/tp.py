@@ -38,7 +38,7 @@ from .shapes import _gemm_dims, _is_tensor, map_tensors, reshape_tasks, rewrite_
 from .suppliers import CollectiveSpec
 from .suppliers.compute import GEMM_OPS, gemm_mkn
 
-SP_KINDS = ("allgather", "reduce_scatter")   # as `structure.transform_kind` reads them
+SP_KINDS = ("allgather", "reduce_scatter")   # as `structure._read_collectives` names them
 FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1's output (f/t wide)
 
 
