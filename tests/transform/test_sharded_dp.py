@@ -31,14 +31,19 @@ SHAPES = {"base": (2, 2, 4), "dp8": (2, 2, 8), "pp4": (2, 4, 4), "pp1": (2, 1, 4
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def run_dirs(tmp_path_factory):
     out = {}
     for name, (tp, pp, dp) in SHAPES.items():
         d = tmp_path_factory.mktemp(name)
         write_result(emulate(["model=tiny", f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}",
                               "training.dp_sharding=fsdp", "seed=0"], progress=False), d)
-        out[name] = load_run(d)
+        out[name] = d
     return out
+
+
+@pytest.fixture(scope="module")
+def runs(run_dirs):
+    return {name: load_run(d) for name, d in run_dirs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -251,12 +256,8 @@ TORCH_NAMES = {"allgather": "allgather_into_tensor_coalesced", "reduce_scatter":
                "allreduce": "allreduce_coalesced"}
 
 
-def _rewritten_base(tmp_path, name: str, rewrite) -> Path:
-    """The emulated tiny FSDP base with `rewrite(event)` applied to every event of its rank files."""
-    base = tmp_path / "emulated"
-    if not base.exists():
-        write_result(emulate(["model=tiny", "parallel.tp=2", "parallel.pp=2", "parallel.dp=4",
-                              "training.dp_sharding=fsdp", "seed=0"], progress=False), base)
+def _rewritten_base(base: Path, tmp_path, name: str, rewrite) -> Path:
+    """The run at `base` with `rewrite(event)` applied to every event of its rank files."""
     out = tmp_path / name
     out.mkdir()
     for f in base.iterdir():
@@ -276,8 +277,8 @@ def _torch_names(e) -> None:
         args["Collective name"] = TORCH_NAMES[args["Collective name"]]
 
 
-def test_pytorchs_collective_names_read_as_the_gathers_and_reduce_scatters_they_are(plan, runs, tmp_path):
-    renamed = _rewritten_base(tmp_path, "torch_names", _torch_names)
+def test_pytorchs_collective_names_read_as_the_gathers_and_reduce_scatters_they_are(plan, runs, run_dirs, tmp_path):
+    renamed = _rewritten_base(run_dirs["base"], tmp_path, "torch_names", _torch_names)
     torch_plan = base_plan(load_run(renamed))
     assert list(torch_plan.st.coll) == list(plan.st.coll)
     # per rank: 4 micro-batches x 6 gathers, 3 reduce-scatters; the grad-norm all-reduce over DP
@@ -300,8 +301,8 @@ def _bare_kernels(e) -> None:
             (e.get("args") or {}).pop(k, None)
 
 
-def test_kernels_without_their_calls_args_are_read_from_the_launching_op(plan, runs, tmp_path):
-    bare = _rewritten_base(tmp_path, "bare_kernels", _bare_kernels)
+def test_kernels_without_their_calls_args_are_read_from_the_launching_op(plan, runs, run_dirs, tmp_path):
+    bare = _rewritten_base(run_dirs["base"], tmp_path, "bare_kernels", _bare_kernels)
     old_plan = base_plan(load_run(bare))
     assert list(old_plan.st.coll) == list(plan.st.coll)
     assert list(old_plan.st.group) == list(plan.st.group)
