@@ -106,10 +106,12 @@ def main(argv=None) -> int:
               f"{rep['dpro_error_pct'].abs().mean():.2f}%, worst {rep['dpro_error_pct'].abs().max():.2f}%")
         w = pd.read_csv(tables / "h200_whatif.csv")
         w = w[w["role"] == "what-if"] if "role" in w else w[~w["target"].isin(["base", "no_side_stream"])]
-        for b, g in w.groupby("base"):
+        if "host" not in w:
+            w = w.assign(host="own steps")
+        for (b, host), g in w.groupby(["base", "host"], sort=False):
             h = g[g["target"] != "mbs_2"]
             below = int((h["predicted_iteration_ms"] < h["measured_min_ms"]).sum())
-            print(f"5b. h200_whatif from {b}: {len(g)} targets, mean |error| {g['error_pct'].abs().mean():.2f}% "
+            print(f"5b. h200_whatif from {b} (host work from {host}): {len(g)} targets, mean |error| {g['error_pct'].abs().mean():.2f}% "
                   f"(median {g['error_pct'].abs().median():.2f}%); without mbs_2 mean "
                   f"{h['error_pct'].abs().mean():.2f}%, worst {h['error_pct'].abs().max():.2f}%, exposed compute "
                   f"{h['exposed_compute_error_pct'].mean():+.2f}% on average, {below} of {len(h)} below the "

@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the base's host work (CPU ops and the Python between them): median (default: each op "
                         "and gap the median over the base's profiled steps; --samples draws one step's at a "
                         "time) or step (the selected step's own); lumos/graph/host_steps.py")
+    p.add_argument("--host-from", nargs="+", default=[], metavar="RUN",
+                   help="other recordings of the base's configuration (trace files or directories, the same "
+                        "ranks): their profiled steps join the host medians and the interval's draw, for a host "
+                        "whose speed differs between recordings more than between the steps of one")
     p.add_argument("--fsdp-strategy", choices=tuple(STRATEGIES), default=None,
                    help="FSDP sharding strategy of the target, from an FSDP base: shard_grad_op keeps every unit "
                         "gathered from its forward to its backward (no backward all-gathers; memory as ZeRO-2); "
@@ -100,21 +104,26 @@ def memory_overrides(args) -> dict:
 _LAST_BASE: dict = {}
 
 
-def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median"):
+def _run_key(path: str):
+    p = Path(path)
+    files = sorted(p.iterdir()) if p.is_dir() else [p] if p.exists() else []
+    return (str(p.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)) if files else None
+
+
+def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", host_from=()):
     from lumos.trace import load_run
     from lumos.transform.whatif import base_plan
 
-    p = Path(path)
-    files = sorted(p.iterdir()) if p.is_dir() else [p] if p.exists() else []
-    key = (str(p.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
-    if not files or _LAST_BASE.get("key") != key:   # load_run names what is missing
+    key = _run_key(path)
+    if key is None or _LAST_BASE.get("key") != key:   # load_run names what is missing
         _LAST_BASE.clear()
         _LAST_BASE.update(key=key, tables=load_run(path), plans={})
     plans = _LAST_BASE["plans"]
-    if (step, gemm_efficiency, host) not in plans:
-        plans[(step, gemm_efficiency, host)] = base_plan(_LAST_BASE["tables"], step=step,
-                                                         gemm_efficiency=gemm_efficiency, host=host)
-    return _LAST_BASE["tables"], plans[(step, gemm_efficiency, host)]
+    which = (step, gemm_efficiency, host, tuple(_run_key(h) or h for h in host_from))
+    if which not in plans:
+        plans[which] = base_plan(_LAST_BASE["tables"], step=step, gemm_efficiency=gemm_efficiency, host=host,
+                                 host_from=[load_run(h) for h in host_from])
+    return _LAST_BASE["tables"], plans[which]
 
 
 def run(args) -> int:
@@ -123,7 +132,7 @@ def run(args) -> int:
     from lumos.trace.atomic import write_text_atomic
 
     try:
-        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host)
+        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.host_from)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None

@@ -17,7 +17,9 @@ GPU durations and every other lag stay the step's own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -40,7 +42,7 @@ class HostSteps:
     each program-order lag between CPU tasks of its partner in that step (NaN: no partner, or
     not host work). `event`, `name`: each task's trace row and name; `src_event`, `dst_event`: each
     edge's ends' rows (what a predicted graph's tasks and gaps are found by)."""
-    steps: list[int]
+    steps: list          # step numbers of the graph's trace; "RECORDING:N" for another recording
     task: np.ndarray        # (steps, n_tasks)
     lag: np.ndarray         # (steps, n_edges)
     event: np.ndarray       # (n_tasks,)
@@ -76,21 +78,22 @@ def _host_edges(g: Graph) -> np.ndarray:
     return (g.cls == EdgeClass.INTRA_THREAD) & cpu[g.src] & cpu[g.dst]
 
 
-def host_steps(graph: Graph, table: TraceTable, **build) -> HostSteps:
+def host_steps(graph: Graph, table: TraceTable, others: Sequence[TraceTable] = (), **build) -> HostSteps:
     """The host work of `graph` (one step of `table`'s rank) in every profiled step of the trace
-    that is the same program (`MIN_HOST_MATCHED` of its CPU tasks paired). `build`: as `build_graph`."""
+    that is the same program (`MIN_HOST_MATCHED` of its CPU tasks paired), then in every profiled
+    step of `others` (other recordings of the same rank and configuration: a host that differs
+    between recordings shows only across them). `build`: as `build_graph`."""
     cpu = graph.kind == TaskKind.CPU
     host_edge = _host_edges(graph)
     own = graph.summary.get("step")
     rows_t = [np.where(cpu, graph.dur, np.nan)]
     rows_l = [np.where(host_edge, graph.lag, np.nan)]
     steps = [own]
+    lent: set[int] = set()
     mine = TaskKeys.of_graph(graph)
-    for s in find_steps(table):
-        if s.number == own:
-            continue
+    for label, source, number in _profiled_steps(table, others, own):
         try:
-            other = build_graph(table, step=s.number, **build)
+            other = build_graph(source, step=number, **build)
         except EmptyStepError:
             continue
         match = match_tasks(mine, TaskKeys.of_graph(other))
@@ -108,9 +111,28 @@ def host_steps(graph: Graph, table: TraceTable, **build) -> HostSteps:
                 lag[e] = x
         rows_t.append(task)
         rows_l.append(lag)
-        steps.append(s.number)
+        steps.append(label)
+        lent.add(id(source))
+    for t in others:
+        if id(t) not in lent:
+            raise ValueError(f"{t.path}: none of its profiled steps is the program of the base's step {own} "
+                             f"(under {MIN_HOST_MATCHED:.0%} of its CPU ops paired), so it cannot lend host work: "
+                             "give other recordings of the base's own configuration")
     return HostSteps(steps=steps, task=np.array(rows_t), lag=np.array(rows_l), event=graph.event, name=graph.name,
                      src_event=graph.event[graph.src], dst_event=graph.event[graph.dst])
+
+
+def _profiled_steps(table: TraceTable, others: Sequence[TraceTable], own):
+    """(label, table, step number) of every profiled step but the graph's own: `table`'s labelled
+    by number, each of `others`' by its recording's directory (or file) and number."""
+    for s in find_steps(table):
+        if s.number != own:
+            yield s.number, table, s.number
+    for t in others:
+        where = Path(t.path)
+        name = where.parent.name if where.parent.name else where.name
+        for s in find_steps(t):
+            yield f"{name}:{s.number}", t, s.number
 
 
 def with_host_medians(graph: Graph, host: HostSteps) -> Graph:
@@ -123,5 +145,5 @@ def with_host_medians(graph: Graph, host: HostSteps) -> Graph:
     t, e = np.isfinite(mt), np.isfinite(ml)
     g.dur[t] = mt[t]
     g.lag[e] = ml[e]
-    g.summary = {**g.summary, "host_steps": [int(s) for s in host.steps]}
+    g.summary = {**g.summary, "host_steps": [s if isinstance(s, str) else int(s) for s in host.steps]}
     return g

@@ -124,16 +124,20 @@ def unmatched_lines(unmatched: dict, paths: dict[int, str]) -> list[str]:
 
 def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int] | None = None,
                     edge_classes=ALL_EDGE_CLASSES,
-                    gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, host_medians: bool = False) -> Graph:
+                    gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, host_medians: bool = False,
+                    host_from: Sequence[Sequence[TraceTable]] = ()) -> Graph:
     """Per-rank graphs of `tables` (or of `ranks` among them), concatenated and joined by rendezvous.
-    `host_medians`: each rank's host work the median over its profiled steps (`host_steps`); the
-    pairing is kept in `summary["host_steps"]` (rank -> `HostSteps`) for the interval's step draw."""
+    `host_medians`: each rank's host work the median over its profiled steps (`host_steps`), and
+    over those of the same rank in each run of `host_from` (other recordings of the configuration);
+    the pairing is kept in `summary["host_steps"]` (rank -> `HostSteps`) for the interval's step draw."""
     if ranks is not None:
         want = set(int(r) for r in ranks)
         tables = [t for t in tables if t.rank in want]
     build = {"edge_classes": edge_classes, "gap_threshold_us": gap_threshold_us}
     graphs = [build_graph(t, step=step, **build) for t in tables]
-    host = {t.rank: host_steps(g, t, **build) for g, t in zip(graphs, tables)} if host_medians else {}
+    others = {t.rank: [o for run in host_from for o in run if o.rank == t.rank] for t in tables}
+    host = ({t.rank: host_steps(g, t, others[t.rank], **build) for g, t in zip(graphs, tables)}
+            if host_medians else {})
     if host:
         graphs = [with_host_medians(g, host[t.rank]) for g, t in zip(graphs, tables)]
     run, offsets = concat_graphs(graphs)

@@ -26,6 +26,8 @@ import pandas as pd  # noqa: E402
 
 from lumos.trace.atomic import write_bytes_atomic  # noqa: E402
 
+from .tables import HOST_POOLED  # noqa: E402
+
 COMPONENT_PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
 COMPONENT_LABELS = {"exposed_compute": "exposed compute", "overlapped": "overlapped",
                     "exposed_comm": "exposed comm.", "other": "other"}
@@ -188,10 +190,18 @@ def _transfer_panel(ax, df: pd.DataFrame, label: str) -> None:
 
 # ---- What-ifs measured on hardware (H200) ------------------------------------------------------
 
+def _h200_who(table: pd.DataFrame) -> pd.Series:
+    """Each prediction's legend name: its base, and where the table says so whose host work it used."""
+    if "host" not in table:
+        return table["base"]
+    return table["base"] + np.where(table["host"] == HOST_POOLED, ", host of all bases", "")
+
+
 def h200_whatif_figure(table: pd.DataFrame):
     """Per target: the measured iterations (mean, min-max) and the prediction from each base recording."""
     targets = list(dict.fromkeys(table["target"]))
-    bases = list(dict.fromkeys(table["base"]))
+    table = table.assign(who=_h200_who(table))
+    bases = list(dict.fromkeys(table["who"]))
     x = np.arange(len(targets))
     first = table.drop_duplicates("target").set_index("target").loc[targets]
     mean = first["measured_iteration_ms"].to_numpy(float)
@@ -203,7 +213,7 @@ def h200_whatif_figure(table: pd.DataFrame):
                 label="measured min-max")
     markers = ("o", "s", "^", "D")
     for k, b in enumerate(bases):
-        rows = table[table["base"] == b].set_index("target").loc[targets]
+        rows = table[table["who"] == b].set_index("target").loc[targets]
         off = (k - (len(bases) - 1) / 2) * 0.14
         ax.scatter(x + off, rows["predicted_iteration_ms"], marker=markers[k % 4], zorder=3, s=28,
                    color=("#2A9D8F", "#E76F51", "#264653", "#E9C46A")[k % 4], label=f"Lumos from {b}")

@@ -112,6 +112,11 @@ def replay_real_table(data: pd.DataFrame, source: str = "real") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+# The `host` column of h200_whatif: the base's host work from its own profiled steps, or pooled
+# over every base recording (`lumos predict --host-from`).
+HOST_OWN, HOST_POOLED = "own steps", "all base recordings"
+
+
 def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per what-if target and base recording: predicted vs the mean of every measured iteration.
 
@@ -123,7 +128,9 @@ def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> 
     fitted on their recordings: not an independent check). `clock_factor`: the sustained-clock model's
     factor on compute kernels (1 where it was off or changed nothing). Where the documents carry
     `interval_by_base` (`lumos predict --samples`): the 90% interval, its width in % of the measured
-    mean, the share of measured iterations inside it and whether the measured mean is.
+    mean, the share of measured iterations inside it and whether the measured mean is. `host`:
+    HOST_OWN, or HOST_POOLED for the rows of the document's `pooled_host` (the same predictions with
+    the host work of every base recording, `lumos predict --host-from`).
     """
     rows = []
     for doc in docs:
@@ -131,15 +138,15 @@ def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> 
         it = runs["iteration_us"] / 1e3
         mean = float(it.mean())
         per_run = runs.groupby("run")["iteration_us"].mean() / 1e3
-        for base, pred in doc.get("predicted_by_base", {"base": doc["predicted"]}).items():
+        for host, base, pred, interval, clock in _h200_predictions(doc):
             row = {"source": doc.get("source", "measured on hardware"), "target": doc["label"],
-                   "flags": " ".join(doc["flags"]) or "(none)", "base": base,
+                   "flags": " ".join(doc["flags"]) or "(none)", "base": base, "host": host,
                    "microbatches": doc["microbatches"], "micro_batch": doc["target"].get("micro_batch"),
                    "layers": doc["target"]["layers"], "hidden": doc["target"]["hidden"],
                    "ffn": doc["target"]["ffn"], "n_measured": len(runs),
                    "role": ("clock calibration" if doc["label"] in calibration else
                             "what-if" if doc["flags"] else "unchanged"),
-                   "clock_factor": doc.get("clock_by_base", {}).get(base, 1.0)}
+                   "clock_factor": clock}
             for p in PARTS:
                 row[f"predicted_{p}_ms"] = pred[f"{p}_us"] / 1e3
                 row[f"measured_{p}_ms"] = float(runs[f"{p}_us"].mean()) / 1e3
@@ -149,7 +156,6 @@ def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> 
             row["run_to_run_pct"] = 100.0 * float(per_run.max() - per_run.min()) / mean
             row["within_spread"] = bool(row["measured_min_ms"] <= row["predicted_iteration_ms"]
                                         <= row["measured_max_ms"])
-            interval = doc.get("interval_by_base", {}).get(base)
             if interval is not None:
                 lo, hi = (x / 1e3 for x in interval["iteration_us"]["90"])
                 row["predicted_lo90_ms"], row["predicted_hi90_ms"] = lo, hi
@@ -161,6 +167,17 @@ def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> 
                 row[f"{p}_error_pct"] = 100.0 * (row[f"predicted_{p}_ms"] - m) / m if m else float("nan")
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _h200_predictions(doc: dict):
+    """(host, base, predicted, interval or None, clock factor) of each prediction in a `predict_h200`
+    document: from each base with its own host steps, then (`pooled_host`) with every base's."""
+    for host, d in ((HOST_OWN, doc), (HOST_POOLED, doc.get("pooled_host"))):
+        if not d:
+            continue
+        for base, pred in d.get("predicted_by_base", {"base": doc["predicted"]}).items():
+            yield (host, base, pred, d.get("interval_by_base", {}).get(base),
+                   d.get("clock_by_base", {}).get(base, 1.0))
 
 
 def replay_emulated_table(data: pd.DataFrame) -> pd.DataFrame:

@@ -41,17 +41,27 @@ HOST_MODES = ("median", "step")
 
 
 def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None,
-              gemm_efficiency: str = "waves", host: str = "median") -> Plan:
+              gemm_efficiency: str = "waves", host: str = "median",
+              host_from: Sequence[Sequence[TraceTable]] = ()) -> Plan:
     """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it.
     `gemm_efficiency`: 'waves' (GEMMs re-timed by the wave model where the kernel names a tile) or
     'flops' (by the FLOP ratio alone); `suppliers/compute.py`. `host`: 'median' (each CPU task and
     program-order gap the median over the rank's profiled steps, `lumos.graph.host_steps`) or 'step'
-    (the selected step's own)."""
+    (the selected step's own). `host_from`: other recordings of the base's configuration, whose
+    profiled steps join the median and the interval's draw (with 'median' only)."""
     if gemm_efficiency not in ("waves", "flops"):
         raise ValueError(f"gemm_efficiency must be 'waves' or 'flops', got {gemm_efficiency!r}")
     if host not in HOST_MODES:
         raise ValueError(f"host must be one of {', '.join(HOST_MODES)}, got {host!r}")
-    graph = build_run_graph(tables, step=step, host_medians=host == "median")
+    if host_from and host != "median":
+        raise ValueError("host work from other recordings (--host-from) is pooled into medians: it needs "
+                         "--host median, not --host step")
+    base_ranks = {t.rank for t in tables}
+    for run in host_from:
+        if run and not base_ranks & {t.rank for t in run}:
+            raise ValueError(f"{run[0].path}: a recording with none of the base's ranks "
+                             f"({', '.join(map(str, sorted(base_ranks)))}) cannot lend it host work")
+    graph = build_run_graph(tables, step=step, host_medians=host == "median", host_from=host_from)
     profile = profile or load_profile()
     found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
     if all(h.source == "none" for h in how):

@@ -144,3 +144,46 @@ def test_predict_host_median_against_step_on_the_host_bound_target(capsys):
     assert median["predicted"]["iteration_us"] == pytest.approx(119696.0, abs=1.0)
     lo, hi = median["interval"]["iteration_us"]["90"]
     assert lo < 100_000 < 130_000 < hi   # the step draw: one step in three had a fast host
+
+
+# -- lumos predict --host-from -------------------------------------------------------------------
+def test_another_recording_lends_its_steps_labelled_by_directory(base_r0):
+    table, graph, _ = base_r0
+    other = load_run(H200 / "base_r1")[0]
+    h = host_steps(graph, table, [other])
+    assert h.steps == [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]
+    cpu = graph.kind == TaskKind.CPU
+    assert np.isfinite(h.task[:, cpu]).all()
+    # base_r1's host ran fast in all three steps: 50-54 ms of Python between ops, against 73-97 here
+    assert np.round(np.nansum(h.lag, axis=1) / 1e3).tolist()[3:] == [54.0, 52.0, 50.0]
+    g = with_host_medians(graph, h)
+    assert g.summary["host_steps"] == [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]
+    i = np.flatnonzero(cpu)[0]
+    assert g.dur[i] == np.median(h.task[:, i])
+
+
+def test_a_recording_of_another_program_cannot_lend_host_work(base_r0):
+    table, graph, _ = base_r0
+    resnet = load_run(H200.parent / "real" / "param" / "resnet_1gpu")[0]
+    with pytest.raises(ValueError, match=r"resnet_kineto.json.gz: none of its profiled steps is the program "
+                                         r"of the base's step 3"):
+        host_steps(graph, table, [resnet])
+
+
+def test_predict_host_from_the_other_base_recording(capsys):
+    """Micro-batch 2 with the host work of both base recordings (six steps): 87.456 ms against the
+    91.96 ms measured mean (-4.9%), where base_r0's own steps give 119.696 ms (+30%); the 90%
+    interval's step draw reaches both the slow and the fast host."""
+    doc = _predict(capsys, "--host-from", str(H200 / "base_r1"), "--samples", "300")
+    assert doc["predicted"]["iteration_us"] == pytest.approx(87456.0, abs=1.0)
+    assert doc["host"]["steps"] == {"0": [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]}
+    assert any("the median over 6 profiled steps, the base's and those of base_r1" in n for n in doc["notes"])
+    lo, hi = doc["interval"]["iteration_us"]["90"]
+    assert lo < 75_000 and hi > 125_000
+    own = _predict(capsys)
+    assert own["host"]["steps"] == {"0": [3, 2, 4]}
+
+
+def test_predict_host_from_refuses_the_selected_step_mode(capsys):
+    assert main(["predict", str(H200 / "base_r0"), "--host", "step", "--host-from", str(H200 / "base_r1")]) != 0
+    assert "needs --host median, not --host step" in capsys.readouterr().err

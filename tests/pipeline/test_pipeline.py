@@ -102,12 +102,16 @@ def test_every_table_is_written_with_finite_numbers(work):
         else:
             assert "emulated" not in md[0], name
     h200 = pd.read_csv(tables / "replay_h200.csv")
-    assert list(h200["trace"]) == ["h200_base_r0", "h200_layers_1.5x_r0"]
+    assert list(h200["trace"]) == ["h200_base_r0", "h200_base_r1", "h200_layers_1.5x_r0"]
     assert (h200["violations"] == 0).all() and (h200["error_pct"] == 0.0).all()
     assert set(h200["source"]) == {"measured on hardware (H200)"}
     assert h200["measured_iteration_ms"].iloc[0] == pytest.approx(130.775, abs=1e-3)   # the step period
     whatif = pd.read_csv(tables / "h200_whatif.csv")
-    assert len(whatif) == 1 and whatif["target"].iloc[0] == "layers_1.5x"
+    # from each base recording with its own host steps, then with both recordings' (h200.host_pooled)
+    assert list(zip(whatif["base"], whatif["host"])) == [("base_r0", "own steps"), ("base_r1", "own steps"),
+                                                         ("base_r0", "all base recordings"),
+                                                         ("base_r1", "all base recordings")]
+    assert set(whatif["target"]) == {"layers_1.5x"}
     assert whatif["n_measured"].iloc[0] == 3 and whatif["layers"].iloc[0] == 18
     # 18 layers: ~195 ms iterations, so the profiled window (390-975 ms of work) reaches into the clock's dip
     # (config/predict/cluster.yaml: 850-1000 ms at +10.8%); predicted 195.7 ms vs 193.3 measured (3 steps)
@@ -297,8 +301,8 @@ def test_touching_one_group_reruns_only_its_dependents(work):
     assert not {r for r in rules if r.startswith(("emulate", "predict"))}
     assert not rules & {"ablation_real", "ablation_emulated", "timeline"}
     replayed = [f for rule, out in jobs if rule.startswith("replay_") for f in out.split(", ") if f.endswith(".json")]
-    # dlrm, sync fixture, two H200 recordings, tiny run: the dPRO-style replays only
-    assert len(replayed) == 5 and all(f.endswith("/dpro.json") for f in replayed)
+    # dlrm, sync fixture, three H200 recordings, tiny run: the dPRO-style replays only
+    assert len(replayed) == 6 and all(f.endswith("/dpro.json") for f in replayed)
     tables = sorted(re.search(r"tables/(\w+)\.csv", out).group(1) for rule, out in jobs if rule == "table")
     assert tables == ["replay_emulated", "replay_h200", "replay_microbench", "replay_real", "statistics"]
     assert "Nothing to be done" in snakemake(work, "-n")

@@ -12,6 +12,7 @@ import pytest
 
 from lumos.report import headline as H
 from lumos.report import readme
+from lumos.report import tables as T
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_HEADER = "group,targets,abs_error_min_pct,abs_error_max_pct,abs_error_mean_pct,scope,what\n"
@@ -265,3 +266,25 @@ def test_the_readme_shows_only_committed_figures():
     assert len(images) >= 5
     for image in images:
         assert image.startswith("figures/") and image.endswith(".png") and (ROOT / image).exists(), image
+
+
+def test_h200_rows_with_pooled_host_work_only_speak_for_the_host_bound_target(tmp_path):
+    """Rows of host "all base recordings" (`--host-from`) add one clause to the host-bound target and
+    leave every other number, and the coverage claim, as the own-steps rows give them."""
+    src = write_fixture(tmp_path, h200_interval=True)
+    h = pd.read_csv(src.tables / "h200_whatif.csv")
+    h["host"] = "own steps"
+    pooled = h[h["role"] == "what-if"].assign(host=T.HOST_POOLED, measured_in_90_pct=0.0)
+    pooled["error_pct"] = [90.0, 90.0, 90.0, 90.0, -5.0, -4.0]   # w1, w2 far off: must not count
+    pooled["predicted_lo90_ms"], pooled["predicted_hi90_ms"] = [0.7] * 6, [1.3] * 6
+    pooled["mean_in_90"], pooled["spread_pct"] = True, 39.0
+    pd.concat([h, pooled]).to_csv(src.tables / "h200_whatif.csv", index=False)
+    got = {c.claim: c for c in H.claims(src)}
+    ours = got["H200 what-ifs (layers, width, micro-batch size and count)"].ours
+    assert ours.startswith("from b0 / b1: mean \\|error\\| 1.50% / 4.00% over 2 what-ifs, worst 2.00% / 5.00%")
+    assert ours.endswith("(90% interval -10.00% to +10.00% / -10.00% to +10.00% of the measured mean); with the "
+                         "host work of all 2 base recordings (`--host-from`): -5.00% / -4.00%, measured mean inside "
+                         "the 90% interval from 2 of 2 (width 60.00% / 60.00% of it; the measured spread 39.00%)")
+    assert got["Prediction intervals: do they hold?"].ours.endswith("H200 what-ifs: 66.7% of measured iterations inside")
+    view = readme.render_h200(src.tables)
+    assert "| host work from |" in view.split("\n")[2] and "| all base recordings |" in view

@@ -26,6 +26,7 @@ rule predict_h200:
         actual=lambda w: h200_dirs(config["h200"]["targets"][w.label]["config"]),
         flags=lambda w: list(config["h200"]["targets"][w.label]["flags"]),
         samples=config.get("h200", {}).get("samples", 0),
+        host_pooled=config.get("h200", {}).get("host_pooled", False),
     wildcard_constraints:
         label=r"[A-Za-z0-9_.+-]+",
     log:

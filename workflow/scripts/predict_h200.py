@@ -1,5 +1,6 @@
-"""Shim of rule `predict_h200`: `lumos predict BASE FLAGS` from each base recording, and every measured
-step of the target's recordings."""
+"""Shim of rule `predict_h200`: `lumos predict BASE FLAGS` from each base recording (and, with
+`host_pooled`, again with `--host-from` the other base recordings), and every measured step of the
+target's recordings."""
 import json
 import sys
 from pathlib import Path
@@ -15,10 +16,23 @@ with logged(smk):
     docs = [json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json"]))
             for b in smk.params.bases]
     doc = docs[0]
-    doc["predicted_by_base"] = {Path(b).name: d["predicted"] for b, d in zip(smk.params.bases, docs)}
+
+    def by_base(docs, key):
+        return {Path(b).name: key(d) for b, d in zip(smk.params.bases, docs)}
+
+    doc["predicted_by_base"] = by_base(docs, lambda d: d["predicted"])
     if samples:
-        doc["interval_by_base"] = {Path(b).name: d["interval"] for b, d in zip(smk.params.bases, docs)}
-    doc["clock_by_base"] = {Path(b).name: d.get("clock", {}).get("factor", 1.0) for b, d in zip(smk.params.bases, docs)}
+        doc["interval_by_base"] = by_base(docs, lambda d: d["interval"])
+    doc["clock_by_base"] = by_base(docs, lambda d: d.get("clock", {}).get("factor", 1.0))
+    if smk.params.host_pooled and len(smk.params.bases) > 1:
+        pooled = [json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json",
+                                      "--host-from", *[str(o) for o in smk.params.bases if o != b]]))
+                  for b in smk.params.bases]
+        doc["pooled_host"] = {"predicted_by_base": by_base(pooled, lambda d: d["predicted"]),
+                              "clock_by_base": by_base(pooled, lambda d: d.get("clock", {}).get("factor", 1.0)),
+                              "host_steps_by_base": by_base(pooled, lambda d: d["host"]["steps"])}
+        if samples:
+            doc["pooled_host"]["interval_by_base"] = by_base(pooled, lambda d: d["interval"])
     doc["label"] = smk.wildcards.label
     doc["flags"] = list(smk.params.flags)
     doc["measured_runs"] = [row for d in smk.params.actual for row in measured_steps(d)]
