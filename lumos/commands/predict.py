@@ -110,14 +110,21 @@ def _run_key(path: str):
     return (str(p.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)) if files else None
 
 
-def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", host_from=()):
+def _base_tables(path: str):
     from lumos.trace import load_run
-    from lumos.transform.whatif import base_plan
 
     key = _run_key(path)
     if key is None or _LAST_BASE.get("key") != key:   # load_run names what is missing
         _LAST_BASE.clear()
         _LAST_BASE.update(key=key, tables=load_run(path), plans={})
+    return _LAST_BASE["tables"]
+
+
+def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", host_from=()):
+    from lumos.trace import load_run
+    from lumos.transform.whatif import base_plan
+
+    _base_tables(path)
     plans = _LAST_BASE["plans"]
     which = (step, gemm_efficiency, host, tuple(_run_key(h) or h for h in host_from))
     if which not in plans:
@@ -129,9 +136,10 @@ def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", 
 def run(args) -> int:
     from lumos.analysis.predict import predict, read_manifest
     from lumos.trace import load_run
-    from lumos.trace.atomic import write_text_atomic
 
     try:
+        if args.dp is not None and _host_collective_base(args):
+            return _run_host_dp(args)
         base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.host_from)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -152,6 +160,12 @@ def run(args) -> int:
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
     if unmodelled:   # the base's device work the prediction leaves out, per rank
         doc["not_modelled"] = unmodelled
+    return _emit(args, doc)
+
+
+def _emit(args, doc: dict) -> int:
+    from lumos.trace.atomic import write_text_atomic
+
     text = json.dumps(doc, indent=1)
     if args.out:
         write_text_atomic(args.out, text + "\n")
@@ -160,6 +174,37 @@ def run(args) -> int:
     else:
         print(format_table(doc))
     return 0
+
+
+def _host_collective_base(args) -> bool:
+    from lumos.analysis.predict_host import host_collective_run
+
+    return host_collective_run(_base_tables(args.base), args.step)
+
+
+# what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
+_NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "global_batch", "micro_batch", "compute_speed",
+                     "network_speed", "fsdp_strategy")
+
+
+def _run_host_dp(args) -> int:
+    """`--dp 1` from a base whose collectives are host ops (`lumos.analysis.predict_host`)."""
+    from lumos.analysis.predict_host import predict_one_rank
+    from lumos.trace import load_run
+
+    base = _base_tables(args.base)
+    also = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_HOST_DP if getattr(args, k) is not None]
+    if args.dp != 1 or also or args.samples:
+        asked = ", ".join(also + (["--samples"] if args.samples else []) + ([f"--dp {args.dp}"] if args.dp != 1 else []))
+        raise UserError(f"{base[0].path}: the base's collectives are host ops (gloo). From such a base only "
+                        "--dp 1 alone is predicted (FSDP2 issues no collective at a group of one; "
+                        f"lumos/transform/host_dp.py), not {asked}: a larger group would need gloo's time per "
+                        "message and FSDP2's host work per collective at that size, and the other transforms "
+                        "re-time device work, which a CPU run has none of")
+    doc = predict_one_rank(base, actual_tables=load_run(args.actual) if args.actual else None, step=args.step,
+                           host=args.host, host_from=[load_run(h) for h in args.host_from],
+                           base_name=str(args.base))
+    return _emit(args, doc)
 
 
 def _sharding_note(memory: str, base: str, target: str) -> str:

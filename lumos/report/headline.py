@@ -192,6 +192,21 @@ def sharded(src: Sources) -> Cells:
             "seeds each", NO_SHARDED, "emulated", ("sharded_dp",))
 
 
+def fsdp_cpu(src: Sources) -> Cells:
+    """fsdp_cpu_whatif.csv: error_pct per base and host (HOST_OWN rows by base; HOST_POOLED rows, one
+    value where they agree), spread_pct and run_to_run_pct of the measured target (the same on every row)."""
+    df = _read(src.tables / "fsdp_cpu_whatif.csv")
+    own = df[df["host"] != HOST_POOLED]
+    pooled = df[df["host"] == HOST_POOLED]
+    ours = (f"2 ranks -> 1 from {' / '.join(own['base'])}: {' / '.join(signed(e) for e in own['error_pct'])}")
+    if len(pooled):
+        errs = list(dict.fromkeys(signed(e) for e in pooled["error_pct"]))
+        ours += f"; with both recordings' host work {' / '.join(errs)}"
+    ours += (f" (the measured 1-rank steps span {pct(df['spread_pct'].iloc[0], 1)} of their mean; the two "
+             f"recordings differ by {pct(df['run_to_run_pct'].iloc[0], 1)})")
+    return ours, NO_SHARDED, "measured on this machine (CPU captures)", ("fsdp_cpu_whatif",)
+
+
 def h200(src: Sources) -> Cells:
     """h200_whatif.csv, rows of role "what-if": error_pct per base and target, predicted_{part}_ms and
     measured_{part}_ms against measured_iteration_ms (`worst_part`); HOST_BOUND_TARGETS
@@ -316,6 +331,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("The nine scale-out targets (Fig. 7) from 15B 2x2x4", scaleout, "scaleout"),
     ("TP changes from 15B 2x2x4", tensor_parallel, "scaleout"),
     ("Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
+    ("FSDP2 over gloo, real CPU captures (2 ranks -> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),
     ("Prediction vs hardware (published runs)", endtoend, "endtoend"),

@@ -34,7 +34,7 @@ from lumos.trace.atomic import write_text_atomic
 from .headline import Sources, fig7_comparison, headline_table
 
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
-ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "speed", "sharded_dp", "ablation", "statistics")
+ORDER = ("replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout", "variants", "speed", "sharded_dp", "fsdp_cpu_whatif", "ablation", "statistics")
 LINKED = {"ablation_by_trace": "Every variant on every trace",   # too long to paste: linked instead
           "transfer_real": "Every transfer prediction",
           "coverage": "Every column of the interval coverage (a narrow view is pasted under \"Prediction "

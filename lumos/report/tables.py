@@ -117,7 +117,7 @@ def replay_real_table(data: pd.DataFrame, source: str = "real") -> pd.DataFrame:
 HOST_OWN, HOST_POOLED = "own steps", "all base recordings"
 
 
-def h200_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> pd.DataFrame:
+def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per what-if target and base recording: predicted vs the mean of every measured iteration.
 
     `docs` are `lumos predict` JSON documents with `predicted_by_base` (the prediction from each

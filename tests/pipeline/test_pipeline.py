@@ -27,9 +27,10 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "sharded_dp", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
+          "speed", "sharded_dp", "fsdp_cpu_whatif", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
           "intervals_real", "search", "endtoend"]
-MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real")
+MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real",
+            "fsdp_cpu_whatif")
 BOTH = ("endtoend",)   # predicted from an EMULATED base vs MEASURED on hardware: says both
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
            "fig_emulator_realism", "fig_coverage", "fig_endtoend"]
@@ -78,6 +79,7 @@ def work(tmp_path_factory) -> Path:
     for run in profile["h200"]["traces"]:
         shutil.copytree(H200 / run, work / "h200" / run)
     profile["h200"]["dir"] = "h200"
+    profile["fsdp_cpu"]["dir"] = str(ROOT / profile["fsdp_cpu"]["dir"])   # read only: the repository's
     peer = profile["endtoend"]["fig7"]["peer"]   # the repository's file (Fig. 7's measurements are the package's)
     peer["file"] = str(ROOT / peer["file"])
     (work / "tiny.yaml").write_text(yaml.safe_dump(profile))
@@ -122,6 +124,14 @@ def test_every_table_is_written_with_finite_numbers(work):
     lo, hi = whatif["predicted_lo90_ms"].iloc[0], whatif["predicted_hi90_ms"].iloc[0]
     assert lo < whatif["predicted_iteration_ms"].iloc[0] < hi and whatif["width90_pct"].iloc[0] > 4.0
     assert whatif["measured_in_90_pct"].iloc[0] == pytest.approx(100 / 3, abs=1e-3)   # 1 of the 3 measured steps
+    # FSDP2 over gloo, 2 CPU ranks -> 1 (measured on this machine): from each recording, own and pooled host
+    cpu = pd.read_csv(tables / "fsdp_cpu_whatif.csv")
+    assert list(zip(cpu["base"], cpu["host"])) == [("full_2rank_r0", "own steps"), ("full_2rank_r1", "own steps"),
+                                                   ("full_2rank_r0", "all base recordings"),
+                                                   ("full_2rank_r1", "all base recordings")]
+    assert set(cpu["source"]) == {"measured on this machine (CPU)"} and (cpu["n_measured"] == 6).all()
+    assert cpu["measured_iteration_ms"].iloc[0] == pytest.approx(17.470, abs=1e-3)   # both 1-rank recordings
+    assert cpu["predicted_iteration_ms"].iloc[0] == pytest.approx(18.235, abs=1e-3)
     real = pd.read_csv(tables / "replay_real.csv")
     row = real.iloc[0]
     assert (row["trace"], row["rank"], row["step"], row["tasks"], row["violations"]) == ("dlrm_rank0", 0, 10, 1460, 0)

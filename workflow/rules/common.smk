@@ -119,6 +119,14 @@ def check_config():
         for label, t in h["targets"].items():
             if t["config"] not in have:
                 raise ValueError(f"config: h200.targets.{label}: no recording of {t['config']!r} under {h['dir']}")
+    f = config.get("fsdp_cpu")
+    if f:
+        for b in f["bases"]:
+            if not (Path(f["dir"]) / b).is_dir():
+                raise ValueError(f"config: fsdp_cpu.bases: {b!r} is not a run directory under {f['dir']}")
+        for label, t in f["targets"].items():
+            if not any(re.fullmatch(rf"{re.escape(t['config'])}_r\d+", p.name) for p in Path(f["dir"]).iterdir()):
+                raise ValueError(f"config: fsdp_cpu.targets.{label}: no recording {t['config']}_rK under {f['dir']}")
 
 
 check_config()
@@ -185,6 +193,8 @@ def table_names():
         names.append("speed")
     if (config.get("sharded") or {}).get("modes"):
         names.append("sharded_dp")
+    if (config.get("fsdp_cpu") or {}).get("targets"):
+        names.append("fsdp_cpu_whatif")
     if ablation_csvs():
         names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():

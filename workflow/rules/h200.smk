@@ -11,14 +11,15 @@ def h200_bases():
     return [config["h200_traces"][f"h200_{b}"] for b in config["h200"]["bases"]]
 
 
-def h200_trace_files(dirs):
+def recorded_files(dirs):
+    """The trace files of recorded runs (one directory each; also the rules of fsdp_cpu)."""
     return sorted(str(p) for d in dirs for p in Path(d).iterdir() if p.name.endswith((".json", ".json.gz")))
 
 
 rule predict_h200:
     input:
-        base=lambda w: h200_trace_files(h200_bases()),
-        actual=lambda w: h200_trace_files(h200_dirs(config["h200"]["targets"][w.label]["config"])),
+        base=lambda w: recorded_files(h200_bases()),
+        actual=lambda w: recorded_files(h200_dirs(config["h200"]["targets"][w.label]["config"])),
     output:
         json=f"{R}/predict_h200/{{label}}.json",
     params:
@@ -27,6 +28,7 @@ rule predict_h200:
         flags=lambda w: list(config["h200"]["targets"][w.label]["flags"]),
         samples=config.get("h200", {}).get("samples", 0),
         host_pooled=config.get("h200", {}).get("host_pooled", False),
+        source="measured on hardware (H200)",
     wildcard_constraints:
         label=r"[A-Za-z0-9_.+-]+",
     log:
@@ -38,7 +40,7 @@ rule predict_h200:
         mem_mb=3000,
         runtime=20,
     script:
-        "../scripts/predict_h200.py"
+        "../scripts/predict_recorded.py"
 
 
 rule table_h200_whatif:
@@ -47,6 +49,15 @@ rule table_h200_whatif:
     output:
         csv=f"{R}/tables/h200_whatif.csv",
         md=f"{R}/tables/h200_whatif.md",
+    params:
+        calibration=config.get("h200", {}).get("clock_calibration", []),
+        title=("What-if predictions from the H200 base trace vs measured on hardware (one H200, bundled GPT, "
+               "bf16): measured = mean over 2 recordings x 3 profiled steps; spread = (max - min) / mean of those; "
+               "clock x = the sustained-clock model's factor on compute kernels, fitted on the `clock calibration` "
+               "target's recordings (config/predict/cluster.yaml); lo90/hi90 = the prediction's 90% interval "
+               "(host work drawn one profiled step of the base at a time, compute at one profiled step's clock), "
+               "width in % of the measured mean, measured_in_90 = share of the measured iterations inside it; "
+               "host = the base's own profiled steps, or all base recordings' (`lumos predict --host-from`)"),
     log:
         f"{R}/logs/table/h200_whatif.log",
     threads: 1
@@ -54,4 +65,4 @@ rule table_h200_whatif:
         mem_mb=1000,
         runtime=10,
     script:
-        "../scripts/table_h200.py"
+        "../scripts/table_recorded.py"

@@ -112,3 +112,66 @@ for _mode, _targets in sharded_targets().items():
             runtime=5 * len(_targets),
         script:
             "../scripts/predict_variants.py"
+
+
+# Measured on this machine (CPU): FSDP2 over gloo (resources/traces/fsdp_cpu). The one DP change a
+# host-collective base is predicted for, 2 ranks -> 1 (`lumos predict BASE --dp 1`,
+# lumos/transform/host_dp.py), from each base recording against every recording of the target.
+FSDP_CPU = config.get("fsdp_cpu") or {}
+
+
+def fsdp_cpu_dirs(name):
+    """The recordings (`NAME_rK` directories) of one configuration under fsdp_cpu.dir."""
+    root = Path(FSDP_CPU["dir"])
+    return sorted(str(p) for p in root.iterdir() if p.is_dir() and re.fullmatch(rf"{re.escape(name)}_r\d+", p.name))
+
+
+def fsdp_cpu_bases():
+    return [str(Path(FSDP_CPU["dir"]) / b) for b in FSDP_CPU["bases"]]
+
+
+rule predict_fsdp_cpu:
+    input:
+        base=lambda w: recorded_files(fsdp_cpu_bases()),
+        actual=lambda w: recorded_files(fsdp_cpu_dirs(FSDP_CPU["targets"][w.label]["config"])),
+    output:
+        json=f"{R}/predict_fsdp_cpu/{{label}}.json",
+    params:
+        bases=lambda w: fsdp_cpu_bases(),
+        actual=lambda w: fsdp_cpu_dirs(FSDP_CPU["targets"][w.label]["config"]),
+        flags=lambda w: list(FSDP_CPU["targets"][w.label]["flags"]),
+        samples=0,
+        host_pooled=FSDP_CPU.get("host_pooled", False),
+        source="measured on this machine (CPU)",
+    wildcard_constraints:
+        label=r"[A-Za-z0-9_.+-]+",
+    log:
+        f"{R}/logs/predict_fsdp_cpu/{{label}}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/predict_recorded.py"
+
+
+rule table_fsdp_cpu_whatif:
+    input:
+        [f"{R}/predict_fsdp_cpu/{label}.json" for label in FSDP_CPU.get("targets", {})],
+    output:
+        csv=f"{R}/tables/fsdp_cpu_whatif.csv",
+        md=f"{R}/tables/fsdp_cpu_whatif.md",
+    params:
+        calibration=[],
+        title=("FSDP2 over gloo, 2 ranks -> 1, measured on this machine (CPU; the bundled GPT, "
+               "resources/traces/fsdp_cpu): predicted from each 2-rank recording (`lumos predict BASE --dp 1`) "
+               "vs the mean of every profiled step of the 1-rank recordings; spread = (max - min) / mean of "
+               "those; host = the base's own profiled steps, or all base recordings' (`--host-from`)"),
+    log:
+        f"{R}/logs/table/fsdp_cpu_whatif.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    script:
+        "../scripts/table_recorded.py"

@@ -1,6 +1,6 @@
-"""Shim of rule `predict_h200`: `lumos predict BASE FLAGS` from each base recording (and, with
-`host_pooled`, again with `--host-from` the other base recordings), and every measured step of the
-target's recordings."""
+"""Shim of rules `predict_h200` and `predict_fsdp_cpu`: `lumos predict BASE FLAGS` from each base
+recording (and, with `host_pooled`, again with `--host-from` the other base recordings), and every
+measured step of the target's recordings; `source` says what the recordings were measured on."""
 import json
 import sys
 from pathlib import Path
@@ -36,7 +36,7 @@ with logged(smk):
     doc["label"] = smk.wildcards.label
     doc["flags"] = list(smk.params.flags)
     doc["measured_runs"] = [row for d in smk.params.actual for row in measured_steps(d)]
-    doc["source"] = "measured on hardware (H200)"
+    doc["source"] = smk.params.source
     write_json(smk.output.json, doc)
     its = [r["iteration_us"] for r in doc["measured_runs"]]
     preds = ", ".join(f"{k} {v['iteration_us'] / 1e3:.3f}" for k, v in doc["predicted_by_base"].items())

@@ -1,0 +1,90 @@
+"""Predict one rank from a CPU run whose data parallelism runs on the host's collectives (gloo).
+
+The what-if transforms rebuild a run from its layers and re-time device collectives; a CPU
+capture's collectives are host ops, which they do not re-time (`whatif.refuse_unmodelled_dp`).
+The one DP change made here is the one a CPU capture holds everything for: to a group of one,
+where FSDP2 issues no collective (`lumos.transform.host_dp`). The step graph of the base's
+lowest rank is replayed without them, its host work the median over its profiled steps (and
+over other recordings', `host_from`) as for every prediction.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from lumos.graph import build_graph
+from lumos.graph.host_steps import host_steps, with_host_medians
+from lumos.sim import simulate
+from lumos.trace import TraceTable
+from lumos.transform.dp_flavour import find_dp_flavour, host_dp_degree
+from lumos.transform.host_dp import to_one_rank
+
+from .breakdown import COMPONENTS, METRICS, relative_error_pct
+from .run_replay import run_breakdown
+
+__all__ = ["host_collective_run", "predict_one_rank"]
+
+
+def host_collective_run(tables: Sequence[TraceTable], step=None) -> bool:
+    """A run with no device event whose DP collectives are host ops (gloo on CPU)."""
+    for t in tables:
+        if (t.stream >= 0).any() or (t.device >= 0).any():
+            return False
+    return any(find_dp_flavour(t, step).collectives for t in tables)
+
+
+def predict_one_rank(base_tables: Sequence[TraceTable], actual_tables: Sequence[TraceTable] | None = None,
+                     step=None, host: str = "median", host_from: Sequence[Sequence[TraceTable]] = (),
+                     base_name: str = "") -> dict:
+    """The base (a `host_collective_run`) at DP 1: the `lumos predict` JSON shape, without memory,
+    interval or rebuild (`graph.rendezvous` 0)."""
+    if host not in ("median", "step"):
+        raise ValueError(f"host must be median or step, got {host!r}")
+    if host_from and host != "median":
+        raise ValueError("host work from other recordings (--host-from) is pooled into medians: it needs "
+                         "--host median, not --host step")
+    table = min(base_tables, key=lambda t: t.rank)
+    dp = host_dp_degree(base_tables, step)
+    if dp <= 1:
+        raise ValueError(f"{table.path}: the base runs at DP 1 already (its host collectives span a group of one)")
+    graph = build_graph(table, step=step)
+    steps = [graph.summary.get("step")]
+    if host == "median":
+        others = [o for run in host_from for o in run if o.rank == table.rank]
+        pairing = host_steps(graph, table, others)
+        graph = with_host_medians(graph, pairing)
+        steps = list(pairing.steps)
+    target, found, notes = to_one_rank(graph, table)
+    sched = simulate(target)
+    predicted = _round(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
+    cfg = (table.metadata.get("lumosCapture") or {}).get("config") or {}
+    microbatches = (table.metadata.get("lumosCapture") or {}).get("microbatches")
+    shape = {"layers": cfg.get("layers"), "hidden": cfg.get("hidden"), "ffn": cfg.get("ffn"),
+             "micro_batch": cfg.get("micro_batch")}
+    flavour = find_dp_flavour(table, step)
+    doc = {"base": base_name,
+           "target": {"tp": 1, "pp": 1, "dp": 1, **shape, "dp_sharding": "none"},
+           "base_config": {"tp": 1, "pp": 1, "dp": dp, **shape, "dp_sharding": flavour.kind},
+           "microbatches": microbatches,
+           "predicted": predicted,
+           "critical_stage_rank": int(table.rank),
+           "graph": {"tasks": int(target.n_tasks), "edges": int(target.n_edges), "rendezvous": 0,
+                     "taken_out": int(found.tasks.sum())},
+           "notes": notes + [f"from rank {table.rank}'s step graph (the ranks run the same program)"],
+           "host": {"mode": host, "steps": {str(table.rank): steps}}}
+    if actual_tables is not None:
+        from .predict import measure_run
+
+        measured = measure_run(actual_tables, step=step)
+        doc["measured"] = _round(measured)
+        doc["error_pct"] = round(relative_error_pct(predicted["iteration_us"], measured["iteration_us"]), 4)
+        comp = {k: relative_error_pct(predicted[k], measured[k]) for k in COMPONENTS}
+        doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}
+        doc["emulated_actual"] = False
+    return doc
+
+
+def _round(d: dict) -> dict:
+    return {k: round(float(np.asarray(d[k])), 3) for k in METRICS}
