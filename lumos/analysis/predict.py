@@ -150,13 +150,19 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                                            engine="reference" if engine == "reference" else "compiled",
                                            host_steps=plan.host_steps, clock_steps=clock_steps)
     if actual_tables is not None:
-        measured = measure_run(actual_tables, step=step)
-        doc["measured"] = _round(measured)
-        doc["error_pct"] = round(relative_error_pct(predicted["iteration_us"], measured["iteration_us"]), 4)
-        comp = {k: relative_error_pct(predicted[k], measured[k]) for k in COMPONENTS}
-        doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}
-        doc["emulated_actual"] = bool((actual_manifest or {}).get("emulated", False))
+        add_actual(doc, actual_tables, step, emulated=bool((actual_manifest or {}).get("emulated", False)))
     return doc
+
+
+def add_actual(doc: dict, actual_tables: Sequence[TraceTable], step=None, emulated: bool = False) -> None:
+    """Put the actual run's measured breakdown and the prediction's errors into `doc`."""
+    measured = measure_run(actual_tables, step=step)
+    predicted = doc["predicted"]
+    doc["measured"] = _round(measured)
+    doc["error_pct"] = round(relative_error_pct(predicted["iteration_us"], measured["iteration_us"]), 4)
+    comp = {k: relative_error_pct(predicted[k], measured[k]) for k in COMPONENTS}
+    doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}
+    doc["emulated_actual"] = emulated
 
 
 def clock_setting(base_tables: Sequence[TraceTable], mode: str):

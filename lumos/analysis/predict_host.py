@@ -21,7 +21,8 @@ from lumos.trace import TraceTable
 from lumos.transform.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.transform.host_dp import to_one_rank
 
-from .breakdown import COMPONENTS, METRICS, relative_error_pct
+from .breakdown import METRICS
+from .predict import add_actual
 from .run_replay import run_breakdown
 
 __all__ = ["host_collective_run", "predict_one_rank"]
@@ -75,14 +76,7 @@ def predict_one_rank(base_tables: Sequence[TraceTable], actual_tables: Sequence[
            "notes": notes + [f"from rank {table.rank}'s step graph (the ranks run the same program)"],
            "host": {"mode": host, "steps": {str(table.rank): steps}}}
     if actual_tables is not None:
-        from .predict import measure_run
-
-        measured = measure_run(actual_tables, step=step)
-        doc["measured"] = _round(measured)
-        doc["error_pct"] = round(relative_error_pct(predicted["iteration_us"], measured["iteration_us"]), 4)
-        comp = {k: relative_error_pct(predicted[k], measured[k]) for k in COMPONENTS}
-        doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}
-        doc["emulated_actual"] = False
+        add_actual(doc, actual_tables, step)
     return doc
 
 
