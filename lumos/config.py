@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+if TYPE_CHECKING:   # omegaconf costs a command ~0.1 s to import; only composing needs it
+    from omegaconf import DictConfig
 
 
 def config_dir() -> Path:
@@ -35,4 +36,6 @@ def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
 
 
 def to_yaml(cfg: DictConfig) -> str:
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_yaml(cfg, resolve=True)

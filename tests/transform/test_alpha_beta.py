@@ -74,3 +74,23 @@ def test_two_group_sizes_fit_a_constant_not_the_latency():
     # a TP 8 all-reduce then costs 14 steps of the profile's latency, plus the constant once
     tp8 = CollectiveSpec("allreduce", 2.5e7, tuple(range(8)))
     assert m.time_us(tp8) == pytest.approx(5.0 + constant + 14 * 1.0 + 1.75 * 2.5e7 / beta)
+
+
+def test_the_profile_reads_the_same_without_omegaconf(tmp_path):
+    """load_profile reads plain YAML itself (omegaconf's import is a tenth of a second of every
+    `lumos predict`), with omegaconf's YAML 1.2 floats; interpolations still go through omegaconf."""
+    from omegaconf import OmegaConf
+
+    from lumos.config import config_dir
+    from lumos.transform.suppliers.collectives import load_profile
+
+    shipped = config_dir() / "predict" / "cluster.yaml"
+    assert load_profile() == OmegaConf.to_container(OmegaConf.load(shipped), resolve=True)
+    p = tmp_path / "cluster.yaml"
+    p.write_text("a: 1e3\nb: 5E-6\nc: 12\nd: .5\ne: '1e3'\nf: 1_000\ng: [1.0e+9, x]\n")
+    got = load_profile(p)
+    assert got == {"a": 1000.0, "b": 5e-06, "c": 12, "d": 0.5, "e": "1e3", "f": 1000, "g": [1e9, "x"]}
+    assert got == OmegaConf.to_container(OmegaConf.load(p))
+    assert isinstance(got["c"], int) and isinstance(got["a"], float)
+    p.write_text("gbps: 200\nnic: ${gbps}\n")
+    assert load_profile(p) == {"gbps": 200, "nic": 200}
