@@ -108,3 +108,19 @@ def test_predict_refuses_what_a_host_collective_base_cannot_show(capsys, flags, 
     assert "full_2rank_r0/rank0.json.gz: the base's collectives are host ops (gloo). From such a base only " \
            "--dp 1 alone is predicted" in err
     assert asked in err
+
+
+@pytest.mark.parametrize("run", ["full_2rank_r0", "full_2rank_r1", "grad_op_2rank_r0", "grad_op_2rank_r1"])
+def test_taking_work_out_never_delays_what_is_kept(run):
+    """Max-plus replay: zero durations and lags can only move a task earlier. On every profiled step of
+    every rank of each 2-rank capture, each kept task starts no later than in the base's replay, the
+    step ends earlier, and every collective found has its issuing op and its worker range."""
+    for table in load_run(FSDP / run):
+        for step in (2, 3, 4):
+            graph = build_graph(table, step=step)
+            out, found, _ = to_one_rank(graph, table)
+            before, after = simulate(graph), simulate(out)
+            kept = ~found.tasks
+            assert (after.start[kept] <= before.start[kept] + 1e-6).all(), (run, table.rank, step)
+            assert after.end.max() < before.end.max()
+            assert found.ranges["worker"] == found.ranges["issuing"] > 0
