@@ -236,7 +236,8 @@ def h200(src: Sources) -> Cells:
         rows = pooled[pooled["target"] == target].set_index("base")
         if len(rows):
             m = rows["measured_iteration_ms"]
-            ours += (f"; with the host work of all {len(rows)} base recordings (`--host-from`): "
+            every_base = "both" if len(rows) == 2 else f"all {len(rows)}"
+            ours += (f"; with the host work of {every_base} base recordings (`--host-from`): "
                      + " / ".join(signed(rows["error_pct"][b]) for b in rows.index))
             if {"predicted_lo90_ms", "predicted_hi90_ms"} <= set(rows.columns):
                 ours += (", measured mean inside the 90% interval from "

@@ -112,8 +112,8 @@ def replay_real_table(data: pd.DataFrame, source: str = "real") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-# The `host` column of h200_whatif: the base's host work from its own profiled steps, or pooled
-# over every base recording (`lumos predict --host-from`).
+# The `host` column of the recorded what-if tables (h200_whatif, fsdp_cpu_whatif): the base's host
+# work from its own profiled steps, or pooled over every base recording (`lumos predict --host-from`).
 HOST_OWN, HOST_POOLED = "own steps", "all base recordings"
 
 
@@ -138,7 +138,7 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
         it = runs["iteration_us"] / 1e3
         mean = float(it.mean())
         per_run = runs.groupby("run")["iteration_us"].mean() / 1e3
-        for host, base, pred, interval, clock in _h200_predictions(doc):
+        for host, base, pred, interval, clock in _recorded_predictions(doc):
             row = {"source": doc.get("source", "measured on hardware"), "target": doc["label"],
                    "flags": " ".join(doc["flags"]) or "(none)", "base": base, "host": host,
                    "microbatches": doc["microbatches"], "micro_batch": doc["target"].get("micro_batch"),
@@ -169,9 +169,10 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
     return pd.DataFrame(rows)
 
 
-def _h200_predictions(doc: dict):
-    """(host, base, predicted, interval or None, clock factor) of each prediction in a `predict_h200`
-    document: from each base with its own host steps, then (`pooled_host`) with every base's."""
+def _recorded_predictions(doc: dict):
+    """(host, base, predicted, interval or None, clock factor) of each prediction in a document of
+    `workflow/scripts/predict_recorded.py`: from each base with its own host steps, then
+    (`pooled_host`) with every base's."""
     for host, d in ((HOST_OWN, doc), (HOST_POOLED, doc.get("pooled_host"))):
         if not d:
             continue

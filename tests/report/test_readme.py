@@ -291,7 +291,7 @@ def test_h200_rows_with_pooled_host_work_only_speak_for_the_host_bound_target(tm
     ours = got["H200 what-ifs (layers, width, micro-batch size and count)"].ours
     assert ours.startswith("from b0 / b1: mean \\|error\\| 1.50% / 4.00% over 2 what-ifs, worst 2.00% / 5.00%")
     assert ours.endswith("(90% interval -10.00% to +10.00% / -10.00% to +10.00% of the measured mean); with the "
-                         "host work of all 2 base recordings (`--host-from`): -5.00% / -4.00%, measured mean inside "
+                         "host work of both base recordings (`--host-from`): -5.00% / -4.00%, measured mean inside "
                          "the 90% interval from 2 of 2 (width 60.00% / 60.00% of it; the measured spread 39.00%)")
     assert got["Prediction intervals: do they hold?"].ours.endswith("H200 what-ifs: 66.7% of measured iterations inside")
     view = readme.render_h200(src.tables)
