@@ -26,7 +26,7 @@ from lumos.transform.whatif import base_plan, memory_of, transform
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
 from .run_replay import critical_rank, run_breakdown
 
-__all__ = ["predict", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
+__all__ = ["predict", "add_actual", "round_metrics", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
 
 KEYS = METRICS
 
@@ -61,11 +61,12 @@ def measured_steps(path) -> list[dict]:
     rows = []
     for s in find_steps(tables[0]):
         m = measure_run(tables, step=s.number)
-        rows.append({"run": Path(path).name, "step": s.number, **_round(m)})
+        rows.append({"run": Path(path).name, "step": s.number, **round_metrics(m)})
     return rows
 
 
-def _round(d: dict) -> dict:
+def round_metrics(d: dict) -> dict:
+    """The breakdown's metrics to the nanosecond, as every prediction document carries them."""
     return {k: round(float(d[k]), 3) for k in KEYS}
 
 
@@ -108,7 +109,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     if clock is not None:
         out, graph, sched, bd, clock_doc = _under_clock(run, clock, compute_speed, (out, graph, sched, bd))
         out.notes.append(clock_doc["note"])
-    predicted = _round(bd.as_dict())
+    predicted = round_metrics(bd.as_dict())
     doc = {"base": base_name,
            "target": {"tp": out.tp, "pp": out.pp, "dp": out.dp, "layers": out.layers,
                       "hidden": out.shape.hidden, "ffn": out.shape.ffn,
@@ -158,7 +159,7 @@ def add_actual(doc: dict, actual_tables: Sequence[TraceTable], step=None, emulat
     """Put the actual run's measured breakdown and the prediction's errors into `doc`."""
     measured = measure_run(actual_tables, step=step)
     predicted = doc["predicted"]
-    doc["measured"] = _round(measured)
+    doc["measured"] = round_metrics(measured)
     doc["error_pct"] = round(relative_error_pct(predicted["iteration_us"], measured["iteration_us"]), 4)
     comp = {k: relative_error_pct(predicted[k], measured[k]) for k in COMPONENTS}
     doc["component_error_pct"] = {k: None if v is None else round(v, 4) for k, v in comp.items()}

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from lumos.graph import build_graph
 from lumos.graph.host_steps import host_steps, with_host_medians
 from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.transform.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.transform.host_dp import to_one_rank
+from lumos.transform.whatif import check_host
 
-from .breakdown import METRICS
-from .predict import add_actual
+from .predict import add_actual, round_metrics
 from .run_replay import run_breakdown
 
 __all__ = ["host_collective_run", "predict_one_rank"]
@@ -41,33 +39,28 @@ def predict_one_rank(base_tables: Sequence[TraceTable], actual_tables: Sequence[
                      base_name: str = "") -> dict:
     """The base (a `host_collective_run`) at DP 1: the `lumos predict` JSON shape, without memory,
     interval or rebuild (`graph.rendezvous` 0)."""
-    if host not in ("median", "step"):
-        raise ValueError(f"host must be median or step, got {host!r}")
-    if host_from and host != "median":
-        raise ValueError("host work from other recordings (--host-from) is pooled into medians: it needs "
-                         "--host median, not --host step")
+    check_host(base_tables, host, host_from)
     table = min(base_tables, key=lambda t: t.rank)
-    dp = host_dp_degree(base_tables, step)
+    flavours = {t.rank: find_dp_flavour(t, step) for t in base_tables}
+    dp = host_dp_degree(base_tables, step, flavours=flavours)
     if dp <= 1:
         raise ValueError(f"{table.path}: the base runs at DP 1 already (its host collectives span a group of one)")
     graph = build_graph(table, step=step)
     steps = [graph.summary.get("step")]
     if host == "median":
-        others = [o for run in host_from for o in run if o.rank == table.rank]
-        pairing = host_steps(graph, table, others)
+        pairing = host_steps(graph, table, host_from)
         graph = with_host_medians(graph, pairing)
         steps = list(pairing.steps)
     target, found, notes = to_one_rank(graph, table)
     sched = simulate(target)
-    predicted = _round(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
+    predicted = round_metrics(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
     cfg = (table.metadata.get("lumosCapture") or {}).get("config") or {}
     microbatches = (table.metadata.get("lumosCapture") or {}).get("microbatches")
     shape = {"layers": cfg.get("layers"), "hidden": cfg.get("hidden"), "ffn": cfg.get("ffn"),
              "micro_batch": cfg.get("micro_batch")}
-    flavour = find_dp_flavour(table, step)
     doc = {"base": base_name,
            "target": {"tp": 1, "pp": 1, "dp": 1, **shape, "dp_sharding": "none"},
-           "base_config": {"tp": 1, "pp": 1, "dp": dp, **shape, "dp_sharding": flavour.kind},
+           "base_config": {"tp": 1, "pp": 1, "dp": dp, **shape, "dp_sharding": flavours[table.rank].kind},
            "microbatches": microbatches,
            "predicted": predicted,
            "critical_stage_rank": int(table.rank),
@@ -78,7 +71,3 @@ def predict_one_rank(base_tables: Sequence[TraceTable], actual_tables: Sequence[
     if actual_tables is not None:
         add_actual(doc, actual_tables, step)
     return doc
-
-
-def _round(d: dict) -> dict:
-    return {k: round(float(np.asarray(d[k])), 3) for k in METRICS}

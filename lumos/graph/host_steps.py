@@ -78,11 +78,13 @@ def _host_edges(g: Graph) -> np.ndarray:
     return (g.cls == EdgeClass.INTRA_THREAD) & cpu[g.src] & cpu[g.dst]
 
 
-def host_steps(graph: Graph, table: TraceTable, others: Sequence[TraceTable] = (), **build) -> HostSteps:
+def host_steps(graph: Graph, table: TraceTable, host_from: Sequence[Sequence[TraceTable]] = (),
+               **build) -> HostSteps:
     """The host work of `graph` (one step of `table`'s rank) in every profiled step of the trace
     that is the same program (`MIN_HOST_MATCHED` of its CPU tasks paired), then in every profiled
-    step of `others` (other recordings of the same rank and configuration: a host that differs
-    between recordings shows only across them). `build`: as `build_graph`."""
+    step of the same rank in each run of `host_from` (other recordings of the configuration: a host
+    that differs between recordings shows only across them). `build`: as `build_graph`."""
+    others = [o for run in host_from for o in run if o.rank == table.rank]
     cpu = graph.kind == TaskKind.CPU
     host_edge = _host_edges(graph)
     own = graph.summary.get("step")

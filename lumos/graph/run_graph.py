@@ -135,9 +135,7 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
         tables = [t for t in tables if t.rank in want]
     build = {"edge_classes": edge_classes, "gap_threshold_us": gap_threshold_us}
     graphs = [build_graph(t, step=step, **build) for t in tables]
-    others = {t.rank: [o for run in host_from for o in run if o.rank == t.rank] for t in tables}
-    host = ({t.rank: host_steps(g, t, others[t.rank], **build) for g, t in zip(graphs, tables)}
-            if host_medians else {})
+    host = {t.rank: host_steps(g, t, host_from, **build) for g, t in zip(graphs, tables)} if host_medians else {}
     if host:
         graphs = [with_host_medians(g, host[t.rank]) for g, t in zip(graphs, tables)]
     run, offsets = concat_graphs(graphs)

@@ -34,7 +34,7 @@ from .speed import change_speed
 from .tp import change_tp
 from .width import change_width
 
-__all__ = ["HOST_MODES", "base_plan", "transform", "memory_of", "structure_report", "data_parallel_report"]
+__all__ = ["HOST_MODES", "base_plan", "check_host", "transform", "memory_of", "structure_report", "data_parallel_report"]
 
 
 HOST_MODES = ("median", "step")
@@ -51,16 +51,7 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     profiled steps join the median and the interval's draw (with 'median' only)."""
     if gemm_efficiency not in ("waves", "flops"):
         raise ValueError(f"gemm_efficiency must be 'waves' or 'flops', got {gemm_efficiency!r}")
-    if host not in HOST_MODES:
-        raise ValueError(f"host must be one of {', '.join(HOST_MODES)}, got {host!r}")
-    if host_from and host != "median":
-        raise ValueError("host work from other recordings (--host-from) is pooled into medians: it needs "
-                         "--host median, not --host step")
-    base_ranks = {t.rank for t in tables}
-    for run in host_from:
-        if run and not base_ranks & {t.rank for t in run}:
-            raise ValueError(f"{run[0].path}: a recording with none of the base's ranks "
-                             f"({', '.join(map(str, sorted(base_ranks)))}) cannot lend it host work")
+    check_host(tables, host, host_from)
     graph = build_run_graph(tables, step=step, host_medians=host == "median", host_from=host_from)
     profile = profile or load_profile()
     found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
@@ -86,6 +77,21 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 host_steps=graph.summary.get("host_steps", {}), sharding=sharding)
+
+
+def check_host(tables: Sequence[TraceTable], host: str, host_from: Sequence[Sequence[TraceTable]] = ()) -> None:
+    """A clear error for a host mode the predictions do not know, or other recordings that cannot
+    lend the base host work (`lumos.graph.host_steps` pools them into medians)."""
+    if host not in HOST_MODES:
+        raise ValueError(f"host must be one of {', '.join(HOST_MODES)}, got {host!r}")
+    if host_from and host != "median":
+        raise ValueError("host work from other recordings (--host-from) is pooled into medians: it needs "
+                         "--host median, not --host step")
+    base_ranks = {t.rank for t in tables}
+    for run in host_from:
+        if run and not base_ranks & {t.rank for t in run}:
+            raise ValueError(f"{run[0].path}: a recording with none of the base's ranks "
+                             f"({', '.join(map(str, sorted(base_ranks)))}) cannot lend it host work")
 
 
 def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:

@@ -150,7 +150,7 @@ def test_predict_host_median_against_step_on_the_host_bound_target(capsys):
 def test_another_recording_lends_its_steps_labelled_by_directory(base_r0):
     table, graph, _ = base_r0
     other = load_run(H200 / "base_r1")[0]
-    h = host_steps(graph, table, [other])
+    h = host_steps(graph, table, [[other]])
     assert h.steps == [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]
     cpu = graph.kind == TaskKind.CPU
     assert np.isfinite(h.task[:, cpu]).all()
@@ -167,7 +167,7 @@ def test_a_recording_of_another_program_cannot_lend_host_work(base_r0):
     resnet = load_run(H200.parent / "real" / "param" / "resnet_1gpu")[0]
     with pytest.raises(ValueError, match=r"resnet_kineto.json.gz: none of its profiled steps is the program "
                                          r"of the base's step 3"):
-        host_steps(graph, table, [resnet])
+        host_steps(graph, table, [[resnet]])
 
 
 def test_predict_host_from_the_other_base_recording(capsys):

@@ -93,6 +93,12 @@ def seed_constraint(seeds):
     return "|".join(str(s) for s in seeds) or "(?!)"
 
 
+def fsdp_cpu_dirs(name):
+    """The recordings (`NAME_rK` directories) of one configuration under fsdp_cpu.dir."""
+    root = Path(config["fsdp_cpu"]["dir"])
+    return sorted(str(p) for p in root.iterdir() if p.is_dir() and re.fullmatch(rf"{re.escape(name)}_r\d+", p.name))
+
+
 def check_config():
     """Cross-references the schema cannot check; a clear message beats a missing-input error."""
     names = set(config.get("real_traces", {})) | set(config.get("microbenchmarks", {}))
@@ -125,7 +131,7 @@ def check_config():
             if not (Path(f["dir"]) / b).is_dir():
                 raise ValueError(f"config: fsdp_cpu.bases: {b!r} is not a run directory under {f['dir']}")
         for label, t in f["targets"].items():
-            if not any(re.fullmatch(rf"{re.escape(t['config'])}_r\d+", p.name) for p in Path(f["dir"]).iterdir()):
+            if not fsdp_cpu_dirs(t["config"]):
                 raise ValueError(f"config: fsdp_cpu.targets.{label}: no recording {t['config']}_rK under {f['dir']}")
 
 

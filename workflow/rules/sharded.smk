@@ -120,12 +120,6 @@ for _mode, _targets in sharded_targets().items():
 FSDP_CPU = config.get("fsdp_cpu") or {}
 
 
-def fsdp_cpu_dirs(name):
-    """The recordings (`NAME_rK` directories) of one configuration under fsdp_cpu.dir."""
-    root = Path(FSDP_CPU["dir"])
-    return sorted(str(p) for p in root.iterdir() if p.is_dir() and re.fullmatch(rf"{re.escape(name)}_r\d+", p.name))
-
-
 def fsdp_cpu_bases():
     return [str(Path(FSDP_CPU["dir"]) / b) for b in FSDP_CPU["bases"]]
 

@@ -13,26 +13,28 @@ with logged(smk):
     from lumos.analysis.predict import measured_steps
 
     samples = ["--samples", str(smk.params.samples), "--seed", "0"] if smk.params.samples else []
-    docs = [json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json"]))
-            for b in smk.params.bases]
-    doc = docs[0]
 
-    def by_base(docs, key):
-        return {Path(b).name: key(d) for b, d in zip(smk.params.bases, docs)}
+    def predictions(host_from: bool) -> tuple[dict, dict]:
+        """The first base's `lumos predict` document, and predicted_by_base, clock_by_base,
+        host_steps_by_base (and interval_by_base) from each base, with the other bases' host work
+        where `host_from`."""
+        first, out = None, {}
+        for b in smk.params.bases:
+            lend = ["--host-from", *[str(o) for o in smk.params.bases if o != b]] if host_from else []
+            d = json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json", *lend]))
+            first = first or d
+            name = Path(b).name
+            out.setdefault("predicted_by_base", {})[name] = d["predicted"]
+            out.setdefault("clock_by_base", {})[name] = d.get("clock", {}).get("factor", 1.0)
+            out.setdefault("host_steps_by_base", {})[name] = d["host"]["steps"]
+            if samples:
+                out.setdefault("interval_by_base", {})[name] = d["interval"]
+        return first, out
 
-    doc["predicted_by_base"] = by_base(docs, lambda d: d["predicted"])
-    if samples:
-        doc["interval_by_base"] = by_base(docs, lambda d: d["interval"])
-    doc["clock_by_base"] = by_base(docs, lambda d: d.get("clock", {}).get("factor", 1.0))
+    first, own = predictions(host_from=False)
+    doc = {**first, **own}
     if smk.params.host_pooled and len(smk.params.bases) > 1:
-        pooled = [json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json",
-                                      "--host-from", *[str(o) for o in smk.params.bases if o != b]]))
-                  for b in smk.params.bases]
-        doc["pooled_host"] = {"predicted_by_base": by_base(pooled, lambda d: d["predicted"]),
-                              "clock_by_base": by_base(pooled, lambda d: d.get("clock", {}).get("factor", 1.0)),
-                              "host_steps_by_base": by_base(pooled, lambda d: d["host"]["steps"])}
-        if samples:
-            doc["pooled_host"]["interval_by_base"] = by_base(pooled, lambda d: d["interval"])
+        doc["pooled_host"] = predictions(host_from=True)[1]
     doc["label"] = smk.wildcards.label
     doc["flags"] = list(smk.params.flags)
     doc["measured_runs"] = [row for d in smk.params.actual for row in measured_steps(d)]
