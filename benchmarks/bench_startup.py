@@ -2,6 +2,7 @@
 
     python benchmarks/bench_startup.py [--repeat 5] [--hta-python PY] [--before CHECKOUT] [TRACE ...]
     python benchmarks/bench_startup.py --kernels
+    python benchmarks/bench_startup.py --predict-only [--repeat 7] [--before CHECKOUT]
 
 Every figure is a median of `--repeat` whole processes, the commands of one trace interleaved
 so that machine load hits them alike; the ratios are of medians from the same run.
@@ -260,7 +261,12 @@ def main() -> int:
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out")
     ap.add_argument("--before", default=None, metavar="CHECKOUT", help="also time an earlier checkout's lumos")
     ap.add_argument("--kernels", action="store_true", help="per-kernel costs and break-even sizes instead")
+    ap.add_argument("--predict-only", action="store_true", help="only the `lumos predict` row (no HTA, no replays)")
     args = ap.parse_args()
+    if args.predict_only:
+        emulated_traces()
+        predict_row(args.repeat, args.before)
+        return 0
     traces = args.traces or [*DEFAULT_REAL, *[t for t in emulated_traces() if "175b" in str(t)]]
     if args.kernels:
         kernels(traces, args.repeat)
