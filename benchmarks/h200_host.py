@@ -4,14 +4,15 @@
 
 Every target of the pipeline's `h200` config (config/config.yaml) predicted from each base
 recording with `lumos predict --host step` (the selected step's host work) and `--host median`
-(each CPU op and gap the median over the base's profiled steps, `lumos.graph.host_steps`), the
+(each CPU op and gap the median over the base's profiled steps, `lumos.graph.profiled_steps`), the
 second with its 90% interval from `--samples` sampled replays (host work drawn one base step at a
 time, compute kernels at one profiled step's clock). Errors against the mean of the target's six
 measured iterations (2 recordings x 3 profiled steps), the interval in % of that mean, and the
 share of the six inside it. Prints, per base recording, each profiled step's host work (the
 summed replay durations of its CPU ops and the summed program-order gaps between them,
-`lumos.graph.host_steps`), then the Markdown rows docs/prediction.md shows, then the mean and worst
+`lumos.graph.profiled_steps`), then the Markdown rows docs/prediction.md shows, then the mean and worst
 |error| over the what-ifs that fitted nothing (micro-batch 2 apart, then with it); ~1 minute on 2 cores.
+Kernels are the selected step's own throughout (`--kernels step`): this compares host work alone.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = OmegaConf.to_container(OmegaConf.load(config_dir() / "config.yaml"))["h200"]
     bases = {b: load_run(H200 / b) for b in cfg["bases"]}
-    plans = {(b, h): base_plan(t, host=h) for b, t in bases.items() for h in ("step", "median")}
+    plans = {(b, h): base_plan(t, host=h, kernels="step") for b, t in bases.items() for h in ("step", "median")}
     for b in bases:
         for rank, h in plans[(b, "median")].host_steps.items():
             ops = " / ".join(f"{x / 1e3:.1f}" for x in np.nansum(h.task, axis=1))
@@ -56,9 +57,9 @@ def main() -> None:
         mean = measured.mean()
         cells = [f"`{label}`"]
         for b, tables in bases.items():
-            step = predict(tables, target, plan=plans[(b, "step")], host="step", **kw)
-            med = predict(tables, target, plan=plans[(b, "median")], host="median", samples=args.samples,
-                          seed=args.seed, **kw)
+            step = predict(tables, target, plan=plans[(b, "step")], host="step", kernels="step", **kw)
+            med = predict(tables, target, plan=plans[(b, "median")], host="median", kernels="step",
+                          samples=args.samples, seed=args.seed, **kw)
             lo, hi = med["interval"]["iteration_us"]["90"]
             inside = int(((measured >= lo) & (measured <= hi)).sum())
             err = [100 * (d["predicted"]["iteration_us"] / mean - 1) for d in (step, med)]

@@ -76,8 +76,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             step=None, compute_speed: float | None = None, network_speed: float | None = None,
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
             gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto",
-            host: str = "median", fsdp_strategy: str | None = None,
-            host_from: Sequence[Sequence[TraceTable]] = ()) -> dict:
+            host: str = "median", kernels: str = "median", fsdp_strategy: str | None = None,
+            recordings: Sequence[Sequence[TraceTable]] = ()) -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -90,12 +90,14 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     (`lumos.transform.suppliers.clocks`; auto = recorded where the profile has the GPU and the
     base says its profiler schedule, else off). `host` (median, step): the base's host work as the median
     over its profiled steps, with an interval that draws one step's at a time, or the selected step's
-    own (`lumos.graph.host_steps`); `host_from`: other recordings of the base whose profiled steps join
-    those. `fsdp_strategy` (full_shard, shard_grad_op): the FSDP strategy of the
-    target, from an FSDP base (`lumos.transform.fsdp_strategy`).
+    own (`lumos.graph.profiled_steps`); `kernels` (median, step) the same for its kernels (without a
+    draw); `recordings`: other recordings of the base whose profiled steps join those. `fsdp_strategy`
+    (full_shard, shard_grad_op): the FSDP strategy of the target, from an FSDP base
+    (`lumos.transform.fsdp_strategy`).
     """
     if plan is None:
-        plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host, host_from=host_from)
+        plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host, kernels=kernels,
+                         recordings=recordings)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
 
     def run(speed):
@@ -128,13 +130,10 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                          "compute_fixed_us": {k: round(v, 3) for k, v in plan.compute.fixed_us.items()},
                          "gemm": plan.compute.gemm_summary()},
            "notes": out.notes,
-           "host": {"mode": host, "steps": {str(r): list(h.steps) for r, h in sorted(plan.host_steps.items())}},
+           "host": {"mode": host, "kernels": kernels,
+                    "steps": {str(r): steps for r, steps in sorted(plan.median_steps.items())}},
            "structure": structure_summary(plan.st.recovery)}
-    lent = sorted({s.split(":")[0] for h in plan.host_steps.values() for s in h.steps if isinstance(s, str)})
-    if lent:
-        n = max(h.n_steps for h in plan.host_steps.values())
-        doc["notes"].append(f"host work (CPU ops and the gaps between them): the median over {n} profiled steps, "
-                            f"the base's and those of {', '.join(lent)}")
+    doc["notes"] += median_notes(plan.median_steps, host, kernels)
     if clock is not None:
         doc["clock"] = {k: v for k, v in clock_doc.items() if k != "note"}
     doc["memory"] = memory_of(out, memory)
@@ -153,6 +152,17 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     if actual_tables is not None:
         add_actual(doc, actual_tables, step, emulated=bool((actual_manifest or {}).get("emulated", False)))
     return doc
+
+
+def median_notes(median_steps: dict, host: str, kernels: str) -> list[str]:
+    """A note saying what is a median over profiled steps, and over whose, where other recordings lent any."""
+    lent = sorted({s.split(":")[0] for steps in median_steps.values() for s in steps if isinstance(s, str)})
+    what = [w for w, mode in (("host work (CPU ops and the gaps between them)", host),
+                              ("kernel durations (all but collectives)", kernels)) if mode == "median"]
+    if not lent or not what:
+        return []
+    n = max(len(steps) for steps in median_steps.values())
+    return [f"{' and '.join(what)}: the median over {n} profiled steps, the base's and those of {', '.join(lent)}"]
 
 
 def add_actual(doc: dict, actual_tables: Sequence[TraceTable], step=None, emulated: bool = False) -> None:

@@ -5,7 +5,7 @@ capture's collectives are host ops, which they do not re-time (`whatif.refuse_un
 The one DP change made here is the one a CPU capture holds everything for: to a group of one,
 where FSDP2 issues no collective (`lumos.transform.host_dp`). The step graph of the base's
 lowest rank is replayed without them, its host work the median over its profiled steps (and
-over other recordings', `host_from`) as for every prediction.
+over other recordings', `recordings`) as for every prediction.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Sequence
 
 from lumos.graph import build_graph
-from lumos.graph.host_steps import host_steps, with_host_medians
+from lumos.graph.profiled_steps import profiled_steps, with_step_medians
 from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.transform.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.transform.host_dp import to_one_rank
-from lumos.transform.whatif import check_host
+from lumos.transform.whatif import check_steps
 
 from .predict import add_actual, round_metrics
 from .run_replay import run_breakdown
@@ -35,11 +35,11 @@ def host_collective_run(tables: Sequence[TraceTable], step=None) -> bool:
 
 
 def predict_one_rank(base_tables: Sequence[TraceTable], actual_tables: Sequence[TraceTable] | None = None,
-                     step=None, host: str = "median", host_from: Sequence[Sequence[TraceTable]] = (),
+                     step=None, host: str = "median", recordings: Sequence[Sequence[TraceTable]] = (),
                      base_name: str = "") -> dict:
     """The base (a `host_collective_run`) at DP 1: the `lumos predict` JSON shape, without memory,
     interval or rebuild (`graph.rendezvous` 0)."""
-    check_host(base_tables, host, host_from)
+    check_steps(base_tables, host, recordings=recordings)
     table = min(base_tables, key=lambda t: t.rank)
     flavours = {t.rank: find_dp_flavour(t, step) for t in base_tables}
     dp = host_dp_degree(base_tables, step, flavours=flavours)
@@ -48,8 +48,8 @@ def predict_one_rank(base_tables: Sequence[TraceTable], actual_tables: Sequence[
     graph = build_graph(table, step=step)
     steps = [graph.summary.get("step")]
     if host == "median":
-        pairing = host_steps(graph, table, host_from)
-        graph = with_host_medians(graph, pairing)
+        pairing = profiled_steps(graph, table, recordings)
+        graph = with_step_medians(graph, pairing, kernels=False)   # a CPU run: no kernels
         steps = list(pairing.steps)
     target, found, notes = to_one_rank(graph, table)
     sched = simulate(target)

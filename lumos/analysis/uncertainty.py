@@ -289,7 +289,7 @@ def predict_interval(base_tables: Sequence[TraceTable], graph: Graph, instances,
     spread fitted on the base run, each task centred on its predicted duration and mapped to a
     base class by name (unknown names: its category's pooled spread); the members of one
     collective instance (`instances`) share their transfer draw. `host_steps` (base rank ->
-    `HostSteps`, the base plan's): each sample's host work that of one profiled step of the base,
+    `ProfiledSteps`, the base plan's): each sample's host work that of one profiled step of the base,
     drawn at random (`host_step_ratios`). `clock_steps` (compute kernel mask, per profiled step of
     the target its clock over the mean the point uses): each sample's compute kernels at the clock
     of one profiled step, drawn with the host step (every pair equally likely)."""
@@ -309,7 +309,7 @@ def predict_interval(base_tables: Sequence[TraceTable], graph: Graph, instances,
 
 def host_step_ratios(host_steps: dict, graph: Graph) -> tuple[np.ndarray, np.ndarray] | None:
     """(steps, tasks) and (steps, edges) of `graph` (predicted from a base whose ranks' pairings
-    are `host_steps`, rank -> `HostSteps`): each profiled step's host work over the median, for the
+    are `host_steps`, rank -> `ProfiledSteps`): each profiled step's host work over the median, for the
     tasks and program-order gaps that come from a base rank's step: by their base rank and trace
     row (a rebuilt pipeline's `base_rank` / `base_event`, else their own) and the same name; a gap by
     its two ends'. None: no base rank was profiled for two steps of one program. A rank with fewer

@@ -48,11 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", choices=("median", "step"), default="median",
                    help="the base's host work (CPU ops and the Python between them): median (default: each op "
                         "and gap the median over the base's profiled steps; --samples draws one step's at a "
-                        "time) or step (the selected step's own); lumos/graph/host_steps.py")
-    p.add_argument("--host-from", nargs="+", default=[], metavar="RUN",
+                        "time) or step (the selected step's own); lumos/graph/profiled_steps.py")
+    p.add_argument("--kernels", choices=("median", "step"), default="median",
+                   help="the base's kernel durations (all but collectives), before the GEMM and other suppliers "
+                        "are fitted on them: median (default: each kernel the median over the base's profiled "
+                        "steps) or step (the selected step's own)")
+    p.add_argument("--other-recordings", "--host-from", dest="recordings", nargs="+", default=[], metavar="RUN",
                    help="other recordings of the base's configuration (trace files or directories, the same "
-                        "ranks): their profiled steps join the host medians and the interval's draw, for a host "
-                        "whose speed differs between recordings more than between the steps of one")
+                        "ranks): their profiled steps join the medians of --host and --kernels and the host "
+                        "draw of --samples, for a machine whose speed differs between recordings more than "
+                        "between the steps of one (--host-from: the earlier name)")
     p.add_argument("--fsdp-strategy", choices=tuple(STRATEGIES), default=None,
                    help="FSDP sharding strategy of the target, from an FSDP base: shard_grad_op keeps every unit "
                         "gathered from its forward to its backward (no backward all-gathers; memory as ZeRO-2); "
@@ -120,16 +125,17 @@ def _base_tables(path: str):
     return _LAST_BASE["tables"]
 
 
-def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", host_from=()):
+def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", kernels: str = "median",
+                   recordings=()):
     from lumos.trace import load_run
     from lumos.transform.whatif import base_plan
 
     _base_tables(path)
     plans = _LAST_BASE["plans"]
-    which = (step, gemm_efficiency, host, tuple(_run_key(h) or h for h in host_from))
+    which = (step, gemm_efficiency, host, kernels, tuple(_run_key(r) or r for r in recordings))
     if which not in plans:
         plans[which] = base_plan(_LAST_BASE["tables"], step=step, gemm_efficiency=gemm_efficiency, host=host,
-                                 host_from=[load_run(h) for h in host_from])
+                                 kernels=kernels, recordings=[load_run(r) for r in recordings])
     return _LAST_BASE["tables"], plans[which]
 
 
@@ -140,7 +146,8 @@ def run(args) -> int:
     try:
         if args.dp is not None and _host_collective_base(args):
             return _run_host_dp(args)
-        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.host_from)
+        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.kernels,
+                                    args.recordings)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
@@ -154,7 +161,8 @@ def run(args) -> int:
                       microbatch_rule=args.microbatch_rule,
                       memory=memory_overrides(args),
                       samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
-                      clocks=args.clocks, host=args.host, fsdp_strategy=args.fsdp_strategy)
+                      clocks=args.clocks, host=args.host, kernels=args.kernels,
+                      fsdp_strategy=args.fsdp_strategy)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
@@ -202,7 +210,7 @@ def _run_host_dp(args) -> int:
                         "message and FSDP2's host work per collective at that size, and the other transforms "
                         "re-time device work, which a CPU run has none of")
     doc = predict_one_rank(base, actual_tables=load_run(args.actual) if args.actual else None, step=args.step,
-                           host=args.host, host_from=[load_run(h) for h in args.host_from],
+                           host=args.host, recordings=[load_run(r) for r in args.recordings],
                            base_name=str(args.base))
     return _emit(args, doc)
 

@@ -20,7 +20,7 @@ from lumos.trace.collectives import P2P_KINDS, Call, classify_rows
 
 from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .edges.cross_rank import CommOp, add_rendezvous, match_key, match_ops
-from .host_steps import host_steps, with_host_medians
+from .profiled_steps import profiled_steps, with_step_medians
 from .model import ALL_EDGE_CLASSES, EdgeClass, Graph
 
 
@@ -125,22 +125,28 @@ def unmatched_lines(unmatched: dict, paths: dict[int, str]) -> list[str]:
 def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int] | None = None,
                     edge_classes=ALL_EDGE_CLASSES,
                     gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, host_medians: bool = False,
-                    host_from: Sequence[Sequence[TraceTable]] = ()) -> Graph:
+                    kernel_medians: bool = False, recordings: Sequence[Sequence[TraceTable]] = ()) -> Graph:
     """Per-rank graphs of `tables` (or of `ranks` among them), concatenated and joined by rendezvous.
-    `host_medians`: each rank's host work the median over its profiled steps (`host_steps`), and
-    over those of the same rank in each run of `host_from` (other recordings of the configuration);
-    the pairing is kept in `summary["host_steps"]` (rank -> `HostSteps`) for the interval's step draw."""
+    `host_medians`, `kernel_medians`: each rank's host work, its kernels, the median over its profiled
+    steps (`profiled_steps`) and over those of the same rank in each run of `recordings` (other
+    recordings of the configuration); with `host_medians` the pairing is kept in
+    `summary["host_steps"]` (rank -> `ProfiledSteps`) for the interval's step draw of host work, and
+    `summary["median_steps"]` says whose steps the medians are over (rank -> step labels)."""
     if ranks is not None:
         want = set(int(r) for r in ranks)
         tables = [t for t in tables if t.rank in want]
     build = {"edge_classes": edge_classes, "gap_threshold_us": gap_threshold_us}
     graphs = [build_graph(t, step=step, **build) for t in tables]
-    host = {t.rank: host_steps(g, t, host_from, **build) for g, t in zip(graphs, tables)} if host_medians else {}
-    if host:
-        graphs = [with_host_medians(g, host[t.rank]) for g, t in zip(graphs, tables)]
+    steps = ({t.rank: profiled_steps(g, t, recordings, **build) for g, t in zip(graphs, tables)}
+             if host_medians or kernel_medians else {})
+    if steps:
+        graphs = [with_step_medians(g, steps[t.rank], host=host_medians, kernels=kernel_medians)
+                  for g, t in zip(graphs, tables)]
     run, offsets = concat_graphs(graphs)
-    if host:
-        run.summary["host_steps"] = {r: h for r, h in host.items() if h.n_steps >= 2}
+    if host_medians:
+        run.summary["host_steps"] = {r: h for r, h in steps.items() if h.n_steps >= 2}
+    if steps:
+        run.summary["median_steps"] = {r: list(h.steps) for r, h in steps.items() if h.n_steps >= 2}
     if EdgeClass.CROSS_RANK not in frozenset(EdgeClass(c) for c in edge_classes):
         return run
     calls = {int(t.rank): comm_calls(g, t, int(off)) for g, t, off in zip(graphs, tables, offsets)}
@@ -154,7 +160,8 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
             reason = "no_peer" if match_key(op) is None else "peers_missing"
             by[reason] = by.get(reason, 0) + 1
     out = add_rendezvous(run, groups)
-    out.summary = {**out.summary, **{k: run.summary[k] for k in ("ranks", "host_steps") if k in run.summary}}
+    kept = ("ranks", "host_steps", "median_steps")
+    out.summary = {**out.summary, **{k: run.summary[k] for k in kept if k in run.summary}}
     out.summary["comm_ops"] = {r: len(c) for r, c in calls.items()}
     out.summary["unmatched_comm"] = {r: by for r, by in unmatched.items() if by}
     return out

@@ -26,7 +26,7 @@ import pandas as pd  # noqa: E402
 
 from lumos.trace.atomic import write_bytes_atomic  # noqa: E402
 
-from .tables import HOST_POOLED  # noqa: E402
+from .tables import STEPS_POOLED  # noqa: E402
 
 COMPONENT_PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
 COMPONENT_LABELS = {"exposed_compute": "exposed compute", "overlapped": "overlapped",
@@ -191,10 +191,10 @@ def _transfer_panel(ax, df: pd.DataFrame, label: str) -> None:
 # ---- What-ifs measured on hardware (H200) ------------------------------------------------------
 
 def _h200_who(table: pd.DataFrame) -> pd.Series:
-    """Each prediction's legend name: its base, and where the table says so whose host work it used."""
-    if "host" not in table:
+    """Each prediction's legend name: its base, and where the table says so whose profiled steps it used."""
+    if "steps_from" not in table:
         return table["base"]
-    return table["base"] + np.where(table["host"] == HOST_POOLED, ", host of all bases", "")
+    return table["base"] + np.where(table["steps_from"] == STEPS_POOLED, ", steps of all bases", "")
 
 
 def h200_whatif_figure(table: pd.DataFrame):

@@ -34,7 +34,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .tables import HOST_POOLED
+from .tables import STEPS_POOLED
 
 __all__ = ["Sources", "Claim", "MissingTable", "CLAIMS", "claims", "headline_table", "fig7_comparison",
            "VTRAIN_OWN_MAE_PCT", "HOST_BOUND_TARGETS"]
@@ -193,11 +193,11 @@ def sharded(src: Sources) -> Cells:
 
 
 def fsdp_cpu(src: Sources) -> Cells:
-    """fsdp_cpu_whatif.csv: error_pct per base and host (HOST_OWN rows by base; HOST_POOLED rows, one
+    """fsdp_cpu_whatif.csv: error_pct per base and steps_from (own rows by base; STEPS_POOLED rows, one
     value where they agree), spread_pct and run_to_run_pct of the measured target (the same on every row)."""
     df = _read(src.tables / "fsdp_cpu_whatif.csv")
-    own = df[df["host"] != HOST_POOLED]
-    pooled = df[df["host"] == HOST_POOLED]
+    own = df[df["steps_from"] != STEPS_POOLED]
+    pooled = df[df["steps_from"] == STEPS_POOLED]
     ours = (f"2 ranks -> 1 from {' / '.join(own['base'])}: {' / '.join(signed(e) for e in own['error_pct'])}")
     if len(pooled):
         errs = list(dict.fromkeys(signed(e) for e in pooled["error_pct"]))
@@ -211,11 +211,12 @@ def h200(src: Sources) -> Cells:
     """h200_whatif.csv, rows of role "what-if": error_pct per base and target, predicted_{part}_ms and
     measured_{part}_ms against measured_iteration_ms (`worst_part`); HOST_BOUND_TARGETS
     apart (their signed error per base and, where the table has predicted_lo90_ms / predicted_hi90_ms,
-    their 90% interval relative to measured_iteration_ms); rows whose host is HOST_POOLED only in
-    that host-bound clause (their error, mean_in_90, the interval's width and spread_pct)."""
+    their 90% interval relative to measured_iteration_ms); rows whose steps_from is STEPS_POOLED in
+    a clause of their own: mean and worst over every what-if per base, the host-bound targets' error,
+    mean_in_90, the interval's width and spread_pct."""
     df = _read(src.tables / "h200_whatif.csv")
     every = df[df["role"] == "what-if"].assign(abs_error=lambda d: d["error_pct"].abs())
-    pooled = every[every["host"] == HOST_POOLED] if "host" in every else every.iloc[:0]
+    pooled = every[every["steps_from"] == STEPS_POOLED] if "steps_from" in every else every.iloc[:0]
     w = every.drop(pooled.index)
     host = w["target"].isin(HOST_BOUND_TARGETS)
     bases = sorted(w["base"].unique())
@@ -233,12 +234,16 @@ def h200(src: Sources) -> Cells:
             lo, hi = (100.0 * (rows[c] - m) / m for c in ("predicted_lo90_ms", "predicted_hi90_ms"))
             ours += (" (90% interval " + " / ".join(f"{signed(lo[b])} to {signed(hi[b])}" for b in bases)
                      + " of the measured mean)")
-        rows = pooled[pooled["target"] == target].set_index("base")
-        if len(rows):
+    if len(pooled):
+        every_base = "both" if pooled["base"].nunique() == 2 else f"all {pooled['base'].nunique()}"
+        by = pooled.groupby("base")["abs_error"]
+        ours += (f"; with the profiled steps of {every_base} base recordings (`--other-recordings`: host work and "
+                 f"kernels): {ABS_ERROR} {' / '.join(pct(by.mean()[b]) for b in bases)} over all "
+                 f"{pooled['target'].nunique()} what-ifs, worst {' / '.join(pct(by.max()[b]) for b in bases)}")
+        for target in sorted(pooled[pooled["target"].isin(HOST_BOUND_TARGETS)]["target"].unique()):
+            rows = pooled[pooled["target"] == target].set_index("base")
             m = rows["measured_iteration_ms"]
-            every_base = "both" if len(rows) == 2 else f"all {len(rows)}"
-            ours += (f"; with the host work of {every_base} base recordings (`--host-from`): "
-                     + " / ".join(signed(rows["error_pct"][b]) for b in rows.index))
+            ours += f"; {target} " + " / ".join(signed(rows["error_pct"][b]) for b in rows.index)
             if {"predicted_lo90_ms", "predicted_hi90_ms"} <= set(rows.columns):
                 ours += (", measured mean inside the 90% interval from "
                          + f"{int(rows['mean_in_90'].sum())} of {len(rows)} (width "
@@ -299,7 +304,7 @@ def coverage(src: Sources) -> Cells:
         rests += "; real traces: measured on hardware"
     if (src.tables / "h200_whatif.csv").exists():
         h = pd.read_csv(src.tables / "h200_whatif.csv")
-        h = h[h["host"] != HOST_POOLED] if "host" in h else h
+        h = h[h["steps_from"] != STEPS_POOLED] if "steps_from" in h else h
         inside = (h[h["role"] == "what-if"]["measured_in_90_pct"].dropna()
                   if "measured_in_90_pct" in h.columns else pd.Series(dtype=float))
         if len(inside):

@@ -63,7 +63,7 @@ def render(tables_dir: Path) -> str:
 
 H200_BEGIN, H200_END = "<!-- h200:begin -->", "<!-- h200:end -->"
 H200_COLUMNS = {"target": "target", "role": "role", "flags": "lumos predict flags", "base": "base",
-                "host": "host work from", "clock_factor": "clock x",
+                "steps_from": "profiled steps from", "clock_factor": "clock x",
                 "predicted_iteration_ms": "predicted ms", "measured_iteration_ms": "measured ms (mean of 6)",
                 "measured_min_ms": "min", "measured_max_ms": "max", "error_pct": "error %",
                 "spread_pct": "spread %", "exposed_compute_error_pct": "compute error %",
@@ -83,7 +83,7 @@ def render_h200(tables_dir: Path) -> str:
     df = pd.read_csv(tables_dir / "h200_whatif.csv")
     names = {}
     for col, label in H200_COLUMNS.items():
-        if col not in df.columns and col == "host":   # a table from before --host-from
+        if col not in df.columns and col == "steps_from":   # a table from before --other-recordings
             continue
         names[col] = label
         if col == "predicted_iteration_ms":

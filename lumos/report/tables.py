@@ -112,9 +112,10 @@ def replay_real_table(data: pd.DataFrame, source: str = "real") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-# The `host` column of the recorded what-if tables (h200_whatif, fsdp_cpu_whatif): the base's host
-# work from its own profiled steps, or pooled over every base recording (`lumos predict --host-from`).
-HOST_OWN, HOST_POOLED = "own steps", "all base recordings"
+# The `steps_from` column of the recorded what-if tables (h200_whatif, fsdp_cpu_whatif): the base's host
+# work and kernels the median over its own profiled steps, or over every base recording's (`lumos predict
+# --other-recordings`).
+STEPS_OWN, STEPS_POOLED = "own steps", "all base recordings"
 
 
 def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ()) -> pd.DataFrame:
@@ -128,9 +129,9 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
     fitted on their recordings: not an independent check). `clock_factor`: the sustained-clock model's
     factor on compute kernels (1 where it was off or changed nothing). Where the documents carry
     `interval_by_base` (`lumos predict --samples`): the 90% interval, its width in % of the measured
-    mean, the share of measured iterations inside it and whether the measured mean is. `host`:
-    HOST_OWN, or HOST_POOLED for the rows of the document's `pooled_host` (the same predictions with
-    the host work of every base recording, `lumos predict --host-from`).
+    mean, the share of measured iterations inside it and whether the measured mean is. `steps_from`:
+    STEPS_OWN, or STEPS_POOLED for the rows of the document's `pooled` (the same predictions with the
+    profiled steps of every base recording, `lumos predict --other-recordings`).
     """
     rows = []
     for doc in docs:
@@ -138,9 +139,9 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
         it = runs["iteration_us"] / 1e3
         mean = float(it.mean())
         per_run = runs.groupby("run")["iteration_us"].mean() / 1e3
-        for host, base, pred, interval, clock in _recorded_predictions(doc):
+        for steps_from, base, pred, interval, clock in _recorded_predictions(doc):
             row = {"source": doc.get("source", "measured on hardware"), "target": doc["label"],
-                   "flags": " ".join(doc["flags"]) or "(none)", "base": base, "host": host,
+                   "flags": " ".join(doc["flags"]) or "(none)", "base": base, "steps_from": steps_from,
                    "microbatches": doc["microbatches"], "micro_batch": doc["target"].get("micro_batch"),
                    "layers": doc["target"]["layers"], "hidden": doc["target"]["hidden"],
                    "ffn": doc["target"]["ffn"], "n_measured": len(runs),
@@ -170,14 +171,14 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
 
 
 def _recorded_predictions(doc: dict):
-    """(host, base, predicted, interval or None, clock factor) of each prediction in a document of
-    `workflow/scripts/predict_recorded.py`: from each base with its own host steps, then
-    (`pooled_host`) with every base's."""
-    for host, d in ((HOST_OWN, doc), (HOST_POOLED, doc.get("pooled_host"))):
+    """(steps from, base, predicted, interval or None, clock factor) of each prediction in a document of
+    `workflow/scripts/predict_recorded.py`: from each base with its own profiled steps, then
+    (`pooled`) with every base's."""
+    for steps_from, d in ((STEPS_OWN, doc), (STEPS_POOLED, doc.get("pooled"))):
         if not d:
             continue
         for base, pred in d.get("predicted_by_base", {"base": doc["predicted"]}).items():
-            yield (host, base, pred, d.get("interval_by_base", {}).get(base),
+            yield (steps_from, base, pred, d.get("interval_by_base", {}).get(base),
                    d.get("clock_by_base", {}).get(base, 1.0))
 
 

@@ -36,7 +36,8 @@ class Plan:
     pairs: list = field(default_factory=list)   # rendezvous groups not yet in the graph
     notes: list = field(default_factory=list)   # assumptions taken from flags/config, said aloud
     measured_memory: object = None   # MeasuredPeak of the base (memory_calibration.py), when its trace has one
-    host_steps: dict = field(default_factory=dict)   # rank -> HostSteps of the base (lumos.graph.host_steps)
+    host_steps: dict = field(default_factory=dict)   # rank -> ProfiledSteps of the base, for the host draw
+    median_steps: dict = field(default_factory=dict)   # rank -> the steps its medians are over (graph.profiled_steps)
     sharding: str = ""   # the base's sharded DP flavour (whatif.SHARDED_MEMORY), '' for all-reduce DP
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed

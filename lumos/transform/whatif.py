@@ -34,25 +34,30 @@ from .speed import change_speed
 from .tp import change_tp
 from .width import change_width
 
-__all__ = ["HOST_MODES", "base_plan", "check_host", "transform", "memory_of", "structure_report", "data_parallel_report"]
+__all__ = ["STEP_MODES", "base_plan", "check_steps", "transform", "memory_of", "structure_report",
+           "data_parallel_report"]
 
 
-HOST_MODES = ("median", "step")
+# How the base's host work and its kernels are timed: the median over its profiled steps (and other
+# recordings'), or the selected step's own (lumos.graph.profiled_steps).
+STEP_MODES = ("median", "step")
 
 
 def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None,
-              gemm_efficiency: str = "waves", host: str = "median",
-              host_from: Sequence[Sequence[TraceTable]] = ()) -> Plan:
+              gemm_efficiency: str = "waves", host: str = "median", kernels: str = "median",
+              recordings: Sequence[Sequence[TraceTable]] = ()) -> Plan:
     """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it.
     `gemm_efficiency`: 'waves' (GEMMs re-timed by the wave model where the kernel names a tile) or
     'flops' (by the FLOP ratio alone); `suppliers/compute.py`. `host`: 'median' (each CPU task and
-    program-order gap the median over the rank's profiled steps, `lumos.graph.host_steps`) or 'step'
-    (the selected step's own). `host_from`: other recordings of the base's configuration, whose
-    profiled steps join the median and the interval's draw (with 'median' only)."""
+    program-order gap the median over the rank's profiled steps, `lumos.graph.profiled_steps`) or 'step'
+    (the selected step's own); `kernels` the same for every kernel but collectives (before the suppliers
+    are fitted on them). `recordings`: other recordings of the base's configuration, whose profiled
+    steps join the medians (and, for host work, the interval's draw)."""
     if gemm_efficiency not in ("waves", "flops"):
         raise ValueError(f"gemm_efficiency must be 'waves' or 'flops', got {gemm_efficiency!r}")
-    check_host(tables, host, host_from)
-    graph = build_run_graph(tables, step=step, host_medians=host == "median", host_from=host_from)
+    check_steps(tables, host, kernels, recordings)
+    graph = build_run_graph(tables, step=step, host_medians=host == "median", kernel_medians=kernels == "median",
+                            recordings=recordings)
     profile = profile or load_profile()
     found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
     if all(h.source == "none" for h in how):
@@ -76,22 +81,25 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
-                host_steps=graph.summary.get("host_steps", {}), sharding=sharding)
+                host_steps=graph.summary.get("host_steps", {}), median_steps=graph.summary.get("median_steps", {}),
+                sharding=sharding)
 
 
-def check_host(tables: Sequence[TraceTable], host: str, host_from: Sequence[Sequence[TraceTable]] = ()) -> None:
-    """A clear error for a host mode the predictions do not know, or other recordings that cannot
-    lend the base host work (`lumos.graph.host_steps` pools them into medians)."""
-    if host not in HOST_MODES:
-        raise ValueError(f"host must be one of {', '.join(HOST_MODES)}, got {host!r}")
-    if host_from and host != "median":
-        raise ValueError("host work from other recordings (--host-from) is pooled into medians: it needs "
-                         "--host median, not --host step")
+def check_steps(tables: Sequence[TraceTable], host: str, kernels: str = "median",
+                recordings: Sequence[Sequence[TraceTable]] = ()) -> None:
+    """A clear error for a step mode the predictions do not know, or other recordings that cannot
+    lend the base anything (`lumos.graph.profiled_steps` pools them into medians)."""
+    for what, mode in (("host", host), ("kernels", kernels)):
+        if mode not in STEP_MODES:
+            raise ValueError(f"{what} must be one of {', '.join(STEP_MODES)}, got {mode!r}")
+    if recordings and host != "median" and kernels != "median":
+        raise ValueError("other recordings (--other-recordings) are pooled into medians: they need --host median "
+                         "or --kernels median, not both 'step'")
     base_ranks = {t.rank for t in tables}
-    for run in host_from:
+    for run in recordings:
         if run and not base_ranks & {t.rank for t in run}:
             raise ValueError(f"{run[0].path}: a recording with none of the base's ranks "
-                             f"({', '.join(map(str, sorted(base_ranks)))}) cannot lend it host work")
+                             f"({', '.join(map(str, sorted(base_ranks)))}) cannot lend it host work or kernels")
 
 
 def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:

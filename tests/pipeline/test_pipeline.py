@@ -109,8 +109,8 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert set(h200["source"]) == {"measured on hardware (H200)"}
     assert h200["measured_iteration_ms"].iloc[0] == pytest.approx(130.775, abs=1e-3)   # the step period
     whatif = pd.read_csv(tables / "h200_whatif.csv")
-    # from each base recording with its own host steps, then with both recordings' (h200.host_pooled)
-    assert list(zip(whatif["base"], whatif["host"])) == [("base_r0", "own steps"), ("base_r1", "own steps"),
+    # from each base recording with its own profiled steps, then with both recordings' (h200.steps_pooled)
+    assert list(zip(whatif["base"], whatif["steps_from"])) == [("base_r0", "own steps"), ("base_r1", "own steps"),
                                                          ("base_r0", "all base recordings"),
                                                          ("base_r1", "all base recordings")]
     assert set(whatif["target"]) == {"layers_1.5x"}
@@ -126,7 +126,7 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert whatif["measured_in_90_pct"].iloc[0] == pytest.approx(100 / 3, abs=1e-3)   # 1 of the 3 measured steps
     # FSDP2 over gloo, 2 CPU ranks -> 1 (measured on this machine): from each recording, own and pooled host
     cpu = pd.read_csv(tables / "fsdp_cpu_whatif.csv")
-    assert list(zip(cpu["base"], cpu["host"])) == [("full_2rank_r0", "own steps"), ("full_2rank_r1", "own steps"),
+    assert list(zip(cpu["base"], cpu["steps_from"])) == [("full_2rank_r0", "own steps"), ("full_2rank_r1", "own steps"),
                                                    ("full_2rank_r0", "all base recordings"),
                                                    ("full_2rank_r1", "all base recordings")]
     assert set(cpu["source"]) == {"measured on this machine (CPU)"} and (cpu["n_measured"] == 6).all()

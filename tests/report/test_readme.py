@@ -77,7 +77,7 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
                   "abs_error_pct_mean": [2.0, 5.0, 1.0, 2.0], "component_l1_pct_mean": [10.0, 20.0, 3.0, 7.0]}
                  ).to_csv(tables / "sharded_dp.csv", index=False)
     # CPU captures: two bases' own host work, then both pooled (the same value twice: said once)
-    pd.DataFrame({"base": ["r0", "r1", "r0", "r1"], "host": ["own steps"] * 2 + [T.HOST_POOLED] * 2,
+    pd.DataFrame({"base": ["r0", "r1", "r0", "r1"], "steps_from": ["own steps"] * 2 + [T.STEPS_POOLED] * 2,
                   "error_pct": [4.0, 14.0, 8.0, 8.0], "spread_pct": 39.0, "run_to_run_pct": 32.0}
                  ).to_csv(tables / "fsdp_cpu_whatif.csv", index=False)
     pd.DataFrame({"row": ["summary", "summary", "configuration"], "dataset": ["d1", "d2", "d1"],
@@ -276,14 +276,16 @@ def test_the_readme_shows_only_committed_figures():
         assert image.startswith("figures/") and image.endswith(".png") and (ROOT / image).exists(), image
 
 
-def test_h200_rows_with_pooled_host_work_only_speak_for_the_host_bound_target(tmp_path):
-    """Rows of host "all base recordings" (`--host-from`) add one clause to the host-bound target and
-    leave every other number, and the coverage claim, as the own-steps rows give them."""
+def test_h200_rows_with_pooled_steps_speak_in_their_own_clause(tmp_path):
+    """Rows of steps_from "all base recordings" (`--other-recordings`) add one clause (their mean and
+    worst per base over every what-if, the host-bound target's error and interval) and leave every
+    other number, and the coverage claim, as the own-steps rows give them."""
     src = write_fixture(tmp_path, h200_interval=True)
     h = pd.read_csv(src.tables / "h200_whatif.csv")
-    h["host"] = "own steps"
-    pooled = h[h["role"] == "what-if"].assign(host=T.HOST_POOLED, measured_in_90_pct=0.0)
-    pooled["error_pct"] = [90.0, 90.0, 90.0, 90.0, -5.0, -4.0]   # w1, w2 far off: must not count
+    h["steps_from"] = "own steps"
+    pooled = h[h["role"] == "what-if"].assign(steps_from=T.STEPS_POOLED, measured_in_90_pct=0.0)
+    # w1, w2, mbs_2 from b0 |2|, |-3|, |-5| -> mean 3.33, worst 5; from b1 |-1|, |3|, |-4| -> 2.67, 4
+    pooled["error_pct"] = [2.0, -1.0, -3.0, 3.0, -5.0, -4.0]
     pooled["predicted_lo90_ms"], pooled["predicted_hi90_ms"] = [0.7] * 6, [1.3] * 6
     pooled["mean_in_90"], pooled["spread_pct"] = True, 39.0
     pd.concat([h, pooled]).to_csv(src.tables / "h200_whatif.csv", index=False)
@@ -291,8 +293,10 @@ def test_h200_rows_with_pooled_host_work_only_speak_for_the_host_bound_target(tm
     ours = got["H200 what-ifs (layers, width, micro-batch size and count)"].ours
     assert ours.startswith("from b0 / b1: mean \\|error\\| 1.50% / 4.00% over 2 what-ifs, worst 2.00% / 5.00%")
     assert ours.endswith("(90% interval -10.00% to +10.00% / -10.00% to +10.00% of the measured mean); with the "
-                         "host work of both base recordings (`--host-from`): -5.00% / -4.00%, measured mean inside "
-                         "the 90% interval from 2 of 2 (width 60.00% / 60.00% of it; the measured spread 39.00%)")
+                         "profiled steps of both base recordings (`--other-recordings`: host work and kernels): "
+                         "mean \\|error\\| 3.33% / 2.67% over all 3 what-ifs, worst 5.00% / 4.00%; mbs_2 -5.00% / "
+                         "-4.00%, measured mean inside the 90% interval from 2 of 2 (width 60.00% / 60.00% of it; "
+                         "the measured spread 39.00%)")
     assert got["Prediction intervals: do they hold?"].ours.endswith("H200 what-ifs: 66.7% of measured iterations inside")
     view = readme.render_h200(src.tables)
-    assert "| host work from |" in view.split("\n")[2] and "| all base recordings |" in view
+    assert "| profiled steps from |" in view.split("\n")[2] and "| all base recordings |" in view

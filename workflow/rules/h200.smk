@@ -27,7 +27,7 @@ rule predict_h200:
         actual=lambda w: h200_dirs(config["h200"]["targets"][w.label]["config"]),
         flags=lambda w: list(config["h200"]["targets"][w.label]["flags"]),
         samples=config.get("h200", {}).get("samples", 0),
-        host_pooled=config.get("h200", {}).get("host_pooled", False),
+        steps_pooled=config.get("h200", {}).get("steps_pooled", False),
         source="measured on hardware (H200)",
     wildcard_constraints:
         label=r"[A-Za-z0-9_.+-]+",
@@ -57,7 +57,8 @@ rule table_h200_whatif:
                "target's recordings (config/predict/cluster.yaml); lo90/hi90 = the prediction's 90% interval "
                "(host work drawn one profiled step of the base at a time, compute at one profiled step's clock), "
                "width in % of the measured mean, measured_in_90 = share of the measured iterations inside it; "
-               "host = the base's own profiled steps, or all base recordings' (`lumos predict --host-from`)"),
+               "steps from = host work and kernels the median over the base's own profiled steps, or over all "
+               "base recordings' (`lumos predict --other-recordings`)"),
     log:
         f"{R}/logs/table/h200_whatif.log",
     threads: 1

@@ -135,7 +135,7 @@ rule predict_fsdp_cpu:
         actual=lambda w: fsdp_cpu_dirs(FSDP_CPU["targets"][w.label]["config"]),
         flags=lambda w: list(FSDP_CPU["targets"][w.label]["flags"]),
         samples=0,
-        host_pooled=FSDP_CPU.get("host_pooled", False),
+        steps_pooled=FSDP_CPU.get("steps_pooled", False),
         source="measured on this machine (CPU)",
     wildcard_constraints:
         label=r"[A-Za-z0-9_.+-]+",
@@ -160,7 +160,8 @@ rule table_fsdp_cpu_whatif:
         title=("FSDP2 over gloo, 2 ranks -> 1, measured on this machine (CPU; the bundled GPT, "
                "resources/traces/fsdp_cpu): predicted from each 2-rank recording (`lumos predict BASE --dp 1`) "
                "vs the mean of every profiled step of the 1-rank recordings; spread = (max - min) / mean of "
-               "those; host = the base's own profiled steps, or all base recordings' (`--host-from`)"),
+               "those; steps from = host work the median over the base's own profiled steps, or over all base "
+               "recordings' (`--other-recordings`)"),
     log:
         f"{R}/logs/table/fsdp_cpu_whatif.log",
     threads: 1

@@ -1,5 +1,5 @@
 """Shim of rules `predict_h200` and `predict_fsdp_cpu`: `lumos predict BASE FLAGS` from each base
-recording (and, with `host_pooled`, again with `--host-from` the other base recordings), and every
+recording (and, with `steps_pooled`, again with `--other-recordings` the other base recordings), and every
 measured step of the target's recordings; `source` says what the recordings were measured on."""
 import json
 import sys
@@ -14,27 +14,27 @@ with logged(smk):
 
     samples = ["--samples", str(smk.params.samples), "--seed", "0"] if smk.params.samples else []
 
-    def predictions(host_from: bool) -> tuple[dict, dict]:
+    def predictions(pooled: bool) -> tuple[dict, dict]:
         """The first base's `lumos predict` document, and predicted_by_base, clock_by_base,
-        host_steps_by_base (and interval_by_base) from each base, with the other bases' host work
-        where `host_from`."""
+        steps_by_base (and interval_by_base) from each base, with the other bases' profiled steps
+        (host work and kernels) where `pooled`."""
         first, out = None, {}
         for b in smk.params.bases:
-            lend = ["--host-from", *[str(o) for o in smk.params.bases if o != b]] if host_from else []
+            lend = ["--other-recordings", *[str(o) for o in smk.params.bases if o != b]] if pooled else []
             d = json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json", *lend]))
             first = first or d
             name = Path(b).name
             out.setdefault("predicted_by_base", {})[name] = d["predicted"]
             out.setdefault("clock_by_base", {})[name] = d.get("clock", {}).get("factor", 1.0)
-            out.setdefault("host_steps_by_base", {})[name] = d["host"]["steps"]
+            out.setdefault("steps_by_base", {})[name] = d["host"]["steps"]
             if samples:
                 out.setdefault("interval_by_base", {})[name] = d["interval"]
         return first, out
 
-    first, own = predictions(host_from=False)
+    first, own = predictions(pooled=False)
     doc = {**first, **own}
-    if smk.params.host_pooled and len(smk.params.bases) > 1:
-        doc["pooled_host"] = predictions(host_from=True)[1]
+    if smk.params.steps_pooled and len(smk.params.bases) > 1:
+        doc["pooled"] = predictions(pooled=True)[1]
     doc["label"] = smk.wildcards.label
     doc["flags"] = list(smk.params.flags)
     doc["measured_runs"] = [row for d in smk.params.actual for row in measured_steps(d)]

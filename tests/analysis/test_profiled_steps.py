@@ -1,5 +1,6 @@
-"""Host work from every profiled step (lumos.graph.host_steps): the medians on a recorded H200 base,
-the step draw of a prediction's interval, and what `lumos predict --host` changes."""
+"""Host work and kernels from every profiled step (lumos.graph.profiled_steps): the medians on a recorded
+H200 base, the step draw of a prediction's interval, and what `lumos predict --host`, `--kernels` and
+`--other-recordings` change."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from lumos.analysis.spread import FitGroup, fit_spread, lag_keys, task_keys
 from lumos.analysis.uncertainty import host_step_ratios, monte_carlo
 from lumos.cli import main
 from lumos.graph import build_graph
-from lumos.graph.host_steps import host_steps, with_host_medians
+from lumos.graph.profiled_steps import profiled_steps, with_step_medians
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.sim.sampling import draws, sample_compiled, sample_reference, with_host_steps
 from lumos.sim.synthetic import synthetic_graph
@@ -29,7 +30,7 @@ H200 = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200"
 def base_r0():
     table = load_run(H200 / "base_r0")[0]
     graph = build_graph(table)
-    return table, graph, host_steps(graph, table)
+    return table, graph, profiled_steps(graph, table)
 
 
 def test_every_host_task_of_the_base_is_paired_in_its_three_steps(base_r0):
@@ -39,6 +40,11 @@ def test_every_host_task_of_the_base_is_paired_in_its_three_steps(base_r0):
     assert cpu.sum() == 5718
     assert np.isfinite(host.task[:, cpu]).sum(axis=1).tolist() == [5718, 5718, 5718]
     assert not np.isfinite(host.task[:, ~cpu]).any()   # GPU work is not host work
+    kernels = (graph.kind == TaskKind.GPU) & ~graph.comm
+    assert kernels.sum() == 1901 and not graph.comm.any()   # one GPU: no collective
+    assert np.isfinite(host.kernel[:, kernels]).sum(axis=1).tolist() == [1901, 1901, 1901]
+    assert not np.isfinite(host.kernel[:, ~kernels]).any()
+    assert np.array_equal(host.kernel[0, kernels], graph.dur[kernels])
     # the main thread's Python between ops: 73 ms in step 2, 96-97 ms in steps 3 and 4 (measured; the
     # host time before a sync that then waited counts too: 1-2 us more per step than before it did)
     assert np.round(np.nansum(host.lag, axis=1) / 1e3, 3).tolist() == [96.086, 73.087, 97.296]
@@ -49,19 +55,31 @@ def test_every_host_task_of_the_base_is_paired_in_its_three_steps(base_r0):
 
 def test_medians_and_ratios_are_per_task_over_the_steps(base_r0):
     _, graph, host = base_r0
-    g = with_host_medians(graph, host)
+    g = with_step_medians(graph, host, kernels=False)
     cpu = np.flatnonzero(graph.kind == TaskKind.CPU)
     i = cpu[np.argmax(np.ptp(host.task[:, cpu], axis=0))]   # the host task that moved most between steps
     assert g.dur[i] == sorted(host.task[:, i])[1]
     gpu = graph.kind == TaskKind.GPU
-    assert np.array_equal(g.dur[gpu], graph.dur[gpu])   # kernels stay the step's own
-    assert g.summary["host_steps"] == [3, 2, 4]
+    assert np.array_equal(g.dur[gpu], graph.dur[gpu])   # kernels=False: they stay the step's own
+    assert g.summary["profiled_steps"] == {"steps": [3, 2, 4], "host": True, "kernels": False}
     task, lag = host.ratios()
     assert np.allclose(task[:, i] * g.dur[i], host.task[:, i])
     assert np.nanmedian(task[:, cpu], axis=0) == pytest.approx(np.ones(len(cpu)))
     # one step: nothing to take a median of
-    one = dataclasses.replace(host, steps=[3], task=host.task[:1], lag=host.lag[:1])
-    assert with_host_medians(graph, one) is graph
+    one = dataclasses.replace(host, steps=[3], task=host.task[:1], lag=host.lag[:1], kernel=host.kernel[:1])
+    assert with_step_medians(graph, one) is graph
+
+
+def test_kernel_medians_leave_the_host_alone(base_r0):
+    _, graph, host = base_r0
+    g = with_step_medians(graph, host, host=False)
+    gpu = np.flatnonzero(graph.kind == TaskKind.GPU)
+    i = gpu[np.argmax(np.ptp(host.kernel[:, gpu], axis=0))]   # the kernel that moved most between steps
+    assert g.dur[i] == sorted(host.kernel[:, i])[1] != graph.dur[i]
+    cpu = graph.kind == TaskKind.CPU
+    assert np.array_equal(g.dur[cpu], graph.dur[cpu]) and np.array_equal(g.lag, graph.lag)
+    # the step's GPU time, 127.25 ms, against the per-kernel medians' 127.29 (steps: 126.74, 127.25, 128.36)
+    assert round(graph.dur[gpu].sum() / 1e3, 2) == 127.25 and round(g.dur[gpu].sum() / 1e3, 2) == 127.29
 
 
 def test_a_step_that_is_another_program_is_left_out(base_r0):
@@ -69,12 +87,12 @@ def test_a_step_that_is_another_program_is_left_out(base_r0):
     mbs2 = load_run(H200 / "mbs_2_r0")[0]
     # the same program at another micro-batch pairs; steps are found in `table`, so pass the graph of
     # a different trace's step to show the guard: the base's graph against the mbs_2 trace's steps
-    h = host_steps(graph, mbs2)
+    h = profiled_steps(graph, mbs2)
     assert h.steps[0] == 3 and h.n_steps == 3   # same ops, other shapes: still paired
     tiny = build_graph(table)
     tiny = tiny.copy()
     tiny.name[tiny.kind == TaskKind.CPU] = "renamed"
-    assert host_steps(tiny, table).steps == [3]   # nothing pairs: no other step kept
+    assert profiled_steps(tiny, table).steps == [3]   # nothing pairs: no other step kept
 
 
 # -- the step draw -------------------------------------------------------------------------------
@@ -137,29 +155,32 @@ def _predict(capsys, *flags):
 def test_predict_host_median_against_step_on_the_host_bound_target(capsys):
     """Micro-batch 2 from the base recording whose host was slow in two of its three steps
     (measured 91.96 ms, mean of both recordings' six steps): the selected step's host gives
-    129.335 ms, the per-op median 119.696 ms, and the interval reaches down to the fast step."""
-    step = _predict(capsys, "--host", "step")
-    median = _predict(capsys, "--host", "median", "--samples", "300")
+    129.335 ms, the per-op median 119.696 ms, and the interval reaches down to the fast step (kernels
+    the selected step's own in both)."""
+    step = _predict(capsys, "--host", "step", "--kernels", "step")
+    median = _predict(capsys, "--host", "median", "--kernels", "step", "--samples", "300")
     assert step["predicted"]["iteration_us"] == pytest.approx(129335.0, abs=1.0)
     assert median["predicted"]["iteration_us"] == pytest.approx(119696.0, abs=1.0)
     lo, hi = median["interval"]["iteration_us"]["90"]
     assert lo < 100_000 < 130_000 < hi   # the step draw: one step in three had a fast host
 
 
-# -- lumos predict --host-from -------------------------------------------------------------------
+# -- lumos predict --other-recordings----------------------------------------------------------------
 def test_another_recording_lends_its_steps_labelled_by_directory(base_r0):
     table, graph, _ = base_r0
     other = load_run(H200 / "base_r1")[0]
-    h = host_steps(graph, table, [[other]])
+    h = profiled_steps(graph, table, [[other]])
     assert h.steps == [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]
     cpu = graph.kind == TaskKind.CPU
     assert np.isfinite(h.task[:, cpu]).all()
     # base_r1's host ran fast in all three steps: 50-54 ms of Python between ops, against 73-97 here
     assert np.round(np.nansum(h.lag, axis=1) / 1e3).tolist()[3:] == [54.0, 52.0, 50.0]
-    g = with_host_medians(graph, h)
-    assert g.summary["host_steps"] == [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]
+    g = with_step_medians(graph, h)
+    assert g.summary["profiled_steps"]["steps"] == [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]
     i = np.flatnonzero(cpu)[0]
     assert g.dur[i] == np.median(h.task[:, i])
+    k = np.flatnonzero(graph.kind == TaskKind.GPU)[0]
+    assert np.isfinite(h.kernel[:, k]).all() and g.dur[k] == np.median(h.kernel[:, k])
 
 
 def test_a_recording_of_another_program_cannot_lend_host_work(base_r0):
@@ -167,23 +188,45 @@ def test_a_recording_of_another_program_cannot_lend_host_work(base_r0):
     resnet = load_run(H200.parent / "real" / "param" / "resnet_1gpu")[0]
     with pytest.raises(ValueError, match=r"resnet_kineto.json.gz: none of its profiled steps is the program "
                                          r"of the base's step 3"):
-        host_steps(graph, table, [[resnet]])
+        profiled_steps(graph, table, [[resnet]])
 
 
-def test_predict_host_from_the_other_base_recording(capsys):
-    """Micro-batch 2 with the host work of both base recordings (six steps): 87.456 ms against the
-    91.96 ms measured mean (-4.9%), where base_r0's own steps give 119.696 ms (+30%); the 90%
-    interval's step draw reaches both the slow and the fast host."""
-    doc = _predict(capsys, "--host-from", str(H200 / "base_r1"), "--samples", "300")
-    assert doc["predicted"]["iteration_us"] == pytest.approx(87456.0, abs=1.0)
+def test_predict_with_the_other_base_recording(capsys):
+    """Micro-batch 2 with the host work and kernels of both base recordings (six steps): 87.414 ms
+    against the 91.96 ms measured mean (-4.9%), where base_r0's own steps give 119.696 ms (+30%); the
+    90% interval's step draw reaches both the slow and the fast host."""
+    doc = _predict(capsys, "--other-recordings", str(H200 / "base_r1"), "--samples", "300")
+    assert doc["predicted"]["iteration_us"] == pytest.approx(87414.0, abs=1.0)
     assert doc["host"]["steps"] == {"0": [3, 2, 4, "base_r1:2", "base_r1:3", "base_r1:4"]}
-    assert any("the median over 6 profiled steps, the base's and those of base_r1" in n for n in doc["notes"])
+    assert ("host work (CPU ops and the gaps between them) and kernel durations (all but collectives): the median "
+            "over 6 profiled steps, the base's and those of base_r1") in doc["notes"]
     lo, hi = doc["interval"]["iteration_us"]["90"]
     assert lo < 75_000 and hi > 125_000
     own = _predict(capsys)
     assert own["host"]["steps"] == {"0": [3, 2, 4]}
 
 
-def test_predict_host_from_refuses_the_selected_step_mode(capsys):
-    assert main(["predict", str(H200 / "base_r0"), "--host", "step", "--host-from", str(H200 / "base_r1")]) != 0
-    assert "needs --host median, not --host step" in capsys.readouterr().err
+def test_other_recordings_need_something_to_pool(capsys):
+    r1 = str(H200 / "base_r1")
+    both_step = ["--host", "step", "--kernels", "step"]
+    assert main(["predict", str(H200 / "base_r0"), *both_step, "--other-recordings", r1]) != 0
+    assert "they need --host median or --kernels median, not both 'step'" in capsys.readouterr().err
+    # the earlier name of the flag still works
+    assert main(["predict", str(H200 / "base_r0"), *both_step, "--host-from", r1]) != 0
+
+
+def test_kernels_of_both_recordings_on_a_compute_bound_target(capsys):
+    """Width 2x from base_r1, whose re-shaped GEMMs are re-timed from the base's own (measured 455.54 ms,
+    mean of both recordings' six steps): with base_r0's host work but base_r1's kernels 432.993 ms
+    (-4.95%); with both recordings' kernels too 435.740 ms (-4.35%)."""
+    def width(*flags):
+        assert main(["predict", str(H200 / "base_r1"), "--hidden", "4096", "--ffn", "16384", "--format", "json",
+                     "--other-recordings", str(H200 / "base_r0"), *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+    own = width("--kernels", "step")
+    both = width()
+    assert own["predicted"]["iteration_us"] == pytest.approx(432993.0, abs=1.0)
+    assert both["predicted"]["iteration_us"] == pytest.approx(435740.0, abs=1.0)
+    assert both["host"] == {"mode": "median", "kernels": "median",
+                            "steps": {"0": [3, 2, 4, "base_r0:2", "base_r0:3", "base_r0:4"]}}
+    assert own["notes"][-1].startswith("host work (CPU ops and the gaps between them): the median over 6")
