@@ -1,6 +1,7 @@
 """A pre-registered hardware check of `lumos predict`: predictions committed before the recording.
 
     python benchmarks/prereg_h200.py predict [--out benchmarks/prereg/predictions.csv]
+    python benchmarks/prereg_h200.py predict --pooled     # -> benchmarks/prereg/predictions_pooled.csv
     bash benchmarks/prereg_h200.sh DEST [--budget-s S]      # on the GPU: `record --pack`, pieces to DEST
     python benchmarks/prereg_h200.py record --out DIR [--device cuda|cpu] [--tiny] [--budget-s S] [--pack]
     python benchmarks/prereg_h200.py score --traces DIR [--predictions CSV] [--out benchmarks/prereg/scores.md]
@@ -29,6 +30,12 @@ error of each prediction against the mean of the recording's profiled steps
 and the mean |error| and worst per base. It refuses (one line) a CSV changed after it was
 committed: the CSV must be clean in git, and exactly one commit after the one it names may have
 touched it (`git show` of that commit is compared with the file read).
+
+`predict --pooled` makes the same predictions from each base with the other base recording's
+profiled steps (`lumos predict --other-recordings`: host work and kernels the median over both
+recordings' six steps), into `predictions_pooled.csv`. It was added after `predictions.csv` was
+committed (`3cd6801`), and committed itself before any recording (`git log` says when): both are
+pre-registered, and `score --predictions` scores either unchanged.
 
 What can be pre-registered is what `lumos predict` expresses on one GPU: layers, hidden and FFN
 size, micro-batch size and micro-batch count. It takes no head count and no sequence length, so
@@ -67,6 +74,7 @@ REPEAT = ("base_r2", 2)                    # the base recorded once more (name, 
 # at 0.85-1.0 s recur?). Not a prediction; `python benchmarks/h200_clocks.py` reads it.
 LONG = ("base_long", 3, 20)                # (name, seed, profiled steps)
 PREDICTIONS = "benchmarks/prereg/predictions.csv"
+POOLED = "benchmarks/prereg/predictions_pooled.csv"   # the same from each base with the other's steps too
 SCORES = "benchmarks/prereg/scores.md"
 H200_GIB = 140.4   # 143771 MiB, nvidia-smi's memory.total of the H200 the base was recorded on
 # The memory model set for the bundled GPT as it runs: bf16 parameters, gradients and AdamW moments
@@ -159,11 +167,19 @@ def capture_command(name: str, sizes: dict, device: str = "cuda") -> str:
     return " ".join(gpu_evidence.command_line(sizes, True, device, f"DIR/traces/{name}")) + " --seed 0"
 
 
-def predict_argv(base_dir: str, sizes: dict) -> list[str]:
-    """`lumos predict` for `sizes` from `base_dir`: every size explicit, global batch = micro-batch x count."""
+def predict_argv(base_dir: str, sizes: dict, others: tuple[str, ...] = ()) -> list[str]:
+    """`lumos predict` for `sizes` from `base_dir`: every size explicit, global batch = micro-batch x count;
+    `others`: other recordings of the base, pooled (`--other-recordings`)."""
+    pooled = ["--other-recordings", *others] if others else []
     return ["lumos", "predict", base_dir, "--layers", str(sizes["layers"]), "--hidden", str(sizes["hidden"]),
             "--ffn", str(sizes["ffn"]), "--micro-batch", str(sizes["micro_batch"]),
-            "--global-batch", str(sizes["micro_batch"] * sizes["microbatches"]), *MEMORY_FLAGS, "--format", "json"]
+            "--global-batch", str(sizes["micro_batch"] * sizes["microbatches"]), *MEMORY_FLAGS, *pooled,
+            "--format", "json"]
+
+
+def other_bases(base: str, pooled: bool) -> tuple[str, ...]:
+    """The other base recordings a `--pooled` prediction from `base` pools (none without)."""
+    return tuple(f"{H200_DIR}/{b}" for b in BASES if b != base) if pooled else ()
 
 
 def sizes_of(command: str) -> dict:
@@ -236,8 +252,9 @@ def committed_check(path: Path, named: str) -> str:
 
 # ---------------------------------------------------------------- predict
 
-def predict(out: Path) -> list[dict]:
-    """Every configuration from each base, through `lumos.cli.main` (the `lumos` command's own entry)."""
+def predict(out: Path, pooled: bool = False) -> list[dict]:
+    """Every configuration from each base, through `lumos.cli.main` (the `lumos` command's own entry);
+    `pooled`: each with the other base recording's profiled steps too."""
     from lumos.cli import main
 
     rel_out = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else None
@@ -251,7 +268,7 @@ def predict(out: Path) -> list[dict]:
     try:
         for base in BASES:    # by base: lumos.commands.predict keeps the last base loaded
             for name, sizes in configurations(BASE).items():
-                argv = predict_argv(f"{H200_DIR}/{base}", sizes)
+                argv = predict_argv(f"{H200_DIR}/{base}", sizes, other_bases(base, pooled))
                 buf = io.StringIO()
                 with contextlib.redirect_stdout(buf):
                     rc = main(argv[1:])
@@ -506,7 +523,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict every configuration from base_r0 and base_r1; write the CSV")
-    p.add_argument("--out", default=str(ROOT / PREDICTIONS))
+    p.add_argument("--out", default=None, help=f"default {PREDICTIONS}, with --pooled {POOLED}")
+    p.add_argument("--pooled", action="store_true", help="each base with the other base recording's steps")
     r = sub.add_parser("record", help="record every configuration once, in one process")
     r.add_argument("--out", required=True)
     r.add_argument("--device", default="cuda")
@@ -525,8 +543,9 @@ def main(argv=None) -> int:
     try:
         if args.command == "predict":
             t0 = time.perf_counter()
-            rows = predict(Path(args.out))
-            print(f"{len(rows)} predictions in {time.perf_counter() - t0:.1f} s -> {args.out}")
+            out = Path(args.out) if args.out else ROOT / (POOLED if args.pooled else PREDICTIONS)
+            rows = predict(out, pooled=args.pooled)
+            print(f"{len(rows)} predictions in {time.perf_counter() - t0:.1f} s -> {out}")
         elif args.command == "record":
             record(Path(args.out), device=args.device, tiny=args.tiny, budget_s=args.budget_s, only=args.only,
                    predictions=Path(args.predictions), do_pack=args.pack)

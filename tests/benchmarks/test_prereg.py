@@ -83,17 +83,20 @@ def test_record_needs_no_more_than_torch_and_the_capture(prereg):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
-def test_the_committed_predictions_are_what_the_code_would_ask(prereg):
-    path = ROOT / prereg.PREDICTIONS
-    if not path.exists():
-        pytest.skip(f"{prereg.PREDICTIONS} not written yet (python benchmarks/prereg_h200.py predict)")
+@pytest.mark.parametrize("pooled", [False, True])
+def test_the_committed_predictions_are_what_the_code_would_ask(prereg, pooled):
+    name = prereg.POOLED if pooled else prereg.PREDICTIONS
+    path = ROOT / name
+    assert path.exists(), f"{name} not committed (python benchmarks/prereg_h200.py predict{' --pooled' * pooled})"
     rows = prereg.read_predictions(path)
     confs = prereg.configurations(prereg.BASE)
     assert sorted((r["config"], r["base"]) for r in rows) == sorted((n, b) for n in confs for b in prereg.BASES)
     for r in rows:
         sizes = confs[r["config"]]
         assert r["capture_command"] == prereg.capture_command(r["config"], sizes)
-        assert r["predict_command"] == " ".join(prereg.predict_argv(f"{prereg.H200_DIR}/{r['base']}", sizes))
+        others = prereg.other_bases(r["base"], pooled)
+        assert r["predict_command"] == " ".join(prereg.predict_argv(f"{prereg.H200_DIR}/{r['base']}", sizes, others))
+        assert ("--other-recordings" in r["predict_command"]) == pooled
         assert r["fits_h200"] == "true" and 0 < float(r["memory_gib"]) < prereg.H200_GIB
         parts = [float(r[f"{p}_ms"]) for p in prereg.PARTS]
         assert parts[0] > 0 and sum(parts[1:]) == pytest.approx(parts[0], abs=0.01)
