@@ -41,13 +41,12 @@ def simulate_plan(plan: Plan, engine: str = "auto"):
 def measure_run(tables: Sequence[TraceTable], step=None) -> dict:
     """Measured run-level breakdown of a run's traces (no graph, no replay)."""
     from lumos.graph.tasks import select_tasks
-    from lumos.trace.schema import is_comm_kernel
+    from lumos.trace.schema import comm_kernel_mask
 
     per = {}
     for t in tables:
         sel = select_tasks(t, select_step(t, step))
-        name = t.name[sel.event]
-        comm = sel.is_gpu & np.array([is_comm_kernel(n) for n in name], dtype=bool)
+        comm = sel.is_gpu & comm_kernel_mask(t.name[sel.event])
         per[t.rank] = breakdown(sel.ts, sel.ts + sel.dur, sel.is_gpu, comm, sel.in_step)
     crit = critical_rank(per)
     return {"critical_rank": crit, **per[crit].as_dict()}

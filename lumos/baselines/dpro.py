@@ -179,7 +179,7 @@ def build_dpro(table: TraceTable, step=None) -> DproGraph:
     sel = select_tasks(table, step)
     task = np.flatnonzero(sel.is_gpu).astype(np.int64)
     rows = sel.event[task]
-    comm = np.array([schema.is_comm_kernel(n) for n in table.name[rows]], dtype=bool)
+    comm = schema.comm_kernel_mask(table.name[rows])
     device = table.device[rows].astype(np.int64)
     devices = np.unique(device)
     dev_index = np.searchsorted(devices, device)

@@ -97,7 +97,7 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
     graph = Graph(
         name=ctx.name.copy(), kind=ctx.is_gpu.astype(np.int8), proc=ctx.proc, dur=timing.dur,
         ts=timing.ts, release=timing.release,
-        comm=ctx.is_gpu & comm_names(ctx.name),
+        comm=ctx.is_gpu & schema.comm_kernel_mask(ctx.name),
         in_step=sel.in_step, rank=rank, stream_pos=ctx.stream_pos, wait_kind=sync.wait_kind,
         wait_target=np.where(sync.wait_kind == WaitKind.DEVICE, table.rank, sync.wait_target).astype(np.int32),
         event=sel.event, layer=np.full(ctx.n, -1, np.int32), phase=np.full(ctx.n, -1, np.int8),
@@ -187,12 +187,6 @@ def backlog_anchors(ctx: BuildContext, carry_in: np.ndarray) -> np.ndarray:
         queued = carry_in[prev] & carry_in[cur] & (ctx.ts[cur] - ctx.end[prev] <= BACKLOG_GAP_US)
         anchored[cur[queued]] = False
     return anchored
-
-
-def comm_names(names: np.ndarray) -> np.ndarray:
-    """is_comm_kernel per row, evaluated once per distinct name."""
-    lookup = {n: schema.is_comm_kernel(n) for n in set(names.tolist())}
-    return np.fromiter(map(lookup.__getitem__, names), dtype=bool, count=len(names))
 
 
 def _proc_names(ctx: BuildContext) -> np.ndarray:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from numbers import Integral
 
+import numpy as np
+
 CPU_OP, ANNOTATION, RUNTIME, KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOTATION, PY_MODULE = range(9)
 CATEGORY_NAMES = ("cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy",
                   "gpu_memset", "cuda_sync", "gpu_user_annotation", "python_function")
@@ -92,6 +94,14 @@ def is_comm_kernel(name: str) -> bool:
     """NCCL/RCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`, `ncclDevKernel_Generic`), MSCCL's
     (`mscclKernel_*`) and other known collective kernels."""
     return bool(_COMM_KERNEL.match(name))
+
+
+def comm_kernel_mask(names) -> np.ndarray:
+    """`is_comm_kernel` per row, decided once per distinct name: the pattern's `.*` alternatives
+    backtrack through a long GEMM kernel name (~20 us a row), and a run holds few distinct names."""
+    names = np.asarray(names, dtype=object)
+    lookup = {n: is_comm_kernel(n) for n in set(names.tolist())}
+    return np.fromiter(map(lookup.__getitem__, names.tolist()), dtype=bool, count=len(names))
 
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")

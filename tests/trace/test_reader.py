@@ -77,6 +77,17 @@ def test_collective_metadata_is_read():
     assert table.pg_ranks[first] == "[0, 1]"
 
 
+def test_comm_kernel_mask_is_the_per_row_test_decided_once_per_name():
+    table = load_trace(REAL / "hta" / "nccl_parser_config__nccl_data.json.gz")
+    per_row = np.array([schema.is_comm_kernel(n) for n in table.name], dtype=bool)
+    mask = schema.comm_kernel_mask(table.name)
+    assert mask.dtype == bool and np.array_equal(mask, per_row)
+    assert 21 <= mask.sum() < len(mask)   # the 21 NCCL kernels, and runtime calls named after them
+    assert schema.comm_kernel_mask([]).shape == (0,)
+    assert schema.comm_kernel_mask(["ncclDevKernel_SendRecv(...)", "sm90_xmma_gemm", "ncclKernel_AllReduce"]).tolist() \
+        == [True, False, True]
+
+
 @pytest.mark.parametrize("name,content,reason", [
     ("bad.json", b"{not json", "not valid JSON"),
     ("trunc.json.gz", None, "cannot decompress"),
