@@ -20,7 +20,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 9999
@@ -89,6 +88,8 @@ def bootstrap_mean_ci(values: Iterable[float], confidence: float = DEFAULT_CONFI
 
 
 def _bootstrap(x: np.ndarray, confidence: float, n_resamples: int, seed: int, method: str) -> tuple[float, float]:
+    from scipy import stats   # here: 1 s to import, paid only where a CI is bootstrapped
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DegenerateDataWarning on tiny samples: handled by the caller
         res = stats.bootstrap((x,), np.mean, n_resamples=n_resamples, confidence_level=confidence,

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from lumos.analysis.statistics import bootstrap_mean_ci, run_spread, summarize
-from lumos.analysis.uncertainty import coverage_by_level
 from lumos.trace.atomic import atomic_open, write_text_atomic
 
 PARTS = ("iteration", "exposed_compute", "overlapped", "exposed_comm", "other")
@@ -471,6 +470,8 @@ COVERAGE_POOLS = {"scale-out (DP, PP, DP+PP)": ("DP", "PP", "DP+PP"), "variants"
 def coverage_rows(intervals: Sequence[Mapping], actuals: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per experiment: its interval (from the fit seed's base) against the actual iteration of
     every coverage seed of its run; coverage in %, widths and errors relative to the actual mean."""
+    from lumos.analysis.uncertainty import coverage_by_level   # here: it imports the simulator and numba
+
     rows = []
     for doc in intervals:
         act = actuals[doc["run"]]
