@@ -130,9 +130,9 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                          "gemm": plan.compute.gemm_summary()},
            "notes": out.notes,
            "host": {"mode": host, "kernels": kernels,
-                    "steps": {str(r): steps for r, steps in sorted(plan.median_steps.items())}},
+                    "steps": {str(r): list(h.steps) for r, h in sorted(plan.profiled_steps.items())}},
            "structure": structure_summary(plan.st.recovery)}
-    doc["notes"] += median_notes(plan.median_steps, host, kernels)
+    doc["notes"] += median_notes(plan.profiled_steps, host, kernels)
     if clock is not None:
         doc["clock"] = {k: v for k, v in clock_doc.items() if k != "note"}
     doc["memory"] = memory_of(out, memory)
@@ -153,14 +153,14 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     return doc
 
 
-def median_notes(median_steps: dict, host: str, kernels: str) -> list[str]:
+def median_notes(profiled_steps: dict, host: str, kernels: str) -> list[str]:
     """A note saying what is a median over profiled steps, and over whose, where other recordings lent any."""
-    lent = sorted({s.split(":")[0] for steps in median_steps.values() for s in steps if isinstance(s, str)})
+    lent = sorted({s.split(":")[0] for h in profiled_steps.values() for s in h.steps if isinstance(s, str)})
     what = [w for w, mode in (("host work (CPU ops and the gaps between them)", host),
                               ("kernel durations (all but collectives)", kernels)) if mode == "median"]
     if not lent or not what:
         return []
-    n = max(len(steps) for steps in median_steps.values())
+    n = max(h.n_steps for h in profiled_steps.values())
     return [f"{' and '.join(what)}: the median over {n} profiled steps, the base's and those of {', '.join(lent)}"]
 
 

@@ -129,9 +129,9 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
     """Per-rank graphs of `tables` (or of `ranks` among them), concatenated and joined by rendezvous.
     `host_medians`, `kernel_medians`: each rank's host work, its kernels, the median over its profiled
     steps (`profiled_steps`) and over those of the same rank in each run of `recordings` (other
-    recordings of the configuration); with `host_medians` the pairing is kept in
-    `summary["host_steps"]` (rank -> `ProfiledSteps`) for the interval's step draw of host work, and
-    `summary["median_steps"]` says whose steps the medians are over (rank -> step labels)."""
+    recordings of the configuration); the pairing is kept in `summary["profiled_steps"]` (rank ->
+    `ProfiledSteps`, ranks with two steps or more): whose steps the medians are over, and what an
+    interval draws host work from."""
     if ranks is not None:
         want = set(int(r) for r in ranks)
         tables = [t for t in tables if t.rank in want]
@@ -143,10 +143,8 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
         graphs = [with_step_medians(g, steps[t.rank], host=host_medians, kernels=kernel_medians)
                   for g, t in zip(graphs, tables)]
     run, offsets = concat_graphs(graphs)
-    if host_medians:
-        run.summary["host_steps"] = {r: h for r, h in steps.items() if h.n_steps >= 2}
     if steps:
-        run.summary["median_steps"] = {r: list(h.steps) for r, h in steps.items() if h.n_steps >= 2}
+        run.summary["profiled_steps"] = {r: h for r, h in steps.items() if h.n_steps >= 2}
     if EdgeClass.CROSS_RANK not in frozenset(EdgeClass(c) for c in edge_classes):
         return run
     calls = {int(t.rank): comm_calls(g, t, int(off)) for g, t, off in zip(graphs, tables, offsets)}
@@ -160,7 +158,7 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
             reason = "no_peer" if match_key(op) is None else "peers_missing"
             by[reason] = by.get(reason, 0) + 1
     out = add_rendezvous(run, groups)
-    kept = ("ranks", "host_steps", "median_steps")
+    kept = ("ranks", "profiled_steps")
     out.summary = {**out.summary, **{k: run.summary[k] for k in kept if k in run.summary}}
     out.summary["comm_ops"] = {r: len(c) for r, c in calls.items()}
     out.summary["unmatched_comm"] = {r: by for r, by in unmatched.items() if by}

@@ -36,12 +36,17 @@ class Plan:
     pairs: list = field(default_factory=list)   # rendezvous groups not yet in the graph
     notes: list = field(default_factory=list)   # assumptions taken from flags/config, said aloud
     measured_memory: object = None   # MeasuredPeak of the base (memory_calibration.py), when its trace has one
-    host_steps: dict = field(default_factory=dict)   # rank -> ProfiledSteps of the base, for the host draw
-    median_steps: dict = field(default_factory=dict)   # rank -> the steps its medians are over (graph.profiled_steps)
+    profiled_steps: dict = field(default_factory=dict)   # rank -> ProfiledSteps its medians are over
+    host_draw: bool = False   # host work a median, so an interval draws it one profiled step at a time
     sharding: str = ""   # the base's sharded DP flavour (whatif.SHARDED_MEMORY), '' for all-reduce DP
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def host_steps(self) -> dict:
+        """rank -> ProfiledSteps an interval draws host work from (none where host work is one step's)."""
+        return self.profiled_steps if self.host_draw else {}
 
     def clone(self) -> "Plan":
         p = copy.copy(self)

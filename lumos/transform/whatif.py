@@ -81,8 +81,7 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
-                host_steps=graph.summary.get("host_steps", {}), median_steps=graph.summary.get("median_steps", {}),
-                sharding=sharding)
+                profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding)
 
 
 def check_steps(tables: Sequence[TraceTable], host: str, kernels: str = "median",
