@@ -484,7 +484,8 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
 
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
             "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches, "annotate": annotate,
-            "parameters": cfg.parameter_count(), "fsdp": fsdp}
+            "parameters": cfg.parameter_count(), "fsdp": fsdp,
+            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
@@ -543,6 +544,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "all-reducing gradient buckets: full reshards after forward (FULL_SHARD, ZeRO-3), "
                         "grad_op keeps the gathered parameters until the backward (SHARD_GRAD_OP, ZeRO-2); "
                         "one process joins a one-rank group (default %(default)s)")
+    p.add_argument("--pin-core", action="store_true",
+                   help="run each process on one core of those it may use (the LOCAL_RANK-th), as one rank per "
+                        "GPU: on a CPU run, processes that migrate between cores wait on each other's "
+                        "collectives far longer and far more variably")
     p.add_argument("--out", required=True, help="directory for rank{R}.json.gz")
     p.add_argument("--quiet", action="store_true", help="no per-iteration log")
 
@@ -554,12 +559,24 @@ def config_from_args(args: argparse.Namespace) -> GPTConfig:
                      vocab=args.vocab, attention=args.attention)
 
 
+def pin_to_core(local_rank: int) -> int:
+    """Restrict this process to the `local_rank`-th core it may use; that core."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError("--pin-core: this platform cannot set a process's cores (no os.sched_setaffinity)")
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[local_rank % len(cores)]
+    os.sched_setaffinity(0, {core})
+    return core
+
+
 def run_from_args(args: argparse.Namespace) -> Path:
     cfg = config_from_args(args)
     if args.steps < 1 or args.warmup < 0:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
     if args.micro_batches < 1:
         raise ValueError(f"--micro-batches must be >= 1, got {args.micro_batches}")
+    if getattr(args, "pin_core", False):
+        pin_to_core(int(os.environ.get("LOCAL_RANK", "0")))
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,

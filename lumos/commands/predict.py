@@ -63,6 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "gathered from its forward to its backward (no backward all-gathers; memory as ZeRO-2); "
                         "default: the base's own (lumos/transform/fsdp_strategy.py)")
     add_memory_flags(p)
+    p.add_argument("--dp-calibration", nargs=2, action="append", default=[], metavar=("RUN_AT_DP", "RUN_AT_ONE"),
+                   help="from a one-rank FSDP2 CPU capture (gloo) to --dp N: the same program at another model "
+                        "size recorded at DP N and at one rank, on the same host; what N ranks add in each FSDP2 "
+                        "hook is fitted on these pairs (repeat the option for more pairs; "
+                        "lumos/transform/host_dp_costs.py)")
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", default=None, help="write the prediction JSON here")
@@ -146,6 +151,8 @@ def run(args) -> int:
     try:
         if args.dp is not None and _host_collective_base(args):
             return _run_host_dp(args)
+        if args.dp is not None and (args.dp_calibration or _one_rank_fsdp_base(args)):
+            return _run_from_one_rank(args)
         base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.kernels,
                                     args.recordings)
     except ValueError as exc:
@@ -190,6 +197,12 @@ def _host_collective_base(args) -> bool:
     return host_collective_run(_base_tables(args.base), args.step)
 
 
+def _one_rank_fsdp_base(args) -> bool:
+    from lumos.analysis.predict_host import one_rank_fsdp_run
+
+    return one_rank_fsdp_run(_base_tables(args.base), args.step)
+
+
 # what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
 _NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "global_batch", "micro_batch", "compute_speed",
                      "network_speed", "fsdp_strategy")
@@ -212,6 +225,29 @@ def _run_host_dp(args) -> int:
     doc = predict_one_rank(base, actual_tables=load_run(args.actual) if args.actual else None, step=args.step,
                            host=args.host, recordings=[load_run(r) for r in args.recordings],
                            base_name=str(args.base))
+    return _emit(args, doc)
+
+
+def _run_from_one_rank(args) -> int:
+    """`--dp N` from a one-rank FSDP2 CPU capture, with `--dp-calibration` (`lumos.analysis.predict_host`)."""
+    from lumos.analysis.predict_host import predict_from_one_rank
+    from lumos.trace import load_run
+
+    base = _base_tables(args.base)
+    also = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_HOST_DP if getattr(args, k) is not None]
+    if also or args.samples:
+        asked = ", ".join(also + (["--samples"] if args.samples else []))
+        raise UserError(f"{base[0].path}: from a one-rank FSDP2 CPU capture only --dp N (with --dp-calibration) "
+                        f"is predicted, not {asked}")
+    if not args.dp_calibration:
+        raise UserError(f"{base[0].path}: a one-rank FSDP2 capture has FSDP2's hooks but none of the work "
+                        f"{args.dp} ranks do in them, and nothing that times gloo on this host: give "
+                        "--dp-calibration RUN_AT_DP RUN_AT_ONE, the same program at another model size recorded "
+                        f"at DP {args.dp} and at one rank on the same host (e.g. resources/traces/fsdp_cpu_sizes)")
+    pairs = [(load_run(a), load_run(b)) for a, b in args.dp_calibration]
+    doc = predict_from_one_rank(base, args.dp, pairs, actual_tables=load_run(args.actual) if args.actual else None,
+                                step=args.step, host=args.host, recordings=[load_run(r) for r in args.recordings],
+                                base_name=str(args.base))
     return _emit(args, doc)
 
 

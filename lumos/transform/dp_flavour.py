@@ -167,7 +167,7 @@ def _phase(table: TraceTable, fsdp_outer: int, layer: int, phase_row: int, ts: f
     a collective issued on a thread that runs backward layers and no forward one (autograd's, where
     gradient hooks launch a bucket's reduction) is the backward's."""
     if fsdp_outer >= 0:
-        what = _fsdp_unit(str(table.name[fsdp_outer]))[0]
+        what = fsdp_range_unit(str(table.name[fsdp_outer]))[0]
         if what in FORWARD_WORK:
             return "forward"
         if what not in ("all_gather", "all_gather_copy_out"):
@@ -181,7 +181,7 @@ def _phase(table: TraceTable, fsdp_outer: int, layer: int, phase_row: int, ts: f
     return "backward" if on_backward_thread else "forward"
 
 
-def _fsdp_unit(name: str) -> tuple[str, str, bool] | None:
+def fsdp_range_unit(name: str) -> tuple[str, str, bool] | None:
     """(what, unit, prefetch) of an FSDP2 range name, or None."""
     m = FSDP2_RANGE.match(name)
     if not m:
@@ -205,7 +205,7 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
     ann_names = names[table.cat[host] == schema.ANNOTATION]
     fsdp2 = host[starts("FSDP::")]
     fsdp1 = bool(np.any(starts(FSDP1_PREFIX)))
-    parsed = {int(r): _fsdp_unit(str(table.name[r])) for r in fsdp2}
+    parsed = {int(r): fsdp_range_unit(str(table.name[r])) for r in fsdp2}
     prefetches = np.array([r for r in fsdp2 if parsed[int(r)][2]], dtype=np.int64)
     layer_rows = np.array([r for r, n in zip(ann, ann_names) if ANN.match(n)], dtype=np.int64)
     phase_rows = ann[(ann_names == "forward") | (ann_names == "backward")]

@@ -20,6 +20,12 @@ Kept as measured, and said in the notes: the copy-out (at one rank the per-param
 its place); the optimizer step (it then updates every parameter, not 1/DP of them; on the CPU
 captures its cost is per call more than per element); the compute of ranks that shared the
 machine's cores.
+
+`from_one_rank` goes the other way, where a one-rank base holds nothing of the work: each FSDP2 hook
+range of the step (`fsdp_hooks`) gets the time a larger group adds inside it, read off
+calibration recordings of another model size (`host_dp_costs`), as host time before the first op
+the hook runs; the time outside the hooks is scaled by the calibration's slowdown of processes
+sharing the host.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ import numpy as np
 from lumos.graph.model import EdgeClass, Graph, TaskKind
 from lumos.trace import TraceTable
 
-from .dp_flavour import collective_kind
+from lumos.trace.steps import select_step
 
-__all__ = ["HostCollectives", "find_host_collectives", "to_one_rank"]
+from .dp_flavour import collective_kind, find_dp_flavour
+from .fsdp_hooks import hook_ranges
+from .host_dp_costs import HostCollectiveCosts
+
+__all__ = ["HostCollectives", "find_host_collectives", "from_one_rank", "to_one_rank"]
 
 ALL_GATHER_RANGE = "FSDP::all_gather"          # FSDP2's unshard; not its `FSDP::all_gather_copy_out`
 COPY_OUT_RANGE = "FSDP::all_gather_copy_out"
@@ -105,3 +115,68 @@ def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives
              "the optimizer step (it then updates every parameter), and every op's time as it ran beside the "
              "other ranks on this host"]
     return out, found, notes
+
+
+def _hook_mask(graph: Graph, table: TraceTable, hooks) -> np.ndarray:
+    """CPU tasks of `graph` whose trace op starts inside one of the hook ranges."""
+    inside = np.zeros(graph.n_tasks, dtype=bool)
+    cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
+    ts = table.ts[graph.event[cpu]]
+    for h in hooks:
+        inside[cpu[(ts >= h.start) & (ts < h.end)]] = True
+    return inside
+
+
+def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -> tuple[Graph, dict, list[str]]:
+    """`graph` (one step of a one-rank FSDP2 run, `table`) as it would run at `costs.dp` ranks: each
+    hook range's added time (`HostCollectiveCosts.cost` at its unit's size) as a lag before the
+    first CPU task that starts in it, or after it where none does; every task and lag outside
+    the hooks scaled by `costs.outside_scale`. Also what was added, per hook role."""
+    step = select_step(table, graph.summary.get("step"))
+    hooks = hook_ranges(table, step)
+    if not hooks:
+        raise ValueError(f"{table.path}: no FSDP2 hook range in step {graph.summary.get('step')}: "
+                         "nothing tells where a larger group's collectives would run")
+    elements = find_dp_flavour(table, graph.summary.get("step")).unit_elements
+    cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
+    cpu = cpu[np.argsort(table.ts[graph.event[cpu]], kind="stable")]
+    cpu_ts = table.ts[graph.event[cpu]]
+    added = np.zeros(graph.n_tasks)
+    by_role: dict[str, float] = {}
+    for h in hooks:
+        if h.unit not in elements:
+            raise ValueError(f"{table.path}: the size of FSDP2 unit {h.unit!r} (hook {h.name}) is not in the "
+                             "trace (no fsdp::chunk_cat inside its hooks)")
+        extra = costs.cost(h.role, elements[h.unit], f"{table.path}: {h.name}")
+        i = int(np.searchsorted(cpu_ts, h.start))
+        if i == len(cpu):
+            raise ValueError(f"{table.path}: no CPU op at or after FSDP2 hook {h.name} in step "
+                             f"{graph.summary.get('step')}")
+        added[cpu[i]] += extra
+        label = f"{h.what}{' (root)' if h.role[1] else ''}"
+        by_role[label] = by_role.get(label, 0.0) + extra
+    out = graph.copy()
+    out.dur, out.lag = out.dur.copy(), out.lag.copy()
+    outside = (graph.kind == TaskKind.CPU) & ~_hook_mask(graph, table, hooks)
+    out.dur[outside] *= costs.outside_scale
+    out.lag[outside[out.dst]] *= costs.outside_scale
+    incoming = np.bincount(out.dst, minlength=out.n_tasks) > 0
+    hit = np.flatnonzero(added != 0)
+    first = hit[~incoming[hit]]            # the step's first task: the time runs before it ends
+    out.dur[first] += added[first]
+    into = incoming[out.dst] & (added[out.dst] != 0)
+    out.lag[into] += added[out.dst[into]]
+    out.summary = {**graph.summary, "host_collectives_added_us": {k: round(v, 1) for k, v in by_role.items()}}
+    notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {len(hooks)} FSDP2 hook ranges of the step each "
+             f"given the time {costs.dp} ranks add inside it ({sum(by_role.values()) / 1e3:.3f} ms in all), "
+             f"fitted per hook on {len(costs.recordings)} calibration pairs ({', '.join(costs.recordings)}); "
+             f"the time outside the hooks x{costs.outside_scale:.3f} (the calibration's processes sharing "
+             "the host's cores)"]
+    far = sorted({f"{h.unit} ({elements[h.unit]})" for h in hooks
+                  if not (costs.hooks[h.role].elements[0] <= elements[h.unit] <= costs.hooks[h.role].elements[1])})
+    flat = sorted({f"{w}{' (root)' if r else ''}" for (w, r), c in costs.hooks.items() if c.elements[0] == c.elements[1]})
+    if far:
+        notes.append(f"units outside the calibration's sizes (parameters): {', '.join(far)}; "
+                     + ("their hooks' added time taken as at the one calibration size, not scaled" if flat else
+                        "extrapolated along each hook's fitted line"))
+    return out, by_role, notes

@@ -18,6 +18,7 @@ def test_one_process_joins_a_group_of_one_and_writes_fsdp_ranges(tmp_path, tiny_
     (t,) = load_run(out)
     assert t.metadata["lumosCapture"]["fsdp"] == "grad_op"
     assert t.metadata["distributedInfo"]["world_size"] == 1
+    assert t.metadata["lumosCapture"]["cpus"] == sorted(os.sched_getaffinity(0))   # not pinned: every core
     f = find_dp_flavour(t)
     assert f.kind == "fsdp" and f.units == ["root", "blocks.0", "blocks.1"]
     assert f.unit_layers == {"root": "embedding", "blocks.0": "layer_0", "blocks.1": "layer_1"}
@@ -33,12 +34,16 @@ def test_two_ranks_under_torchrun_all_gather_and_reduce_scatter(tmp_path, tiny_a
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "lumos.capture.gpt", *tiny_args, "--device", "cpu", "--fsdp", "full", "--out", str(out)],
+         "-m", "lumos.capture.gpt", *tiny_args, "--device", "cpu", "--fsdp", "full", "--pin-core",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=180, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "returned a view tensor" not in res.stderr
     tables = load_run(out)
     assert [t.rank for t in tables] == [0, 1]
+    # --pin-core: each process on the LOCAL_RANK-th core it may use
+    cores = sorted(os.sched_getaffinity(0))
+    assert [t.metadata["lumosCapture"]["cpus"] for t in tables] == [[cores[0]], [cores[1 % len(cores)]]]
     for t in tables:
         f = find_dp_flavour(t)
         assert f.kind == "fsdp_full"

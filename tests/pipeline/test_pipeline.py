@@ -80,6 +80,9 @@ def work(tmp_path_factory) -> Path:
         shutil.copytree(H200 / run, work / "h200" / run)
     profile["h200"]["dir"] = "h200"
     profile["fsdp_cpu"]["dir"] = str(ROOT / profile["fsdp_cpu"]["dir"])   # read only: the repository's
+    for t in profile["fsdp_cpu"]["targets"].values():
+        if "dir" in t:
+            t["dir"] = str(ROOT / t["dir"])
     peer = profile["endtoend"]["fig7"]["peer"]   # the repository's file (Fig. 7's measurements are the package's)
     peer["file"] = str(ROOT / peer["file"])
     (work / "tiny.yaml").write_text(yaml.safe_dump(profile))
@@ -125,13 +128,22 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert lo < whatif["predicted_iteration_ms"].iloc[0] < hi and whatif["width90_pct"].iloc[0] > 4.0
     assert whatif["measured_in_90_pct"].iloc[0] == pytest.approx(100 / 3, abs=1e-3)   # 1 of the 3 measured steps
     # FSDP2 over gloo, 2 CPU ranks -> 1 (measured on this machine): from each recording, own and pooled host
-    cpu = pd.read_csv(tables / "fsdp_cpu_whatif.csv")
+    every = pd.read_csv(tables / "fsdp_cpu_whatif.csv")
+    assert set(every["source"]) == {"measured on this machine (CPU)"}
+    cpu = every[every["target"] == "one_rank"]
     assert list(zip(cpu["base"], cpu["steps_from"])) == [("full_2rank_r0", "own steps"), ("full_2rank_r1", "own steps"),
                                                    ("full_2rank_r0", "all base recordings"),
                                                    ("full_2rank_r1", "all base recordings")]
-    assert set(cpu["source"]) == {"measured on this machine (CPU)"} and (cpu["n_measured"] == 6).all()
+    assert (cpu["n_measured"] == 6).all()
     assert cpu["measured_iteration_ms"].iloc[0] == pytest.approx(17.470, abs=1e-3)   # both 1-rank recordings
     assert cpu["predicted_iteration_ms"].iloc[0] == pytest.approx(18.235, abs=1e-3)
+    # 1 -> 2 ranks with --dp-calibration on the two other sizes (its pairs are not in the table's flags)
+    up = every[every["target"] == "two_ranks"]
+    assert list(zip(up["base"], up["steps_from"])) == [("h64_1rank_r0", "own steps"), ("h64_1rank_r1", "own steps"),
+                                                 ("h64_1rank_r0", "all base recordings"),
+                                                 ("h64_1rank_r1", "all base recordings")]
+    assert set(up["flags"]) == {"--dp 2"} and (up["n_measured"] == 9).all()   # rank 0 of three 2-rank recordings
+    assert up["predicted_iteration_ms"].iloc[2] == pytest.approx(50.091, abs=1e-3)
     real = pd.read_csv(tables / "replay_real.csv")
     row = real.iloc[0]
     assert (row["trace"], row["rank"], row["step"], row["tasks"], row["violations"]) == ("dlrm_rank0", 0, 10, 1460, 0)

@@ -93,10 +93,30 @@ def seed_constraint(seeds):
     return "|".join(str(s) for s in seeds) or "(?!)"
 
 
-def fsdp_cpu_dirs(name):
-    """The recordings (`NAME_rK` directories) of one configuration under fsdp_cpu.dir."""
-    root = Path(config["fsdp_cpu"]["dir"])
-    return sorted(str(p) for p in root.iterdir() if p.is_dir() and re.fullmatch(rf"{re.escape(name)}_r\d+", p.name))
+def fsdp_cpu_target(label):
+    """One fsdp_cpu target, with the block's `dir` and `bases` where it names none of its own."""
+    f = config["fsdp_cpu"]
+    t = f["targets"][label]
+    return {**t, "dir": t.get("dir", f["dir"]), "bases": t.get("bases", f["bases"]), "calibration": t.get("calibration", [])}
+
+
+def fsdp_cpu_dirs(name, root):
+    """The recordings (`NAME_rK` directories) of one configuration under `root`."""
+    return sorted(str(p) for p in Path(root).iterdir() if p.is_dir() and re.fullmatch(rf"{re.escape(name)}_r\d+", p.name))
+
+
+def fsdp_cpu_calibration(label):
+    """The target's calibration pairs (`lumos predict --dp-calibration`): for each [AT_DP, AT_ONE]
+    configuration pair, every recording AT_DP_rK with AT_ONE_rK, as directories."""
+    t = fsdp_cpu_target(label)
+    pairs = []
+    for at_dp, at_one in t["calibration"]:
+        for d in fsdp_cpu_dirs(at_dp, t["dir"]):
+            one = Path(t["dir"]) / f"{at_one}_{d.rsplit('_', 1)[1]}"
+            if not one.is_dir():
+                raise ValueError(f"config: fsdp_cpu.targets.{label}.calibration: {d} has no partner {one}")
+            pairs.append((d, str(one)))
+    return pairs
 
 
 def check_config():
@@ -127,12 +147,17 @@ def check_config():
                 raise ValueError(f"config: h200.targets.{label}: no recording of {t['config']!r} under {h['dir']}")
     f = config.get("fsdp_cpu")
     if f:
-        for b in f["bases"]:
-            if not (Path(f["dir"]) / b).is_dir():
-                raise ValueError(f"config: fsdp_cpu.bases: {b!r} is not a run directory under {f['dir']}")
-        for label, t in f["targets"].items():
-            if not fsdp_cpu_dirs(t["config"]):
-                raise ValueError(f"config: fsdp_cpu.targets.{label}: no recording {t['config']}_rK under {f['dir']}")
+        for label in f["targets"]:
+            t = fsdp_cpu_target(label)
+            for b in t["bases"]:
+                if not (Path(t["dir"]) / b).is_dir():
+                    raise ValueError(f"config: fsdp_cpu.targets.{label}: base {b!r} is not a run directory "
+                                     f"under {t['dir']}")
+            if not fsdp_cpu_dirs(t["config"], t["dir"]):
+                raise ValueError(f"config: fsdp_cpu.targets.{label}: no recording {t['config']}_rK under {t['dir']}")
+            if t["calibration"] and not fsdp_cpu_calibration(label):
+                raise ValueError(f"config: fsdp_cpu.targets.{label}.calibration: no recording of "
+                                 f"{t['calibration']} under {t['dir']}")
 
 
 check_config()

@@ -114,26 +114,40 @@ for _mode, _targets in sharded_targets().items():
             "../scripts/predict_variants.py"
 
 
-# Measured on this machine (CPU): FSDP2 over gloo (resources/traces/fsdp_cpu). The one DP change a
-# host-collective base is predicted for, 2 ranks -> 1 (`lumos predict BASE --dp 1`,
-# lumos/transform/host_dp.py), from each base recording against every recording of the target.
+# Measured on this machine (CPU): FSDP2 over gloo (resources/traces/fsdp_cpu, fsdp_cpu_sizes). The DP
+# changes a host-collective base is predicted for (lumos/transform/host_dp.py): 2 ranks -> 1 (`lumos
+# predict BASE --dp 1`), and 1 -> 2 with what 2 ranks add fitted on other model sizes (`--dp-calibration`),
+# from each base recording against every recording of the target.
 FSDP_CPU = config.get("fsdp_cpu") or {}
 
 
-def fsdp_cpu_bases():
-    return [str(Path(FSDP_CPU["dir"]) / b) for b in FSDP_CPU["bases"]]
+def fsdp_cpu_bases(label):
+    t = fsdp_cpu_target(label)
+    return [str(Path(t["dir"]) / b) for b in t["bases"]]
+
+
+def fsdp_cpu_actual(label):
+    t = fsdp_cpu_target(label)
+    return fsdp_cpu_dirs(t["config"], t["dir"])
+
+
+def fsdp_cpu_calibration_flags(label):
+    """The target's calibration pairs as `--dp-calibration AT_DP AT_ONE`."""
+    return [x for pair in fsdp_cpu_calibration(label) for x in ("--dp-calibration", *pair)]
 
 
 rule predict_fsdp_cpu:
     input:
-        base=lambda w: recorded_files(fsdp_cpu_bases()),
-        actual=lambda w: recorded_files(fsdp_cpu_dirs(FSDP_CPU["targets"][w.label]["config"])),
+        base=lambda w: recorded_files(fsdp_cpu_bases(w.label)),
+        actual=lambda w: recorded_files(fsdp_cpu_actual(w.label)),
+        calibration=lambda w: recorded_files([d for pair in fsdp_cpu_calibration(w.label) for d in pair]),
     output:
         json=f"{R}/predict_fsdp_cpu/{{label}}.json",
     params:
-        bases=lambda w: fsdp_cpu_bases(),
-        actual=lambda w: fsdp_cpu_dirs(FSDP_CPU["targets"][w.label]["config"]),
-        flags=lambda w: list(FSDP_CPU["targets"][w.label]["flags"]),
+        bases=lambda w: fsdp_cpu_bases(w.label),
+        actual=lambda w: fsdp_cpu_actual(w.label),
+        flags=lambda w: list(fsdp_cpu_target(w.label)["flags"]),
+        extra=lambda w: fsdp_cpu_calibration_flags(w.label),
         samples=0,
         steps_pooled=FSDP_CPU.get("steps_pooled", False),
         source="measured on this machine (CPU)",
@@ -157,11 +171,14 @@ rule table_fsdp_cpu_whatif:
         md=f"{R}/tables/fsdp_cpu_whatif.md",
     params:
         calibration=[],
-        title=("FSDP2 over gloo, 2 ranks -> 1, measured on this machine (CPU; the bundled GPT, "
-               "resources/traces/fsdp_cpu): predicted from each 2-rank recording (`lumos predict BASE --dp 1`) "
-               "vs the mean of every profiled step of the 1-rank recordings; spread = (max - min) / mean of "
-               "those; steps from = host work the median over the base's own profiled steps, or over all base "
-               "recordings' (`--other-recordings`)"),
+        title=("FSDP2 over gloo, measured on this machine (CPU; the bundled GPT): 2 ranks -> 1 "
+               "(`lumos predict BASE --dp 1`; one_rank: resources/traces/fsdp_cpu, one_rank_pinned: "
+               "resources/traces/fsdp_cpu_sizes) and 1 -> 2 (two_ranks: `--dp 2 --dp-calibration`, what 2 ranks add "
+               "in each FSDP2 hook fitted on two other model sizes recorded at 1 and 2 ranks in the same rounds, "
+               "resources/traces/fsdp_cpu_sizes), predicted from each base recording vs the mean of every profiled "
+               "step of every rank of the target's recordings; spread = (max - min) / mean of those; steps from = "
+               "host work the median over the base's own profiled steps, or over all base recordings' "
+               "(`--other-recordings`)"),
     log:
         f"{R}/logs/table/fsdp_cpu_whatif.log",
     threads: 1

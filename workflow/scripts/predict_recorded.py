@@ -1,6 +1,7 @@
-"""Shim of rules `predict_h200` and `predict_fsdp_cpu`: `lumos predict BASE FLAGS` from each base
+"""Shim of rules `predict_h200` and `predict_fsdp_cpu`: `lumos predict BASE FLAGS EXTRA` from each base
 recording (and, with `steps_pooled`, again with `--other-recordings` the other base recordings), and every
-measured step of the target's recordings; `source` says what the recordings were measured on."""
+measured step of the target's recordings; `source` says what the recordings were measured on; `extra`
+(calibration recordings) is not part of the target's flags in the table."""
 import json
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ with logged(smk):
     from lumos.analysis.predict import measured_steps
 
     samples = ["--samples", str(smk.params.samples), "--seed", "0"] if smk.params.samples else []
+    extra = list(smk.params.get("extra", None) or [])
 
     def predictions(pooled: bool) -> tuple[dict, dict]:
         """The first base's `lumos predict` document, and predicted_by_base, clock_by_base,
@@ -21,7 +23,7 @@ with logged(smk):
         first, out = None, {}
         for b in smk.params.bases:
             lend = ["--other-recordings", *[str(o) for o in smk.params.bases if o != b]] if pooled else []
-            d = json.loads(run_cli(["predict", str(b), *smk.params.flags, *samples, "--format", "json", *lend]))
+            d = json.loads(run_cli(["predict", str(b), *smk.params.flags, *extra, *samples, "--format", "json", *lend]))
             first = first or d
             name = Path(b).name
             out.setdefault("predicted_by_base", {})[name] = d["predicted"]
