@@ -100,3 +100,14 @@ def test_import_linter_sees_every_import():
                      if re.search(r"\bimport_module\(|__import__\(", p.read_text(encoding="utf-8")))
     assert dynamic == ["lumos/cli.py"]
     assert all(module.startswith("lumos.commands.") for module, _ in lumos.cli.COMMANDS.values())
+
+
+# Issue 33: modules small enough to read; one over it is split by what its parts do.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_of_the_package_is_over_600_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "lumos").rglob("*.py")}
+    assert len(sizes) > 100 and max(sizes.values()) > 400   # the walk found the package, large modules included
+    over = {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"

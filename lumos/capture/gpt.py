@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import require_torch
+from .affinity import cores, pin_to_core
 from .sharding import MODES as FSDP_MODES, ensure_process_group
 
 
@@ -485,7 +486,7 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
             "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches, "annotate": annotate,
             "parameters": cfg.parameter_count(), "fsdp": fsdp,
-            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+            "cpus": cores()}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
@@ -559,16 +560,6 @@ def config_from_args(args: argparse.Namespace) -> GPTConfig:
                      vocab=args.vocab, attention=args.attention)
 
 
-def pin_to_core(local_rank: int) -> int:
-    """Restrict this process to the `local_rank`-th core it may use; that core."""
-    if not hasattr(os, "sched_setaffinity"):
-        raise ValueError("--pin-core: this platform cannot set a process's cores (no os.sched_setaffinity)")
-    cores = sorted(os.sched_getaffinity(0))
-    core = cores[local_rank % len(cores)]
-    os.sched_setaffinity(0, {core})
-    return core
-
-
 def run_from_args(args: argparse.Namespace) -> Path:
     cfg = config_from_args(args)
     if args.steps < 1 or args.warmup < 0:
@@ -576,7 +567,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
     if args.micro_batches < 1:
         raise ValueError(f"--micro-batches must be >= 1, got {args.micro_batches}")
     if getattr(args, "pin_core", False):
-        pin_to_core(int(os.environ.get("LOCAL_RANK", "0")))
+        pin_to_core(int(os.environ.get("LOCAL_RANK", "0")))   # before torch starts its threads
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
