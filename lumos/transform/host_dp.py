@@ -163,9 +163,11 @@ def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -
     incoming = np.bincount(out.dst, minlength=out.n_tasks) > 0
     hit = np.flatnonzero(added != 0)
     first = hit[~incoming[hit]]            # the step's first task: the time runs before it ends
-    out.dur[first] += added[first]
+    # a hook whose fitted time is below zero (a few us of noise, on hooks that add nothing) takes
+    # out no more than the lag or op it lands on
+    out.dur[first] = np.maximum(out.dur[first] + added[first], 0.0)
     into = incoming[out.dst] & (added[out.dst] != 0)
-    out.lag[into] += added[out.dst[into]]
+    out.lag[into] = np.maximum(out.lag[into] + added[out.dst[into]], 0.0)
     out.summary = {**graph.summary, "host_collectives_added_us": {k: round(v, 1) for k, v in by_role.items()}}
     notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {len(hooks)} FSDP2 hook ranges of the step each "
              f"given the time {costs.dp} ranks add inside it ({sum(by_role.values()) / 1e3:.3f} ms in all), "
