@@ -218,7 +218,9 @@ def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device
                              "model all-reduce DP, FSDP / ZeRO-3, SHARD_GRAD_OP and sharded optimizers with "
                              "their collectives in the trace; a prediction from this base would answer for a "
                              "different program, so none is made (`lumos replay --structure` shows what was "
-                             "found)")
+                             "found)" + (". From a one-rank FSDP2 capture on CPU, --dp N alone is predicted, with "
+                                         "--dp-calibration RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a "
+                                         "one-rank CPU capture\")" if f.kind == "fsdp" and not on_device else ""))
     kinds = {f.kind for f in flavours.values()}
     if len(kinds) > 1 and kinds & set(SHARDED_MEMORY):
         raise ValueError(f"{tables[0].path}: the base's ranks train with different DP flavours "

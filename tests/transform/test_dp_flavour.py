@@ -109,6 +109,8 @@ def test_predict_refuses_a_sharded_base_with_the_reason(capsys):
     # FSDP over a group of one has no collective to resize; 2 ranks on gloo have host collectives only
     assert "(a group of one: no collective to tell whether it reshards after forward)" in err
     assert "with their collectives in the trace" in err
+    assert err.endswith("From a one-rank FSDP2 capture on CPU, --dp N alone is predicted, with --dp-calibration "
+                        "RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a one-rank CPU capture\")")
     with pytest.raises(ValueError, match=r"rank0\.json\.gz: the base's collectives are host ops \(15 in the "
                                          r"iteration, e\.g\. c10d::_allgather_base_\)"):
         base_plan(load_run(FSDP / "full_2rank_r0"))
