@@ -239,6 +239,8 @@ def _run_from_one_rank(args) -> int:
         asked = ", ".join(also + (["--samples"] if args.samples else []))
         raise UserError(f"{base[0].path}: from a one-rank FSDP2 CPU capture only --dp N (with --dp-calibration) "
                         f"is predicted, not {asked}")
+    if args.dp < 2:
+        raise UserError(f"{base[0].path}: the base runs at DP 1 already (a one-rank FSDP2 capture)")
     if not args.dp_calibration:
         raise UserError(f"{base[0].path}: a one-rank FSDP2 capture has FSDP2's hooks but none of the work "
                         f"{args.dp} ranks do in them, and nothing that times gloo on this host: give "

@@ -153,6 +153,7 @@ def test_predict_two_ranks_from_one_with_calibration(capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--dp", "2"], "a one-rank FSDP2 capture has FSDP2's hooks but none of the work 2 ranks do in them"),
+    (["--dp", "1"], "the base runs at DP 1 already (a one-rank FSDP2 capture)"),
     (["--dp", "4", "--dp-calibration", str(SIZES / "h32_2rank_r0"), str(SIZES / "h32_1rank_r0")],
      "--dp 4 asked, but the calibration recordings ran at DP 2"),
     (["--dp", "2", "--layers", "4", "--dp-calibration", str(SIZES / "h32_2rank_r0"), str(SIZES / "h32_1rank_r0")],
