@@ -543,7 +543,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp", choices=FSDP_MODES, default="off",
                    help="shard the model with FSDP2 (fully_shard per block, then the root) instead of "
                         "all-reducing gradient buckets: full reshards after forward (FULL_SHARD, ZeRO-3), "
-                        "grad_op keeps the gathered parameters until the backward (SHARD_GRAD_OP, ZeRO-2); "
+                        "grad_op keeps the gathered parameters until the backward (SHARD_GRAD_OP, ZeRO-2), "
+                        "hsdp shards within groups of 2 ranks and all-reduces across them (HSDP, 4+ ranks); "
                         "one process joins a one-rank group (default %(default)s)")
     p.add_argument("--pin-core", action="store_true",
                    help="run each process on one core of those it may use (the LOCAL_RANK-th), as one rank per "

@@ -14,6 +14,11 @@ reduce-scatters (`set_requires_gradient_sync(False)` before the others), as the
 FSDP2 documentation recommends. The ranges above are FSDP2's own (torch
 `torch/distributed/fsdp/_fully_shard/_fsdp_state.py` and `_fsdp_param_group.py`).
 
+`--fsdp hsdp` shards within groups of `HSDP_SHARD` ranks and replicates across them (HSDP: a 2-D
+device mesh, FSDP2's `fully_shard(mesh=...)` with dimensions replicate x shard): the gradients are
+reduce-scattered within the shard group, then all-reduced across the replicas; it needs at least
+two shard groups. It reshards after forward, as `full`.
+
 One process needs a process group too: outside torchrun this joins a one-rank
 gloo (CPU) or NCCL (CUDA) group on an in-memory store, so a 1-rank capture runs
 the same collectives a DP run does, on a group of one.
@@ -25,7 +30,8 @@ import warnings
 
 from . import require_torch
 
-MODES = ("off", "full", "grad_op")
+MODES = ("off", "full", "grad_op", "hsdp")
+HSDP_SHARD = 2   # ranks per shard group of `hsdp` (a host's GPUs, in a real job)
 
 
 def ensure_process_group(device) -> bool:
@@ -50,8 +56,15 @@ def shard_model(model, device, mode: str) -> None:
     # FSDP2 warns that an in-place op on such a view would skip its pre-backward hook. Nothing
     # here writes into a block's output in place, so the warning says nothing about this model.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
-    reshard = mode == "full"
+    world = torch.distributed.get_world_size()
+    if mode == "hsdp":   # shard within groups of HSDP_SHARD ranks, replicate (all-reduce) across them
+        if world < 2 * HSDP_SHARD or world % HSDP_SHARD:
+            raise ValueError(f"--fsdp hsdp needs a multiple of {HSDP_SHARD} ranks, at least {2 * HSDP_SHARD}; "
+                             f"got {world}")
+        mesh = init_device_mesh(device.type, (world // HSDP_SHARD, HSDP_SHARD), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (world,))
+    reshard = mode in ("full", "hsdp")
     for block in model.blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)

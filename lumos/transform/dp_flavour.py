@@ -336,12 +336,17 @@ def _classify(table: TraceTable, colls: list[Collective], units: list[str], unit
 
 def host_dp_degree(tables, step: int | None = None, flavours: dict | None = None) -> int:
     """The DP degree a run's host-side collectives show, for a run whose device shows none (gloo on
-    CPU): the group of its all-gathers / reduce-scatters (output over input), else, for all-reduces
+    CPU): for HSDP the world size (shard group x replicas), else the group of its all-gathers /
+    reduce-scatters (output over input), else, for all-reduces
     on a run with one process group (`distributedInfo.pg_config`), that group's size; 1 otherwise.
     `flavours`: rank -> `find_dp_flavour` of that rank's table, where the caller has them."""
     best = 1
     for t in tables:
         f = flavours[t.rank] if flavours else find_dp_flavour(t, step)
+        world = int((t.metadata.get("distributedInfo") or {}).get("world_size") or 1)
+        if f.kind == "hsdp":   # shard group x replicas: every rank of the run holds a DP share
+            best = max(best, world)
+            continue
         groups = [c.group for c in f.collectives if c.kind != "all_reduce" and c.group > 0]
         if groups:
             best = max(best, max(groups))

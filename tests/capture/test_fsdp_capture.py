@@ -50,3 +50,9 @@ def test_two_ranks_under_torchrun_all_gather_and_reduce_scatter(tmp_path, tiny_a
         assert f.counts() == {"all_gather": 6, "reduce_scatter": 3}
         assert {c.group for c in f.collectives} == {2}
         assert [c.kind for c in f.collectives][-3:] == ["reduce_scatter"] * 3
+
+
+def test_hsdp_needs_two_shard_groups(tmp_path, tiny_args, capsys):
+    assert lumos_main(["capture", "gpt", *tiny_args, "--device", "cpu", "--fsdp", "hsdp",
+                       "--out", str(tmp_path / "hsdp1")]) == 2
+    assert "--fsdp hsdp needs a multiple of 2 ranks, at least 4; got 1" in capsys.readouterr().err

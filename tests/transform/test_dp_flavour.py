@@ -75,6 +75,24 @@ def test_shard_grad_op_capture_gathers_in_the_forward_only():
     assert f.line().startswith("data parallel: FSDP, parameters kept from forward to backward (SHARD_GRAD_OP")
 
 
+def test_a_real_hsdp_capture_is_read_as_hsdp():
+    """MEASURED ON THIS MACHINE (resources/traces/hsdp_cpu): 4 ranks on gloo, sharded within pairs and
+    replicated across them. Per iteration each rank gathers 12 times within its pair, and after each
+    unit's reduce-scatter in the last micro-batch all-reduces the shard across the pairs."""
+    tables = load_run(ROOT / "resources" / "traces" / "hsdp_cpu" / "hsdp_4rank_r0")
+    assert [t.rank for t in tables] == [0, 1, 2, 3]
+    for t in tables:
+        f = find_dp_flavour(t)
+        assert f.kind == "hsdp" and f.units == ["root", "blocks.0", "blocks.1"]
+        assert f.counts() == {"all_gather": 12, "reduce_scatter": 3, "all_reduce": 3}
+        assert {c.group for c in f.collectives if c.kind != "all_reduce"} == {2}
+        tail = [(c.kind, c.unit) for c in f.collectives][-6:]
+        assert tail == [("reduce_scatter", "blocks.1"), ("all_reduce", "blocks.1"), ("reduce_scatter", "blocks.0"),
+                        ("all_reduce", "blocks.0"), ("reduce_scatter", "root"), ("all_reduce", "root")]
+        assert f.unit_elements == {"root": ROOT_UNIT, "blocks.0": BLOCK, "blocks.1": BLOCK}
+    assert host_dp_degree(tables) == 4    # 2 ranks a shard group x 2 replicas
+
+
 def test_one_rank_fsdp_has_no_collective_but_its_units_and_sizes():
     f = find_dp_flavour(load_run(FSDP / "full_1rank_r0")[0])
     assert f.kind == "fsdp" and f.sharded and f.collectives == []
