@@ -96,9 +96,8 @@ def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
                          "record them at the degree to predict")
     graph, steps = _median_step_graph(table, step, host, recordings)
     target, added, notes = from_one_rank(graph, table, costs)
-    strategy = (table.metadata.get("lumosCapture") or {}).get("fsdp")
-    sharding = {"full": "fsdp_full", "grad_op": "fsdp_grad_op"}.get(strategy, "fsdp")
-    doc = _document(table, target, 1, "fsdp", dp, sharding, notes,
+    # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
+    doc = _document(table, target, 1, "fsdp", dp, costs.sharding, notes,
                     {"added_us": round(sum(added.values()), 1)}, host, steps, base_name)
     doc["calibration"] = costs.as_dict()
     if actual_tables is not None:

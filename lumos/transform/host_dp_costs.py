@@ -50,6 +50,7 @@ class HookCost:
 class HostCollectiveCosts:
     """Per hook role (`HookRange.role`), its `HookCost`; the scale of the time outside the hooks."""
     dp: int
+    sharding: str               # the calibration runs' DP flavour at `dp` (dp_flavour: fsdp_full, ...)
     hooks: dict                 # (what, is_root) -> HookCost
     outside_scale: float
     recordings: list            # "DP_RUN vs ONE_RUN" per pair
@@ -63,7 +64,7 @@ class HostCollectiveCosts:
         return self.hooks[role].at(elements)
 
     def as_dict(self) -> dict:
-        return {"dp": self.dp, "outside_scale": round(self.outside_scale, 4), "recordings": self.recordings,
+        return {"dp": self.dp, "sharding": self.sharding, "outside_scale": round(self.outside_scale, 4), "recordings": self.recordings,
                 "hooks": {f"{w}{' (root)' if r else ''}": {"intercept_us": round(c.intercept_us, 2),
                                                             "us_per_element": c.slope_us_per_element,
                                                             "elements": list(c.elements), "points": c.points}
@@ -97,7 +98,7 @@ def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequen
         raise ValueError("no calibration recording: give the same program at another size, recorded at the "
                          "target's DP degree and at one rank")
     points = defaultdict(list)
-    scales, names, degree = [], [], None
+    scales, names, degree, sharding = [], [], None, None
     for at_dp, at_one in pairs:
         where = f"{at_dp[0].path} vs {at_one[0].path}"
         dp, one = host_dp_degree(at_dp), host_dp_degree(at_one)
@@ -110,6 +111,10 @@ def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequen
         if degree is not None and dp != degree:
             raise ValueError(f"{where}: calibration recordings at DP {degree} and {dp}: one degree at a time")
         degree = dp
+        kind = find_dp_flavour(min(at_dp, key=lambda t: t.rank)).kind
+        if sharding is not None and kind != sharding:
+            raise ValueError(f"{where}: calibration recordings of {sharding} and {kind}: one strategy at a time")
+        sharding = kind
         shapes = [(t.metadata.get("lumosCapture") or {}).get("config") for t in (at_dp[0], at_one[0])]
         if all(shapes) and shapes[0] != shapes[1]:
             raise ValueError(f"{where}: the two recordings train different models ({shapes[0]} vs {shapes[1]}): "
@@ -136,5 +141,5 @@ def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequen
         else:
             slope, intercept = 0.0, float(y.mean())
         hooks[role] = HookCost(float(intercept), float(slope), (int(x.min()), int(x.max())), len(pts))
-    return HostCollectiveCosts(dp=int(degree), hooks=hooks, outside_scale=float(np.mean(scales)),
+    return HostCollectiveCosts(dp=int(degree), sharding=str(sharding), hooks=hooks, outside_scale=float(np.mean(scales)),
                                recordings=names, per_pair_outside=[round(s, 4) for s in scales])

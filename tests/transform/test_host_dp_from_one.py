@@ -70,7 +70,7 @@ def test_hook_ranges_of_a_step_at_one_rank_and_at_two(base):
 def test_calibration_fits_a_line_per_hook_over_the_two_sizes(costs):
     """Measured here: an all-gather before a block's forward adds 1.24 ms + 11.2 ns per parameter at two
     ranks; what outside the hooks runs 1.115x slower with two processes on the two cores."""
-    assert costs.dp == 2 and len(costs.hooks) == 17 and len(costs.recordings) == 6
+    assert costs.dp == 2 and costs.sharding == "fsdp_full" and len(costs.hooks) == 17 and len(costs.recordings) == 6
     pre = costs.hooks[("pre_forward", False)]
     assert pre.elements == (12704, 198272) and pre.points == 36   # 3 blocks x 2 micro-batches x 6 pairs
     assert pre.intercept_us == pytest.approx(1240.562, abs=1e-3)
@@ -88,6 +88,11 @@ def test_calibration_refuses_what_is_not_one_program_at_two_degrees():
         fit_host_collective_costs([(load_run(SIZES / "h32_2rank_r0"), load_run(SIZES / "h128_1rank_r0"))])
     with pytest.raises(ValueError, match=r"no calibration recording"):
         fit_host_collective_costs([])
+    cpu = SIZES.parent / "fsdp_cpu"   # the first captures: FULL_SHARD and SHARD_GRAD_OP at two ranks
+    with pytest.raises(ValueError, match=r"grad_op_2rank_r0/rank0\.json\.gz vs .*: calibration recordings of fsdp_full "
+                                         r"and fsdp_grad_op: one strategy at a time"):
+        fit_host_collective_costs([(load_run(cpu / "full_2rank_r0"), load_run(cpu / "full_1rank_r0")),
+                                   (load_run(cpu / "grad_op_2rank_r0"), load_run(cpu / "full_1rank_r0"))])
 
 
 def test_each_hook_gets_its_time_before_its_first_op_and_the_rest_is_scaled(base, costs):
@@ -127,8 +132,9 @@ def test_added_time_never_shortens_the_step(base, costs, intercepts, scale):
     step later; none added and scale 1 replays the base exactly."""
     table, graph = base
     roles = sorted(costs.hooks)
-    some = HostCollectiveCosts(2, {r: HookCost(x, 0.0, (1, 10**9), 1) for r, x in zip(roles, intercepts)}, scale, [])
-    none = HostCollectiveCosts(2, {r: HookCost(0.0, 0.0, (1, 10**9), 1) for r in roles}, 1.0, [])
+    some = HostCollectiveCosts(2, "fsdp_full", {r: HookCost(x, 0.0, (1, 10**9), 1) for r, x in zip(roles, intercepts)},
+                               scale, [])
+    none = HostCollectiveCosts(2, "fsdp_full", {r: HookCost(0.0, 0.0, (1, 10**9), 1) for r in roles}, 1.0, [])
     assert _span(from_one_rank(graph, table, none)[0]) == pytest.approx(_span(graph), abs=1e-6)
     assert _span(from_one_rank(graph, table, some)[0]) >= _span(graph) - 1e-6
 
