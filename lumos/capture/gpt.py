@@ -485,8 +485,7 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
 
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
             "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches, "annotate": annotate,
-            "parameters": cfg.parameter_count(), "fsdp": fsdp,
-            "cpus": cores()}
+            "parameters": cfg.parameter_count(), "fsdp": fsdp, "cpus": cores()}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
@@ -567,7 +566,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
     if args.micro_batches < 1:
         raise ValueError(f"--micro-batches must be >= 1, got {args.micro_batches}")
-    if getattr(args, "pin_core", False):
+    if args.pin_core:
         pin_to_core(int(os.environ.get("LOCAL_RANK", "0")))   # before torch starts its threads
     path = run_gpt(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup,
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,

@@ -208,15 +208,21 @@ _NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "global_batch", "mic
                      "network_speed", "fsdp_strategy")
 
 
+def _besides_dp(args) -> list[str]:
+    """The flags asked that a host-collective base cannot change (with --samples)."""
+    also = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_HOST_DP if getattr(args, k) is not None]
+    return also + (["--samples"] if args.samples else [])
+
+
 def _run_host_dp(args) -> int:
     """`--dp 1` from a base whose collectives are host ops (`lumos.analysis.predict_host`)."""
     from lumos.analysis.predict_host import predict_one_rank
     from lumos.trace import load_run
 
     base = _base_tables(args.base)
-    also = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_HOST_DP if getattr(args, k) is not None]
-    if args.dp != 1 or also or args.samples:
-        asked = ", ".join(also + (["--samples"] if args.samples else []) + ([f"--dp {args.dp}"] if args.dp != 1 else []))
+    also = _besides_dp(args)
+    if args.dp != 1 or also:
+        asked = ", ".join(also + ([f"--dp {args.dp}"] if args.dp != 1 else []))
         raise UserError(f"{base[0].path}: the base's collectives are host ops (gloo). From such a base only "
                         "--dp 1 alone is predicted (FSDP2 issues no collective at a group of one; "
                         f"lumos/transform/host_dp.py), not {asked}: a larger group would need gloo's time per "
@@ -234,11 +240,10 @@ def _run_from_one_rank(args) -> int:
     from lumos.trace import load_run
 
     base = _base_tables(args.base)
-    also = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_HOST_DP if getattr(args, k) is not None]
-    if also or args.samples:
-        asked = ", ".join(also + (["--samples"] if args.samples else []))
+    also = _besides_dp(args)
+    if also:
         raise UserError(f"{base[0].path}: from a one-rank FSDP2 CPU capture only --dp N (with --dp-calibration) "
-                        f"is predicted, not {asked}")
+                        f"is predicted, not {', '.join(also)}")
     if args.dp < 2:
         raise UserError(f"{base[0].path}: the base runs at DP 1 already (a one-rank FSDP2 capture)")
     if not args.dp_calibration:

@@ -343,9 +343,8 @@ def host_dp_degree(tables, step: int | None = None, flavours: dict | None = None
     best = 1
     for t in tables:
         f = flavours[t.rank] if flavours else find_dp_flavour(t, step)
-        world = int((t.metadata.get("distributedInfo") or {}).get("world_size") or 1)
         if f.kind == "hsdp":   # shard group x replicas: every rank of the run holds a DP share
-            best = max(best, world)
+            best = max(best, int((t.metadata.get("distributedInfo") or {}).get("world_size") or 1))
             continue
         groups = [c.group for c in f.collectives if c.kind != "all_reduce" and c.group > 0]
         if groups:

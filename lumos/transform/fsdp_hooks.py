@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lumos import intervals
 from lumos.trace import TraceTable, schema
 from lumos.trace.steps import Step
 
 from .dp_flavour import ROOT, fsdp_range_unit
 
-__all__ = ["HookRange", "hook_ranges", "outside_hooks_us"]
+__all__ = ["HookRange", "hook_ranges", "outside_hooks_us", "role_label"]
 
 COLLECTIVE_RANGES = ("FSDP::all_gather",)   # also matches `FSDP::all_gather_copy_out`
 
@@ -91,10 +92,10 @@ def hook_ranges(table: TraceTable, step: Step) -> list[HookRange]:
 
 def outside_hooks_us(hooks: list[HookRange], step: Step) -> float:
     """The step's time outside every hook range: the model's own work and the Python around it."""
-    covered, reach = 0.0, -np.inf
-    for h in sorted(hooks, key=lambda h: h.start):
-        lo = max(h.start, reach)
-        if h.end > lo:
-            covered += h.end - lo
-        reach = max(reach, h.end)
+    covered = intervals.length(np.array([h.start for h in hooks]), np.array([h.end for h in hooks]))
     return float(step.end - step.start) - covered
+
+
+def role_label(role: tuple[str, bool]) -> str:
+    """`pre_forward`, `pre_forward (root)`: how a hook role is named in notes and the prediction JSON."""
+    return f"{role[0]}{' (root)' if role[1] else ''}"

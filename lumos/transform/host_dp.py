@@ -40,7 +40,7 @@ from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 
 from .dp_flavour import collective_kind, find_dp_flavour
-from .fsdp_hooks import hook_ranges
+from .fsdp_hooks import hook_ranges, role_label
 from .host_dp_costs import HostCollectiveCosts
 
 __all__ = ["HostCollectives", "find_host_collectives", "from_one_rank", "to_one_rank"]
@@ -117,16 +117,6 @@ def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives
     return out, found, notes
 
 
-def _hook_mask(graph: Graph, table: TraceTable, hooks) -> np.ndarray:
-    """CPU tasks of `graph` whose trace op starts inside one of the hook ranges."""
-    inside = np.zeros(graph.n_tasks, dtype=bool)
-    cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
-    ts = table.ts[graph.event[cpu]]
-    for h in hooks:
-        inside[cpu[(ts >= h.start) & (ts < h.end)]] = True
-    return inside
-
-
 def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -> tuple[Graph, dict, list[str]]:
     """`graph` (one step of a one-rank FSDP2 run, `table`) as it would run at `costs.dp` ranks: each
     hook range's added time (`HostCollectiveCosts.cost` at its unit's size) as a lag before the
@@ -153,11 +143,10 @@ def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -
             raise ValueError(f"{table.path}: no CPU op at or after FSDP2 hook {h.name} in step "
                              f"{graph.summary.get('step')}")
         added[cpu[i]] += extra
-        label = f"{h.what}{' (root)' if h.role[1] else ''}"
-        by_role[label] = by_role.get(label, 0.0) + extra
+        by_role[role_label(h.role)] = by_role.get(role_label(h.role), 0.0) + extra
     out = graph.copy()
     out.dur, out.lag = out.dur.copy(), out.lag.copy()
-    outside = (graph.kind == TaskKind.CPU) & ~_hook_mask(graph, table, hooks)
+    outside = (graph.kind == TaskKind.CPU) & ~_rows_inside(graph, table, np.array([h.row for h in hooks], dtype=np.int64))
     out.dur[outside] *= costs.outside_scale
     out.lag[outside[out.dst]] *= costs.outside_scale
     incoming = np.bincount(out.dst, minlength=out.n_tasks) > 0
@@ -176,7 +165,7 @@ def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -
              "the host's cores)"]
     far = sorted({f"{h.unit} ({elements[h.unit]})" for h in hooks
                   if not (costs.hooks[h.role].elements[0] <= elements[h.unit] <= costs.hooks[h.role].elements[1])})
-    flat = sorted({f"{w}{' (root)' if r else ''}" for (w, r), c in costs.hooks.items() if c.elements[0] == c.elements[1]})
+    flat = any(c.elements[0] == c.elements[1] for c in costs.hooks.values())
     if far:
         notes.append(f"units outside the calibration's sizes (parameters): {', '.join(far)}; "
                      + ("their hooks' added time taken as at the one calibration size, not scaled" if flat else

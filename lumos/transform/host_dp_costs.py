@@ -29,7 +29,7 @@ import numpy as np
 from lumos.trace import TraceTable, find_steps
 
 from .dp_flavour import find_dp_flavour, host_dp_degree
-from .fsdp_hooks import hook_ranges, outside_hooks_us
+from .fsdp_hooks import hook_ranges, outside_hooks_us, role_label
 
 __all__ = ["HookCost", "HostCollectiveCosts", "fit_host_collective_costs"]
 
@@ -58,22 +58,23 @@ class HostCollectiveCosts:
 
     def cost(self, role: tuple[str, bool], elements: int, where: str) -> float:
         if role not in self.hooks:
-            known = ", ".join(sorted(f"{w}{' (root)' if r else ''}" for w, r in self.hooks))
+            known = ", ".join(sorted(role_label(r) for r in self.hooks))
             raise ValueError(f"{where}: FSDP2 hook {role[0]}{' of the root' if role[1] else ''} is in no "
                              f"calibration recording (they have {known}): not the same training program")
         return self.hooks[role].at(elements)
 
     def as_dict(self) -> dict:
-        return {"dp": self.dp, "sharding": self.sharding, "outside_scale": round(self.outside_scale, 4), "recordings": self.recordings,
-                "hooks": {f"{w}{' (root)' if r else ''}": {"intercept_us": round(c.intercept_us, 2),
-                                                            "us_per_element": c.slope_us_per_element,
-                                                            "elements": list(c.elements), "points": c.points}
-                          for (w, r), c in sorted(self.hooks.items())}}
+        return {"dp": self.dp, "sharding": self.sharding, "outside_scale": round(self.outside_scale, 4),
+                "recordings": self.recordings,
+                "hooks": {role_label(r): {"intercept_us": round(c.intercept_us, 2),
+                                          "us_per_element": c.slope_us_per_element,
+                                          "elements": list(c.elements), "points": c.points}
+                          for r, c in sorted(self.hooks.items())}}
 
 
-def _hook_means(tables: Sequence[TraceTable]) -> tuple[dict, float, dict]:
+def _hook_means(tables: Sequence[TraceTable]) -> tuple[dict, float]:
     """Per hook key, (role, unit, mean self time) over every profiled step of every rank; the mean
-    time outside the hooks; the unit sizes (parameters per unit, from the lowest rank)."""
+    time outside the hooks."""
     times, outside = defaultdict(list), []
     roles = {}
     for t in tables:
@@ -85,10 +86,7 @@ def _hook_means(tables: Sequence[TraceTable]) -> tuple[dict, float, dict]:
             for h in hooks:
                 times[h.key].append(h.self_us)
                 roles[h.key] = (h.role, h.unit)
-    first = min(tables, key=lambda t: t.rank)
-    elements = find_dp_flavour(first).unit_elements
-    return {k: (roles[k][0], roles[k][1], float(np.mean(v))) for k, v in times.items()}, float(np.mean(outside)), \
-        elements
+    return {k: (roles[k][0], roles[k][1], float(np.mean(v))) for k, v in times.items()}, float(np.mean(outside))
 
 
 def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequence[TraceTable]]]
@@ -101,7 +99,9 @@ def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequen
     scales, names, degree, sharding = [], [], None, None
     for at_dp, at_one in pairs:
         where = f"{at_dp[0].path} vs {at_one[0].path}"
-        dp, one = host_dp_degree(at_dp), host_dp_degree(at_one)
+        flavours_dp = {t.rank: find_dp_flavour(t) for t in at_dp}
+        flavour_one = {t.rank: find_dp_flavour(t) for t in at_one}
+        dp, one = host_dp_degree(at_dp, flavours=flavours_dp), host_dp_degree(at_one, flavours=flavour_one)
         if one != 1 or len(at_one) != 1:
             raise ValueError(f"{where}: the second recording of a calibration pair must be one rank "
                              f"(it shows DP {one} over {len(at_one)} ranks)")
@@ -111,7 +111,7 @@ def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequen
         if degree is not None and dp != degree:
             raise ValueError(f"{where}: calibration recordings at DP {degree} and {dp}: one degree at a time")
         degree = dp
-        kind = find_dp_flavour(min(at_dp, key=lambda t: t.rank)).kind
+        kind = flavours_dp[min(flavours_dp)].kind
         if sharding is not None and kind != sharding:
             raise ValueError(f"{where}: calibration recordings of {sharding} and {kind}: one strategy at a time")
         sharding = kind
@@ -119,8 +119,9 @@ def fit_host_collective_costs(pairs: Sequence[tuple[Sequence[TraceTable], Sequen
         if all(shapes) and shapes[0] != shapes[1]:
             raise ValueError(f"{where}: the two recordings train different models ({shapes[0]} vs {shapes[1]}): "
                              "a calibration pair is one program at two DP degrees")
-        hooks_dp, out_dp, _ = _hook_means(at_dp)
-        hooks_one, out_one, elements = _hook_means(at_one)
+        hooks_dp, out_dp = _hook_means(at_dp)
+        hooks_one, out_one = _hook_means(at_one)
+        elements = flavour_one[min(flavour_one)].unit_elements
         if set(hooks_dp) != set(hooks_one):
             diff = sorted(set(hooks_dp) ^ set(hooks_one))[:3]
             raise ValueError(f"{where}: the two recordings' FSDP2 hooks differ ({diff} ...): not the same "

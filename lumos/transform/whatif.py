@@ -214,13 +214,14 @@ def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device
                              f"iteration, e.g. {t.name[c.row]}) and no device collective: the transforms "
                              "re-time device collectives only, so a prediction would leave them unmodelled")
         if f.sharded and f.kind not in SHARDED_MEMORY:
+            hint = (". From a one-rank FSDP2 capture on CPU, --dp N alone is predicted, with --dp-calibration "
+                    "RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a one-rank CPU capture\")"
+                    if f.kind == "fsdp" and not on_device else "")
             raise ValueError(f"{t.path}: the base trains with {f.label}; {f.reason}. The what-if transforms "
                              "model all-reduce DP, FSDP / ZeRO-3, SHARD_GRAD_OP and sharded optimizers with "
                              "their collectives in the trace; a prediction from this base would answer for a "
                              "different program, so none is made (`lumos replay --structure` shows what was "
-                             "found)" + (". From a one-rank FSDP2 capture on CPU, --dp N alone is predicted, with "
-                                         "--dp-calibration RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a "
-                                         "one-rank CPU capture\")" if f.kind == "fsdp" and not on_device else ""))
+                             "found)" + hint)
     kinds = {f.kind for f in flavours.values()}
     if len(kinds) > 1 and kinds & set(SHARDED_MEMORY):
         raise ValueError(f"{tables[0].path}: the base's ranks train with different DP flavours "
