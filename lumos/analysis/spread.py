@@ -15,7 +15,8 @@ docs/intervals.md):
   class's occurrences (over all groups) are split where their sorted
   log durations jump by more than `BREAK_LOG` (a factor of 2), except between
   two modes that are both small (a scattered tail stays one mode) unless
-  the jump is above `BREAK_SMALL_LOG` (a factor of 10), and each
+  the jump is above `BREAK_SMALL_LOG` (a factor of 10) or one group
+  holds values of both (two events of one step), and each
   mode is a class of its own. A 4 us gap between ops and a 3 ms Python block
   before the same launch are two modes, not one class whose ratios reach
   750. A task is put in the mode nearest its own duration, so a predicted
@@ -203,19 +204,30 @@ def _transfer_part(values: np.ndarray) -> np.ndarray:
 _FLOOR_US = 1e-3  # log of a zero duration
 
 
-def _breaks(values: np.ndarray) -> np.ndarray:
+def _breaks(values: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
     """Boundaries between a class's modes: geometric midpoints where its sorted log values jump
     by more than `BREAK_LOG`, except between two modes that both hold fewer than
-    `MIN_OCCURRENCES` values unless the jump is above `BREAK_SMALL_LOG` (a factor of 10): a
-    scattered tail (one data-loader wait per step, 0.5 ms to 4 s) stays one mode and never
-    joins a well-observed mode it differs from, while four 15 us gaps and two 16 ms Python
-    blocks before the same call are two modes, not one whose ratios run from 0.002 to 2."""
-    lv = np.sort(np.log(np.maximum(np.asarray(values, np.float64), _FLOOR_US)))
+    `MIN_OCCURRENCES` values unless the jump is above `BREAK_SMALL_LOG` (a factor of 10) or one
+    group (`groups`: each value's step of a rank) holds values of both: a scattered tail (one
+    data-loader wait per step, 0.5 ms to 4 s) stays one mode and never joins a well-observed
+    mode it differs from, while four 15 us gaps and two 16 ms Python blocks before the same call
+    are two modes, not one whose ratios run from 0.002 to 2, and so are one step's 8 ms
+    forward-step blocks and its 33 ms optimizer block (two events of one step, not one event's
+    scatter across steps: merged, the 15B base's interval was 12% wide, its runs 1% apart)."""
+    values = np.asarray(values, np.float64)
+    order = np.argsort(np.log(np.maximum(values, _FLOOR_US)), kind="stable")
+    lv = np.log(np.maximum(values[order], _FLOOR_US))
     jumps = np.diff(lv)
     cuts = np.flatnonzero(jumps > BREAK_LOG)
-    sizes = np.diff(np.concatenate([[0], cuts + 1, [len(lv)]]))
-    small = sizes < MIN_OCCURRENCES
-    cuts = cuts[~(small[:-1] & small[1:]) | (jumps[cuts] > BREAK_SMALL_LOG)]
+    bounds = np.concatenate([[0], cuts + 1, [len(lv)]])
+    small = np.diff(bounds) < MIN_OCCURRENCES
+    keep = ~(small[:-1] & small[1:]) | (jumps[cuts] > BREAK_SMALL_LOG)
+    if groups is not None and len(cuts):
+        g = np.asarray(groups)[order]
+        for i in np.flatnonzero(~keep):
+            left, right = g[bounds[i]:bounds[i + 1]], g[bounds[i + 1]:bounds[i + 2]]
+            keep[i] = bool(np.intersect1d(left, right).size)
+    cuts = cuts[keep]
     return np.exp((lv[cuts] + lv[cuts + 1]) / 2)
 
 
@@ -417,12 +429,15 @@ def fit_spread(groups: list[FitGroup]) -> Spread:
     """Fit the duration model on the given steps and ranks (see the module docstring)."""
     out = Spread(groups=len(groups), ranks=len({g.rank for g in groups}))
     every: dict[str, list[np.ndarray]] = {}
-    for g in groups:
+    of_group: dict[str, list[np.ndarray]] = {}
+    for gi, g in enumerate(groups):
         for keys, values in ((g.keys, g.graph.dur), (g.lag_keys, g.graph.lag)):
             for key, d in _by_key(keys, values.astype(np.float64)).items():
                 every.setdefault(key, []).append(d)
+                of_group.setdefault(key, []).append(np.full(len(d), gi))
     out.known = set(every)
-    out.breaks = {k: _breaks(np.concatenate(v)) for k, v in every.items() if _category(k) != "comm"}
+    out.breaks = {k: _breaks(np.concatenate(v), np.concatenate(of_group[k])) for k, v in every.items()
+                  if _category(k) != "comm"}
     out.breaks = {k: b for k, b in out.breaks.items() if len(b)}
     best: dict[str, tuple[int, str]] = {}
     for key, parts in every.items():

@@ -14,7 +14,8 @@ an InfiniBand fabric), Selene's NVLink (config/cluster/a100_selene.yaml) and the
 et al. (SC'21) and Korthikanti et al. (2022); vTrain's single-node rows cross no NIC and read neither
 Selene file, so they cannot move. Only the shipped
 measurements are read (measured.py); held-back ones never are. The objective is the mean
-|log(emulated / measured)| of the iteration time (and, for fig7, of each breakdown part).
+|log(emulated / measured)| of the iteration time (and, for fig7, each breakdown part's share and the
+change from one layout to another).
 """
 
 from __future__ import annotations
@@ -68,12 +69,17 @@ SELENE_KNOBS = (
     Knob("cluster/a100_vtrain.yaml", "comm.congestion", 0.0, 0.25),
     Knob("training/megatron_sc21.yaml", "compute.gemm_eff_max", 0.6, 0.95),
 )
+# nvlink_half_mb is not fitted here: five totals cannot place the knee (every TP2 and TP8 all-reduce of
+# these runs is 25-50 MB, above any knee the fit tried), and moving it moved the emulated TP changes of
+# the scale-out table (2.1% -> 6.0%). It keeps its recorded value. The optimizer's python is fitted
+# beside forward_step: Fig. 7's "other" has an intercept (the step's host work) and a slope per
+# micro-batch (2x2x8 -> 2x4x4: 4 -> 8 micro-batches, +18 ms measured), and one knob cannot place both.
 FIG7_KNOBS = (
     Knob("cluster/h100_roce.yaml", "comm.nic_eff", 0.3, 0.95),
     Knob("cluster/h100_roce.yaml", "comm.congestion", 0.0, 0.6),
     Knob("cluster/h100_roce.yaml", "comm.nvlink_eff", 0.3, 1.0),
-    Knob("cluster/h100_roce.yaml", "comm.nvlink_half_mb", 0.0, 64.0),
     Knob("training/megatron_lm.yaml", "host.forward_step_us", 500.0, 20000.0),
+    Knob("training/megatron_lm.yaml", "host.optimizer_python_us", 500.0, 40000.0),
 )
 
 
@@ -95,11 +101,28 @@ def _from_unit(k: Knob, u: float) -> float:
 BOUND_TOTAL, BOUND_SHARE = 0.08, 0.04   # inside the issue's bounds (10%, 5 points) with a margin
 
 
+def scaling_errors(rows: list[dict]) -> list[float]:
+    """|log((e_i / e_j) / (m_i / m_j))| for every pair of layouts of one data set and model: how far
+    the emulated change from one layout to another is from the measured change. A what-if is a
+    change, so a fit whose totals are each within a few percent but whose steps between layouts are
+    too steep (Fig. 7's 2x2x8 -> 2x4x4: +129 ms emulated at the earlier fit, +75 measured) misleads
+    most where the layouts are furthest apart."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if (a.get("dataset"), a.get("model")) == (b.get("dataset"), b.get("model")):
+                out.append(abs(math.log((a["emulated_ms"] / b["emulated_ms"]) / (a["measured_ms"] / b["measured_ms"]))))
+    return out
+
+
 def objective(rows: list[dict], parts: bool) -> float:
     """Mean |log error| of the totals; with parts, also the share errors (as fractions, the bounds are
-    stated in points) and a steep penalty for any point outside the calibration bounds."""
+    stated in points), the mean scaling error between layouts of one model (`scaling_errors`, as one
+    more term of the same weight as all the others together) and a steep penalty for any point
+    outside the calibration bounds."""
     errs = [abs(math.log(r["emulated_ms"] / r["measured_ms"])) for r in rows]
     penalty = 0.0
+    scaling = scaling_errors(rows) if parts else []
     if parts:
         for r, e_tot in zip(rows, list(errs)):
             penalty += max(0.0, e_tot - BOUND_TOTAL)
@@ -109,7 +132,7 @@ def objective(rows: list[dict], parts: bool) -> float:
                     share = abs(e / r["emulated_breakdown_total_ms"] - m / r["measured_ms"])
                     errs.append(share)
                     penalty += max(0.0, share - BOUND_SHARE)
-    return float(np.mean(errs)) + 10.0 * penalty
+    return float(np.mean(errs)) + (float(np.mean(scaling)) if scaling else 0.0) + 10.0 * penalty
 
 
 def current(knobs) -> list[float]:

@@ -228,3 +228,11 @@ def test_modes_split_a_class_at_a_jump_in_size():
     # gaps and two 16 ms Python blocks before the same call, in the emulated 15B base run)
     assert len(_breaks(np.array([1.0, 1.1, 10.0, 11.0]))) == 0
     assert _breaks(np.array([16.0, 11.5, 15505.0, 16189.0, 12.4, 20.1])) == pytest.approx([np.sqrt(20.1 * 15505.0)])
+    # ... or one step holds both: the gaps before a launch after a sync on two ranks of the emulated
+    # 15B base (ranks 0 and 8; ms): rank 8's four forward-step blocks and its optimizer block are two
+    # events of one step and split; rank 0's lone 1.7 ms gap and rank 8's blocks are not and join
+    gaps = np.array([1.71, 8.05, 8.41, 8.43, 8.93, 31.6, 34.56]) * 1e3
+    assert len(_breaks(gaps)) == 0
+    assert _breaks(gaps, np.array([0, 8, 8, 8, 8, 0, 8])) == pytest.approx([np.sqrt(8.93e3 * 31.6e3)])
+    # the scattered tail of the test above, one value per step: still one mode
+    assert len(_breaks(np.array([20000.0, 90000.0]), np.array([3, 4]))) == 0

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from lumos.emulator import fit as fitmod
-from lumos.emulator.fit import Knob, _from_unit, _overrides, _to_unit, objective, record
+from lumos.emulator.fit import Knob, _from_unit, _overrides, _to_unit, objective, record, scaling_errors
 from lumos.emulator.measured import Point
 
 
@@ -19,6 +19,19 @@ def test_objective_is_mean_abs_log_error_plus_share_points():
         row[f"measured_{p}_ms"], row[f"emulated_{p}_ms"] = m, e
     # 0 log error, share errors 0.05, 0, 0.05, 0 -> mean of five terms, plus 10 x (0.01 + 0.01) over the bound
     assert objective([row], parts=True) == pytest.approx(0.1 / 5 + 10 * 0.02)
+
+
+def test_scaling_error_scores_the_step_between_layouts_of_one_model_only():
+    # both totals 5% off in opposite directions: the step 100 -> 200 measured is emulated 95 -> 210
+    a = {"dataset": "fig7", "model": "15B", "measured_ms": 100.0, "emulated_ms": 95.0}
+    b = {"dataset": "fig7", "model": "15B", "measured_ms": 200.0, "emulated_ms": 210.0}
+    other = {"dataset": "fig7", "model": "175B", "measured_ms": 1000.0, "emulated_ms": 500.0}
+    assert scaling_errors([a, b, other]) == pytest.approx([abs(math.log((95 / 210) / (100 / 200)))])
+    # the same two totals both 5% slow: the step is right and scores nothing
+    assert scaling_errors([dict(a, emulated_ms=105.0), b]) == pytest.approx([0.0])
+    # with parts, the step is one more term beside the totals' mean
+    assert objective([a, b], parts=True) == pytest.approx(
+        (abs(math.log(0.95)) + math.log(1.05)) / 2 + scaling_errors([a, b])[0])
 
 
 def test_knobs_stay_inside_their_range_and_override_where_recorded():

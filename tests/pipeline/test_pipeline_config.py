@@ -40,3 +40,12 @@ def test_hydra_inputs_name_the_chosen_group_files():
     assert emulate[0] == "config/emulate.yaml"
     assert "config/model/gpt3_175b.yaml" in emulate and "config/parallel/default.yaml" in emulate
     assert not any("simulator" in f or "ablation" in f for f in emulate)
+
+
+def test_predict_flags_carry_the_layout_and_only_the_model_changes_the_target_has():
+    base = pc.parse_run("gpt3_15b-2x2x4")
+    assert pc.predict_flags(base, pc.parse_run("gpt3_15b-2x8x8")) == ["--tp", "2", "--pp", "8", "--dp", "8"]
+    assert pc.predict_flags(base, pc.parse_run("gpt3_15b_v1-2x2x4")) == [
+        "--tp", "2", "--pp", "2", "--dp", "4", "--layers", "64"]
+    assert pc.predict_flags(base, pc.parse_run("gpt3_15b_v3-2x2x4")) == [
+        "--tp", "2", "--pp", "2", "--dp", "4", "--hidden", "9216", "--ffn", "18432"]

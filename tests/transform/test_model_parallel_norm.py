@@ -16,6 +16,9 @@ from lumos.transform.plan import mp_group
 from lumos.transform.whatif import base_plan, transform
 
 MP_NORM = "++training.emulator.schedule.grad_norm_group=model_parallel"
+# the long python blocks without their jitter: at the H100 fit's 33 ms of optimizer python, 5% of jitter moves
+# one stage's end by 1.6 ms (1%) after the rendezvous, more than the tie these tests read
+STILL = "emulator.host.block_jitter_sigma=0"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def runs(tmp_path_factory):
     for name, pp in (("base", 2), ("pp4", 4)):
         out[name] = root / name
         assert lumos_main(["emulate", "model=tiny", "parallel.tp=2", f"parallel.pp={pp}", "parallel.dp=2", "seed=0",
-                           f"out={out[name]}", "progress=false", MP_NORM, "--quiet"]) == 0
+                           f"out={out[name]}", "progress=false", MP_NORM, STILL, "--quiet"]) == 0
     return out
 
 

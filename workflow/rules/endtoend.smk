@@ -66,8 +66,9 @@ for _plan in ENDTOEND:
                 seed=seed_constraint(_plan.base_seeds()),
             params:
                 base=_plan.base.name,
-                runs=[t.name for t in _plan.targets],
-                flags=list(_plan.predict_flags),
+                targets=[t.name for t in _plan.targets],
+                flags=[pc.predict_flags(pc.parse_run(_plan.base.name), pc.parse_run(t.name)) + list(_plan.predict_flags)
+                       for t in _plan.targets],
                 overrides=job_overrides("experiment/predict"),
             log:
                 f"{R}/logs/endtoend/{_plan.name}/predict_seed{{seed}}.log",
@@ -78,7 +79,7 @@ for _plan in ENDTOEND:
                 mem_mb=2000 + 100 * max(t.pp for t in _plan.targets),
                 runtime=10 * len(_plan.targets),
             script:
-                "../scripts/predict_endtoend.py"
+                "../scripts/predict.py"
 
 
 def endtoend_params():

@@ -40,7 +40,8 @@ for _batch, _runs in prediction_batches().items():
             seed=seed_constraint(seeds_of(_runs[0])),
         params:
             base=BASE.name,
-            runs=list(_runs),
+            targets=list(_runs),
+            flags=[pc.predict_flags(BASE, pc.parse_run(run)) for run in _runs],
             overrides=job_overrides("experiment/predict"),
         log:
             f"{R}/logs/predict/batch_{_batch}/seed{{seed}}.log",

@@ -77,10 +77,10 @@ for _mode, _targets in sharded_targets().items():
             manifest=[f"{R}/emulated_sharded/{_mode}/{label}/seed{{seed}}/manifest.json" for label in _labels],
             resolved=[f"{R}/emulated_sharded/{_mode}/{label}/seed{{seed}}/config.resolved.yaml" for label in _labels],
         params:
+            runs=list(_labels),
             overrides=lambda w, mode=_mode: [job_overrides("emulate", run.emulate_overrides()
                                                            + [f"training.dp_sharding={mode}", f"seed={w.seed}"])
                                              for run in sharded_runs(mode).values()],
-            scale=[{} for _ in _labels],
         log:
             f"{R}/logs/emulate_sharded/{_mode}/seed{{seed}}.log",
         benchmark:
@@ -90,7 +90,7 @@ for _mode, _targets in sharded_targets().items():
             mem_mb=4000,
             runtime=10 * len(_labels),
         script:
-            "../scripts/emulate_variants.py"
+            "../scripts/emulate.py"
 
     rule:
         name: f"predict_sharded_{_mode}"
@@ -100,7 +100,7 @@ for _mode, _targets in sharded_targets().items():
         output:
             json=[f"{R}/predict_sharded/{_mode}/{t}/seed{{seed}}.json" for t in _targets],
         params:
-            variants=list(_targets),
+            targets=list(_targets),
             flags=[sharded_flags(t, _mode) for t in _targets],
         log:
             f"{R}/logs/predict_sharded/{_mode}/seed{{seed}}.log",
@@ -111,7 +111,7 @@ for _mode, _targets in sharded_targets().items():
             mem_mb=4000,
             runtime=5 * len(_targets),
         script:
-            "../scripts/predict_variants.py"
+            "../scripts/predict.py"
 
 
 # Measured on this machine (CPU): FSDP2 over gloo (resources/traces/fsdp_cpu, fsdp_cpu_sizes). The DP

@@ -34,6 +34,7 @@ rule emulate_speed:
         manifest=[f"{R}/emulated_speed/{v}/seed{{seed}}/manifest.json" for v in SPEED.get("variants", {})],
         resolved=[f"{R}/emulated_speed/{v}/seed{{seed}}/config.resolved.yaml" for v in SPEED.get("variants", {})],
     params:
+        runs=list(SPEED.get("variants", {})),
         overrides=lambda w: [job_overrides("emulate", speed_base().emulate_overrides() + [f"seed={w.seed}"]
                                            + ([f"model.micro_batch_size={v['micro_batch']}"] if "micro_batch" in v
                                               else []))
@@ -50,7 +51,7 @@ rule emulate_speed:
         mem_mb=3000,
         runtime=lambda w: 10 * len(SPEED["variants"]),
     script:
-        "../scripts/emulate_variants.py"
+        "../scripts/emulate.py"
 
 
 rule predict_speed:
@@ -60,7 +61,7 @@ rule predict_speed:
     output:
         json=[f"{R}/predict_speed/{v}/seed{{seed}}.json" for v in SPEED.get("variants", {})],
     params:
-        variants=list(SPEED.get("variants", {})),
+        targets=list(SPEED.get("variants", {})),
         flags=[speed_flags(v) for v in SPEED.get("variants", {})],
     log:
         f"{R}/logs/predict_speed/seed{{seed}}.log",
@@ -71,4 +72,4 @@ rule predict_speed:
         mem_mb=3000,
         runtime=lambda w: 5 * len(SPEED["variants"]),
     script:
-        "../scripts/predict_variants.py"
+        "../scripts/predict.py"

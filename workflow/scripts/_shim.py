@@ -32,17 +32,21 @@ def logged(smk):
             print(f"[{time.strftime('%H:%M:%S')}] done in {time.perf_counter() - t0:.2f} s", flush=True)
 
 
-def compose_saved(primary: str, overrides, resolved_path):
-    """Compose one resolved config for this job and save it beside the job's outputs."""
+def compose_saved(primary: str, overrides, resolved_path, scale=None):
+    """Compose one resolved config for this job and save it beside the job's outputs; `scale` multiplies
+    cluster fields (a faster or slower cluster than any Hydra file describes), said in the header."""
     from lumos.config import compose, to_yaml
     from lumos.trace.atomic import write_text_atomic
 
     overrides = [str(o) for o in overrides]
     cfg = compose(primary, overrides)
+    for key, factor in (scale or {}).items():
+        cfg.cluster[key] = float(cfg.cluster[key]) * float(factor)
     header = (f"# resolved by Hydra: config {primary}, overrides {overrides}\n"
-              f"# config dir {os.environ.get('LUMOS_CONFIG_DIR', '(package default)')}\n")
+              + (f"# cluster scaled by {dict(scale)}\n" if scale else "")
+              + f"# config dir {os.environ.get('LUMOS_CONFIG_DIR', '(package default)')}\n")
     write_text_atomic(resolved_path, header + to_yaml(cfg))
-    print(f"config {primary} with {overrides}", flush=True)
+    print(f"config {primary} with {overrides}" + (f", cluster scaled by {dict(scale)}" if scale else ""), flush=True)
     return cfg
 
 

@@ -15,7 +15,7 @@ with logged(smk):
     if smk.params.group == "replay":
         argv = ["replay", str(base_dir), "--iteration", "gpu"]   # the actuals are GPU spans
     else:
-        argv = pc.predict_argv(base_dir, base, target)
+        argv = ["predict", str(base_dir), *pc.predict_flags(base, target)]
     argv += ["--samples", str(smk.params.samples), "--seed", "0", "--format", "json"]
     doc = json.loads(run_cli(argv))
     point = doc["predicted"]["iteration_us"] if "predicted" in doc else doc["replayed"]["iteration_us"]

@@ -59,19 +59,19 @@ def with_parallel(base: Run, shape: str) -> Run:
     return Run(base.model, tp, pp, dp)
 
 
-def predict_argv(base_dir: str, base: Run, target: Run) -> list[str]:
-    """`lumos predict` arguments that take the base run to the target: its TPxPPxDP, and the layer
-    count and width where the target's model config differs from the base's."""
+def predict_flags(base: Run, target: Run) -> list[str]:
+    """`lumos predict` flags that take the base run to the target: its TPxPPxDP, and the layer count and
+    width where the target's model config differs from the base's."""
     from omegaconf import OmegaConf
 
     models = config_dir() / "model"
     bm, tm = OmegaConf.load(models / f"{base.model}.yaml"), OmegaConf.load(models / f"{target.model}.yaml")
-    argv = ["predict", str(base_dir), "--tp", str(target.tp), "--pp", str(target.pp), "--dp", str(target.dp)]
+    flags = ["--tp", str(target.tp), "--pp", str(target.pp), "--dp", str(target.dp)]
     if tm.num_layers != bm.num_layers:
-        argv += ["--layers", str(tm.num_layers)]
+        flags += ["--layers", str(tm.num_layers)]
     if tm.hidden != bm.hidden or tm.ffn_hidden != bm.ffn_hidden:
-        argv += ["--hidden", str(tm.hidden), "--ffn", str(tm.ffn_hidden)]
-    return argv
+        flags += ["--hidden", str(tm.hidden), "--ffn", str(tm.ffn_hidden)]
+    return flags
 
 
 def override_key(override: str) -> str:
