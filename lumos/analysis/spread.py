@@ -214,9 +214,9 @@ def _breaks(values: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
     are two modes, not one whose ratios run from 0.002 to 2, and so are one step's 8 ms
     forward-step blocks and its 33 ms optimizer block (two events of one step, not one event's
     scatter across steps: merged, the 15B base's interval was 12% wide, its runs 1% apart)."""
-    values = np.asarray(values, np.float64)
-    order = np.argsort(np.log(np.maximum(values, _FLOOR_US)), kind="stable")
-    lv = np.log(np.maximum(values[order], _FLOOR_US))
+    logs = np.log(np.maximum(np.asarray(values, np.float64), _FLOOR_US))
+    order = np.argsort(logs, kind="stable")
+    lv = logs[order]
     jumps = np.diff(lv)
     cuts = np.flatnonzero(jumps > BREAK_LOG)
     bounds = np.concatenate([[0], cuts + 1, [len(lv)]])

@@ -67,8 +67,7 @@ for _plan in ENDTOEND:
             params:
                 base=_plan.base.name,
                 targets=[t.name for t in _plan.targets],
-                flags=[pc.predict_flags(pc.parse_run(_plan.base.name), pc.parse_run(t.name)) + list(_plan.predict_flags)
-                       for t in _plan.targets],
+                flags=[pc.predict_flags(_plan.base, t) + list(_plan.predict_flags) for t in _plan.targets],
                 overrides=job_overrides("experiment/predict"),
             log:
                 f"{R}/logs/endtoend/{_plan.name}/predict_seed{{seed}}.log",

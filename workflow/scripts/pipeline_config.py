@@ -62,16 +62,21 @@ def with_parallel(base: Run, shape: str) -> Run:
 def predict_flags(base: Run, target: Run) -> list[str]:
     """`lumos predict` flags that take the base run to the target: its TPxPPxDP, and the layer count and
     width where the target's model config differs from the base's."""
-    from omegaconf import OmegaConf
-
-    models = config_dir() / "model"
-    bm, tm = OmegaConf.load(models / f"{base.model}.yaml"), OmegaConf.load(models / f"{target.model}.yaml")
+    bm, tm = _model(str(config_dir()), base.model), _model(str(config_dir()), target.model)
     flags = ["--tp", str(target.tp), "--pp", str(target.pp), "--dp", str(target.dp)]
     if tm.num_layers != bm.num_layers:
         flags += ["--layers", str(tm.num_layers)]
     if tm.hidden != bm.hidden or tm.ffn_hidden != bm.ffn_hidden:
         flags += ["--hidden", str(tm.hidden), "--ffn", str(tm.ffn_hidden)]
     return flags
+
+
+@functools.lru_cache(maxsize=None)
+def _model(config_root: str, name: str):
+    """A model config, read once per parse (every prediction rule names the base's)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.load(Path(config_root) / "model" / f"{name}.yaml")
 
 
 def override_key(override: str) -> str:
