@@ -24,6 +24,7 @@ from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
+from .peer_waits import PEER_WAIT_MODES, apply_peer_waits, read_peer_waits, settle
 from .run_replay import critical_rank, run_breakdown
 
 __all__ = ["predict", "add_actual", "round_metrics", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
@@ -76,7 +77,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
             gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto",
             host: str = "median", kernels: str = "median", fsdp_strategy: str | None = None,
-            recordings: Sequence[Sequence[TraceTable]] = ()) -> dict:
+            recordings: Sequence[Sequence[TraceTable]] = (), peer_waits: str = "additive") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -92,18 +93,29 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     own (`lumos.graph.profiled_steps`); `kernels` (median, step) the same for its kernels (without a
     draw); `recordings`: other recordings of the base whose profiled steps join those. `fsdp_strategy`
     (full_shard, shard_grad_op): the FSDP strategy of the target, from an FSDP base
-    (`lumos.transform.fsdp_strategy`).
+    (`lumos.transform.fsdp_strategy`). `peer_waits` (additive, anchored): what the base's DP
+    collectives waited for their peers, kept as kernel time or replayed as the peers' arrival
+    (`lumos.analysis.peer_waits`; anchored needs a target that does not rebuild the graph).
     """
     if plan is None:
         plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host, kernels=kernels,
                          recordings=recordings)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
+    waits = _peer_waits(plan, peer_waits, engine)
+    rounds = []
 
     def run(speed):
         o = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=speed,
                       network_speed=network_speed, microbatch_rule=microbatch_rule,
                       fsdp_strategy=fsdp_strategy, **tgt)
-        return (o, *simulate_plan(o, engine=engine))
+        if waits is None:
+            return (o, *simulate_plan(o, engine=engine))
+        if o.graph is plan.graph:   # an unchanged target shares the base's graph
+            o = o.clone()
+        apply_peer_waits(plan, o, waits)
+        graph, sched, bd, r = settle(o, waits, lambda p: simulate_plan(p, engine=engine))
+        rounds.append(r)
+        return o, graph, sched, bd
 
     out, graph, sched, bd = run(compute_speed)
     clock = clock_setting(base_tables, clocks)
@@ -133,6 +145,11 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                     "steps": {str(r): list(h.steps) for r, h in sorted(plan.profiled_steps.items())}},
            "structure": structure_summary(plan.st.recovery)}
     doc["notes"] += median_notes(plan.profiled_steps, host, kernels)
+    if waits is not None:
+        doc["peer_waits"] = pw = {"mode": peer_waits, **waits.as_dict(), "rounds": rounds[-1]}
+        doc["notes"].append(f"peer waits anchored: {pw['anchored_wait_ms']} ms that {pw['anchored']} of the base's "
+                            f"{pw['collectives']} DP collectives waited for their peers replayed as the peers' "
+                            f"arrival, not kernel time ({pw['rounds']} replay(s) after the first settled the floors)")
     if clock is not None:
         doc["clock"] = {k: v for k, v in clock_doc.items() if k != "note"}
     doc["memory"] = memory_of(out, memory)
@@ -151,6 +168,18 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     if actual_tables is not None:
         add_actual(doc, actual_tables, step, emulated=bool((actual_manifest or {}).get("emulated", False)))
     return doc
+
+
+def _peer_waits(plan: Plan, mode: str, engine: str):
+    """The base's DP collectives split into transfer and peer wait (once per plan), or None (additive)."""
+    if mode not in PEER_WAIT_MODES:
+        raise ValueError(f"peer_waits must be one of {', '.join(PEER_WAIT_MODES)}, got {mode!r}")
+    if mode == "additive":
+        return None
+    if "peer_waits" not in plan.memo:
+        _, sched, _ = simulate_plan(plan, engine=engine)
+        plan.memo["peer_waits"] = read_peer_waits(plan, sched.start, sched.end)
+    return plan.memo["peer_waits"]
 
 
 def median_notes(profiled_steps: dict, host: str, kernels: str) -> list[str]:

@@ -53,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the base's kernel durations (all but collectives), before the GEMM and other suppliers "
                         "are fitted on them: median (default: each kernel the median over the base's profiled "
                         "steps) or step (the selected step's own)")
+    p.add_argument("--peer-waits", choices=("additive", "anchored"), default="additive",
+                   help="what the base's data-parallel collectives waited for their peers: additive (default: "
+                        "kept as kernel time, the model's change added) or anchored (replayed as the peers' "
+                        "arrival after the kernel that released each bucket, the transfer re-timed; for a "
+                        "change of DP or speed alone); lumos/analysis/peer_waits.py")
     p.add_argument("--other-recordings", "--host-from", dest="recordings", nargs="+", default=[], metavar="RUN",
                    help="other recordings of the base's configuration (trace files or directories, the same "
                         "ranks): their profiled steps join the medians of --host and --kernels and the host "
@@ -169,7 +174,7 @@ def run(args) -> int:
                       memory=memory_overrides(args),
                       samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
                       clocks=args.clocks, host=args.host, kernels=args.kernels,
-                      fsdp_strategy=args.fsdp_strategy)
+                      fsdp_strategy=args.fsdp_strategy, peer_waits=args.peer_waits)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}

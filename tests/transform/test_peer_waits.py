@@ -1,0 +1,110 @@
+"""Peer waits replayed as arrivals (`lumos predict --peer-waits anchored`, lumos/analysis/peer_waits.py).
+
+On the emulated `tiny` model (EMULATED) with 0.2 M-parameter gradient buckets, so that each rank's
+DP all-reduces form classes of 5 or more; seed 0 fixes every number below.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from lumos.analysis.peer_waits import read_peer_waits
+from lumos.analysis.predict import predict, simulate_plan
+from lumos.cli import main as lumos_main
+from lumos.graph.model import TaskKind
+from lumos.trace import load_run
+from lumos.transform.suppliers import CollectiveSpec
+from lumos.transform.whatif import base_plan
+
+
+def _emulate(root, dp):
+    out = root / f"tiny_2x2x{dp}"
+    assert lumos_main(["emulate", "model=tiny", "parallel.tp=2", "parallel.pp=2", f"parallel.dp={dp}", "seed=0",
+                       "emulator.comm.bucket_mparams=0.2", f"out={out}", "progress=false", "--quiet"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_buckets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("small_buckets")
+    base, dp4 = _emulate(root, 2), _emulate(root, 4)
+    tables = load_run(base)
+    return {"base": base, "dp4": dp4, "tables": tables, "plan": base_plan(tables)}
+
+
+def test_the_base_splits_into_transfer_and_wait_and_anchors_the_waits(small_buckets):
+    plan = small_buckets["plan"]
+    g = plan.graph
+    _, sched, _ = simulate_plan(plan)
+    w = read_peer_waits(plan, sched.start, sched.end)
+    assert w.as_dict() == {"collectives": 54, "anchored": 26, "wait_ms": 0.094, "anchored_wait_ms": 0.094}
+    model = np.array([plan.collectives.time_us(CollectiveSpec(plan.st.coll[t], plan.st.nbytes[t], plan.st.group[t]))
+                      for t in w.tasks])
+    assert np.all(plan.role[w.tasks] == "dp")
+    np.testing.assert_allclose(model * w.transfer + w.wait_us, g.dur[w.tasks], rtol=0, atol=1e-9)
+    assert np.all(w.wait_us >= 0)
+    # the transfer part is at most the class median: no occurrence's transfer exceeds it
+    ratio = g.dur[w.tasks] / model
+    for r, n in {(int(g.rank[t]), float(plan.st.nbytes[t])) for t in w.tasks}:
+        m = (g.rank[w.tasks] == r) & (plan.st.nbytes[w.tasks] == n)
+        assert w.transfer[m].max() == pytest.approx(np.median(ratio[m]))
+    src, dst = np.asarray(g.src), np.asarray(g.dst)
+    for t, a, off, wait in zip(w.tasks, w.anchors, w.offsets, w.wait_us):
+        if a < 0:
+            assert wait == 0.0   # a collective that did not wait needs no arrival
+            continue
+        assert np.any((src == a) & (dst == t)) and g.kind[a] == TaskKind.GPU and g.proc[a] != g.proc[t]
+        assert off == pytest.approx(sched.start[t] + wait - sched.end[a])
+
+
+def test_an_unchanged_target_replays_exactly_as_the_base(small_buckets):
+    tables, plan = small_buckets["tables"], small_buckets["plan"]
+    additive = predict(tables, {}, plan=plan)["predicted"]["iteration_us"]
+    anchored = predict(tables, {}, plan=plan, peer_waits="anchored")
+    assert anchored["predicted"]["iteration_us"] == additive == 92111.325
+    assert plan.graph.finish_floor is None   # the base's graph was not touched
+
+
+def test_a_dp_change_floors_the_waiting_collectives_at_their_peers_arrival(small_buckets):
+    tables, plan = small_buckets["tables"], small_buckets["plan"]
+    actual = load_run(small_buckets["dp4"])
+    additive = predict(tables, {"dp": 4}, plan=plan, actual_tables=actual)
+    anchored = predict(tables, {"dp": 4}, plan=plan, actual_tables=actual, peer_waits="anchored")
+    assert additive["predicted"]["iteration_us"] == 92946.504
+    assert anchored["predicted"]["iteration_us"] == 92710.326
+    assert anchored["peer_waits"] == {"mode": "anchored", "collectives": 54, "anchored": 26, "wait_ms": 0.094,
+                                      "anchored_wait_ms": 0.094, "rounds": 1}
+    assert any(n.startswith("peer waits anchored: 0.094 ms that 26 of the base's 54") for n in anchored["notes"])
+
+
+def test_settled_floors_hold_and_some_bind(small_buckets):
+    from lumos.analysis.peer_waits import apply_peer_waits, settle
+    from lumos.transform.whatif import transform
+
+    plan = small_buckets["plan"]
+    _, sched, _ = simulate_plan(plan)
+    w = read_peer_waits(plan, sched.start, sched.end)
+    out = transform(plan, dp=4)
+    apply_peer_waits(plan, out, w)
+    graph, s, _, rounds = settle(out, w, simulate_plan)
+    a = w.anchors >= 0
+    t, anc, off = w.tasks[a], w.anchors[a], w.offsets[a]
+    arrival_end = s.end[anc] + off + graph.dur[t]
+    assert np.all(s.end[t] >= arrival_end - 0.5)               # within the settling tolerance
+    bound = s.end[t] > s.start[t] + graph.dur[t] + 1e-6        # ended later than its own start allowed
+    assert bound.sum() >= 1 and np.all(np.abs(s.end[t][bound] - arrival_end[bound]) <= 0.5)
+
+
+def test_anchored_refuses_a_target_that_rebuilds_the_graph(small_buckets):
+    with pytest.raises(ValueError, match="rebuilds the graph"):
+        predict(small_buckets["tables"], {"pp": 4}, plan=small_buckets["plan"], peer_waits="anchored")
+    with pytest.raises(ValueError, match="peer_waits must be one of additive, anchored"):
+        predict(small_buckets["tables"], {"dp": 4}, plan=small_buckets["plan"], peer_waits="floor")
+
+
+def test_cli_flag(small_buckets, capsys):
+    assert lumos_main(["predict", str(small_buckets["base"]), "--dp", "4", "--peer-waits", "anchored",
+                       "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["peer_waits"]["anchored"] == 26 and doc["predicted"]["iteration_us"] == 92710.326
