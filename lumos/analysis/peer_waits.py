@@ -21,7 +21,9 @@ waits as arrivals"). With `peer_waits="anchored"` each wait becomes an arrival i
   transfer (a floor on its end, `Graph.finish_floor`).
 - replay: the floors are absolute times, so they are set from one replay, the graph replayed
   again, until no floor moves by more than half a microsecond. A floor only delays, so the
-  rounds rise to the fixed point the relative floor defines.
+  rounds rise to the fixed point the relative floor defines. An interval's samples settle their
+  own floors the same way (`uncertainty.monte_carlo`'s `arrivals`), so the peers arrive after
+  each sample's own anchors.
 
 Only where the target's graph holds the base's tasks re-timed (a DP or speed change: no
 rebuild); a rebuilt graph has no task of the base to anchor to.
@@ -52,6 +54,11 @@ class PeerWaits:
     wait_us: np.ndarray    # float64: measured minus transfer
     anchors: np.ndarray    # int64: latest predecessor on another GPU stream (-1: none; the wait stays kernel time)
     offsets: np.ndarray    # float64: peers ready this long after the anchor's end (base replay)
+
+    def arrivals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tasks, anchors, offsets) of the anchored ones."""
+        a = self.anchors >= 0
+        return self.tasks[a], self.anchors[a], self.offsets[a]
 
     def as_dict(self) -> dict:
         a = self.anchors >= 0
@@ -113,8 +120,7 @@ def settle(out: Plan, waits: PeerWaits, replay):
     more than `TOLERANCE_US`. Returns (graph, schedule, result, rounds); `out.graph.finish_floor`
     holds the last floors."""
     g = out.graph
-    a = waits.anchors >= 0
-    tasks, anchors, offsets = waits.tasks[a], waits.anchors[a], waits.offsets[a]
+    tasks, anchors, offsets = waits.arrivals()
     base = np.full(g.n_tasks, -np.inf) if g.finish_floor is None else g.finish_floor.copy()
     g.finish_floor = base.copy()
     graph, sched, result = replay(out)

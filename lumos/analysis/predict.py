@@ -164,7 +164,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
         doc["interval"] = predict_interval(base_tables, graph, out.pairs, samples, seed,
                                            lambda s, e: run_breakdown(graph, s, e).iteration,
                                            engine="reference" if engine == "reference" else "compiled",
-                                           host_steps=plan.host_steps, clock_steps=clock_steps)
+                                           host_steps=plan.host_steps, clock_steps=clock_steps,
+                                           arrivals=None if waits is None else waits.arrivals())
     if actual_tables is not None:
         add_actual(doc, actual_tables, step, emulated=bool((actual_manifest or {}).get("emulated", False)))
     return doc

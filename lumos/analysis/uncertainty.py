@@ -129,12 +129,16 @@ class FastBreakdown:
 # -- Monte Carlo --------------------------------------------------------------------------------
 def monte_carlo(graph: Graph, model: DurationModel, samples: int, seed: int = 0, engine: str = "compiled",
                 measure: Callable[[np.ndarray, np.ndarray], Breakdown] | None = None,
-                iteration: str = "step") -> np.ndarray:
+                iteration: str = "step", arrivals: tuple | None = None) -> np.ndarray:
     """(samples, 5) array: iteration time and the four components of each sampled replay.
 
     `measure(start, end)` turns a schedule into a breakdown (default: the rank's replayed
     breakdown over `iteration`). engine 'compiled': numba sampler and replay core;
-    'reference': the plain-Python sampler and reference replay (small graphs)."""
+    'reference': the plain-Python sampler and reference replay (small graphs). `arrivals`
+    (tasks, anchors, offsets; `lumos.analysis.peer_waits`): each of those tasks ends no earlier
+    than its anchor's end in the same sample + offset + its sampled duration, settled by
+    replaying the sample again (at most `ARRIVAL_ROUNDS` more times); the graph's own floors of
+    those tasks, the point replay's, are not used."""
     from lumos.sim import SimulationError
     from lumos.sim.compiled import simulate_compiled
     from lumos.sim.reference import simulate_reference
@@ -153,19 +157,45 @@ def monte_carlo(graph: Graph, model: DurationModel, samples: int, seed: int = 0,
     rng = np.random.Generator(np.random.PCG64(seed))
     out = np.empty((samples, len(METRICS)))
     buf = (np.empty(graph.n_tasks), np.empty(graph.n_edges), np.empty(graph.n_tasks)) if compiled else None
+    graph_floor = arrays.floor
+    if arrivals is not None and graph_floor is not None:
+        graph_floor = graph_floor.copy()
+        graph_floor[arrivals[0]] = -np.inf
     for k in range(samples):
         u, f = draws(rng, model)
         dur, lag, floor = sample_compiled(model, u, f, buf) if compiled else sample_reference(model, u, f)
-        if floor is not None and arrays.floor is not None:
-            floor = np.maximum(floor, arrays.floor)
-        start, end, done, _ = run(replace(arrays, dur=dur, out_lag=lag[order],
-                                          floor=arrays.floor if floor is None else floor))
+        if floor is not None and graph_floor is not None:
+            floor = np.maximum(floor, graph_floor)
+        sample = replace(arrays, dur=dur, out_lag=lag[order], floor=graph_floor if floor is None else floor)
+        start, end, done, _ = run(sample)
+        if arrivals is not None:
+            start, end, done = _settle_arrivals(run, sample, arrivals, end, (start, end, done))
         if not done.all():
             stuck = np.flatnonzero(~done)
             raise SimulationError([f"#{i} {graph.name[i]}" for i in stuck[:8]], len(stuck), graph.n_tasks)
         bd = measure(start, end)
         out[k] = [getattr(bd, m) for m in METRICS]
     return out
+
+
+ARRIVAL_ROUNDS = 10
+
+
+def _settle_arrivals(run, sample, arrivals, end, result):
+    """Replay one sample with its anchored tasks' end floors at their anchors' ends in this sample
+    (`monte_carlo`'s `arrivals`), until no floor moves by more than 0.5 us."""
+    tasks, anchors, offsets = arrivals
+    base = np.full(len(sample.dur), -np.inf) if sample.floor is None else sample.floor
+    floor = base.copy()
+    for _ in range(ARRIVAL_ROUNDS):
+        new = np.maximum(base[tasks], end[anchors] + offsets + sample.dur[tasks])
+        if np.all(np.abs(new - floor[tasks]) <= 0.5):
+            break
+        floor = floor.copy()
+        floor[tasks] = new
+        result = run(replace(sample, floor=floor))[:3]
+        end = result[1]
+    return result
 
 
 def summarize(samples: np.ndarray, seed: int) -> dict:
@@ -284,7 +314,8 @@ def attach_intervals(doc: dict, ranks, tables: Sequence[TraceTable], samples: in
 def predict_interval(base_tables: Sequence[TraceTable], graph: Graph, instances, samples: int, seed: int,
                      measure: Callable[[np.ndarray, np.ndarray], Breakdown], engine: str = "compiled",
                      host_steps: dict | None = None,
-                     clock_steps: tuple[np.ndarray, Sequence[float]] | None = None) -> dict:
+                     clock_steps: tuple[np.ndarray, Sequence[float]] | None = None,
+                     arrivals: tuple | None = None) -> dict:
     """The `interval` document of a prediction: the predicted graph's durations drawn with the
     spread fitted on the base run, each task centred on its predicted duration and mapped to a
     base class by name (unknown names: its category's pooled spread); the members of one
@@ -292,19 +323,22 @@ def predict_interval(base_tables: Sequence[TraceTable], graph: Graph, instances,
     `ProfiledSteps`, the base plan's): each sample's host work that of one profiled step of the base,
     drawn at random (`host_step_ratios`). `clock_steps` (compute kernel mask, per profiled step of
     the target its clock over the mean the point uses): each sample's compute kernels at the clock
-    of one profiled step, drawn with the host step (every pair equally likely)."""
+    of one profiled step, drawn with the host step (every pair equally likely). `arrivals`: the
+    peers' arrivals of `--peer-waits anchored`, settled in each sample (`monte_carlo`)."""
     model = fit_tables(base_tables).model(graph, own=False, instances=instances)
     host = host_step_ratios(host_steps, graph) if host_steps else None
     levels = [] if clock_steps is None else list(clock_steps[1])
     if host is None and len(levels) < 2:
-        return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure), seed)
+        return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure,
+                                     arrivals=arrivals), seed)
     task, lag = host if host is not None else (np.full((1, graph.n_tasks), np.nan), np.full((1, graph.n_edges), np.nan))
     drop = np.isfinite(task).any(axis=0)
     if len(levels) >= 2:   # every (host step, clock step) pair a row
         task, lag = np.repeat(task, len(levels), axis=0), np.repeat(lag, len(levels), axis=0)
         task[:, clock_steps[0]] = np.tile(np.asarray(levels, np.float64), len(task) // len(levels))[:, None]
     model = with_host_steps(model, task, lag, drop_factor=drop)
-    return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure), seed)
+    return summarize(monte_carlo(graph, model, samples, seed, engine=engine, measure=measure, arrivals=arrivals),
+                     seed)
 
 
 def host_step_ratios(host_steps: dict, graph: Graph) -> tuple[np.ndarray, np.ndarray] | None:

@@ -108,3 +108,37 @@ def test_cli_flag(small_buckets, capsys):
                        "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["peer_waits"]["anchored"] == 26 and doc["predicted"]["iteration_us"] == 92710.326
+
+
+def test_a_sample_with_the_point_durations_settles_to_the_point_replay(small_buckets):
+    """An interval's sample settles its own arrivals (`monte_carlo`'s `arrivals`): with the point's
+    durations and none of the point's floors, the settled sample is the point's schedule."""
+    from dataclasses import replace
+
+    from lumos.analysis.peer_waits import apply_peer_waits, settle
+    from lumos.analysis.uncertainty import _settle_arrivals
+    from lumos.sim import prepare
+    from lumos.sim.reference import simulate_reference
+    from lumos.transform.whatif import transform
+
+    plan = small_buckets["plan"]
+    _, sched, _ = simulate_plan(plan)
+    w = read_peer_waits(plan, sched.start, sched.end)
+    out = transform(plan, dp=4)
+    apply_peer_waits(plan, out, w)
+    graph, point, _, _ = settle(out, w, simulate_plan)
+    tasks, anchors, offsets = w.arrivals()
+    arrays = prepare(graph)
+    bare = replace(arrays, floor=None)
+    first = simulate_reference(bare)[:3]
+    assert np.max(np.abs(first[1] - point.end)) > 1.0      # without the arrivals the schedule differs
+    start, end, done = _settle_arrivals(simulate_reference, bare, (tasks, anchors, offsets), first[1], first)
+    assert done.all()
+    np.testing.assert_allclose(end, point.end, rtol=0, atol=1.0)
+
+
+def test_an_anchored_interval_is_centred_on_its_point(small_buckets):
+    doc = predict(small_buckets["tables"], {"dp": 4}, plan=small_buckets["plan"], peer_waits="anchored",
+                  samples=40, seed=0)
+    iv = doc["interval"]["iteration_us"]
+    assert iv["90"][0] < doc["predicted"]["iteration_us"] < iv["90"][1]
