@@ -84,7 +84,12 @@ class CommCosts:
         self.nvl_half = float(comm.nvlink_half_mb or 0.0) * 1e6
         self.congestion = 1.0 + comm.congestion * math.log2(max(job_hosts, 1))
         self.algorithm = str(comm.algorithm)   # checked by settings.from_config
-        self.pipelined = str(getattr(comm, "ring_form", "serial")) == "pipelined"
+        # which rings across hosts run pipelined (NCCL's model) rather than serial: all-reduce by
+        # `ring_form`, all-gather and reduce-scatter by `gather_ring_form`
+        self.pipelined_kinds = frozenset(
+            ({"allreduce"} if str(getattr(comm, "ring_form", "serial")) == "pipelined" else set())
+            | ({"allgather", "reduce_scatter"} if str(getattr(comm, "gather_ring_form", "serial")) == "pipelined"
+               else set()))
         self._choice: dict = {}
 
     def nvl_bw(self, nbytes: float) -> float:
@@ -108,7 +113,7 @@ class CommCosts:
         c = self._choice.get(key)
         if c is None:
             algo, proto, _t = nccl.choose(kind, nbytes, n, hosts, per_host, self.nvl, self.nvl_half, self.nic_bw(0),
-                                          self.pipelined, self.nics_per_host)
+                                          kind in self.pipelined_kinds, self.nics_per_host)
             c = self._choice[key] = (algo, proto)
         return c
 
@@ -138,7 +143,8 @@ class CommCosts:
         if self.algorithm == "nccl":   # NCCL's base latency stands for nccl_fixed_us
             algo, proto = self.nccl_choice(kind, nbytes, n, hosts, per_host)
             return nccl.time_us(kind, algo, proto, nbytes, n, hosts, per_host, self.nvl, self.nvl_half,
-                                self.nic_bw(flows), pipelined=self.pipelined, nics=self.nics_per_host)
+                                self.nic_bw(flows), pipelined=kind in self.pipelined_kinds,
+                                nics=self.nics_per_host)
         both = kind == "allreduce"       # all-reduce = reduce-scatter + all-gather
         if hosts <= 1:
             steps = (n - 1) * (2 if both else 1)
@@ -147,8 +153,8 @@ class CommCosts:
         k = max(per_host, 1)
         tree = both and nbytes < c.tree_threshold_bytes
         steps = 2 * math.ceil(math.log2(hosts)) if tree else (hosts - 1) * (2 if both else 1)
-        if self.pipelined and not tree:
-            # NCCL's ring (`comm.ring_form: pipelined`): every link carries (n-1)/n of the message and the
+        if kind in self.pipelined_kinds and not tree:
+            # NCCL's ring (`comm.ring_form` / `gather_ring_form: pipelined`): every link carries (n-1)/n of the message and the
             # slowest sets the pace, the NVLink bus or the k NICs of the group's GPUs on a host together;
             # the latencies are the serial form's
             moved = (n - 1) / n * nbytes * (2 if both else 1)

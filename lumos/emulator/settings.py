@@ -95,6 +95,7 @@ MICROBATCH_RULES = ("tp_x_pp", "fixed")
 # the switchable multi-node physics (config/emulator/default.yaml says where each comes from)
 KNOB_CHOICES = {("comm", "algorithm"): ("hier_ring", "nccl"),
                 ("comm", "ring_form"): ("serial", "pipelined"),
+                ("comm", "gather_ring_form"): ("serial", "pipelined"),
                 ("comm", "placement"): ("rail", "shared"),
                 ("schedule", "grad_norm_group"): ("tp", "model_parallel"),
                 ("schedule", "p2p_scatter_gather"): (False, True)}

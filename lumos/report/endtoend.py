@@ -13,6 +13,10 @@ predictor's. Table `emulator_realism` reads the first alone; table `scaleout` th
     error_pct      = 100 * (predicted - measured) / measured                  (per seed)
     {part}_error_pts = 100 * (predicted part - measured part) / measured total  (per seed)
 
+Which layout is fastest per GPU matters more to a user choosing among them than any one error: each
+data set's summary row ranks its layouts by per-GPU throughput (sequences per GPU-second), predicted
+against measured (`throughput_ranking`, Spearman; the base's own layout joins where it was measured).
+
 Both sides' four parts add up to their iteration, so a row's four part errors, in points of the
 measured iteration, add up to its iteration error: the table shows where the error sits. Per
 target: the mean over the base's seeds with a 95% bootstrap CI (`lumos.analysis.statistics`), as
@@ -40,7 +44,7 @@ from lumos.trace.atomic import write_text_atomic
 from .tables import COMPONENT_PARTS, format_cell, to_markdown, write_csv
 
 __all__ = ["Measurement", "PeerError", "DataSet", "rests_on", "read_peer_errors", "prediction_row",
-           "endtoend_table", "markdown_view", "write_endtoend_table"]
+           "throughput_ranking", "endtoend_table", "markdown_view", "write_endtoend_table"]
 
 PARTS = ("iteration",) + COMPONENT_PARTS
 PART_LABELS = {"exposed_compute": "exposed compute", "overlapped": "overlapped", "exposed_comm": "exposed comm",
@@ -61,6 +65,12 @@ class Measurement:
     target: str
     total_ms: float
     parts_ms: Mapping[str, float] = field(default_factory=dict)
+    sequences: float = math.nan   # global batch of the run, for its per-GPU throughput (nan: not known)
+
+    @property
+    def gpus(self) -> int:
+        tp, pp, dp = (int(x) for x in self.target.split("x"))
+        return tp * pp * dp
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,8 @@ class DataSet:
     peer: str = ""
     peer_errors: tuple[PeerError, ...] = ()
     measured_by: str = "published"
+    base_measured: Measurement | None = None   # the base's own layout, where the data set measured it
+    base_ms: tuple[float, ...] = ()             # the emulated base's iteration per seed (what its replay gives)
 
     @property
     def targets(self) -> list[str]:
@@ -200,6 +212,26 @@ def _target_row(ds: DataSet, m: Measurement) -> dict:
     return row
 
 
+def throughput_ranking(ds: DataSet) -> tuple[float, int]:
+    """(Spearman, layouts): the data set's layouts ranked by per-GPU throughput (sequences per GPU-second,
+    `sequences / (iteration x GPUs)`), predicted against measured: the order a user choosing among them
+    would act on. The targets at their predicted iteration (mean over seeds), and the base's own layout
+    where the data set measured it, at the emulated base's iteration (which its replay reproduces).
+    Spearman needs 3 layouts with a known batch (nan below)."""
+    layouts = []
+    for m in ds.measured:
+        p = ds.predictions.loc[ds.predictions["target"] == m.target, "predicted_iteration_ms"]
+        layouts.append((m, float(p.mean()) if len(p) else math.nan))
+    if ds.base_measured is not None and ds.base_ms:
+        layouts.append((ds.base_measured, float(np.mean(ds.base_ms))))
+    pairs = [(m.sequences / (t * m.gpus), m.sequences / (m.total_ms * m.gpus)) for m, t in layouts]
+    pairs = [p for p in pairs if all(np.isfinite(p))]
+    if len(pairs) < 3:
+        return math.nan, len(pairs)
+    ranks = pd.DataFrame(pairs).rank()
+    return float(np.corrcoef(ranks[0], ranks[1])[0, 1]), len(pairs)
+
+
 def _summary_row(rows: pd.DataFrame, dataset: str, base: str, peer: PeerError | None, peer_name: str,
                  measured_by: str) -> dict:
     row = {c: math.nan for c in rows.columns}
@@ -221,6 +253,7 @@ def endtoend_table(datasets: Sequence[DataSet]) -> pd.DataFrame:
         rows = pd.DataFrame([_target_row(ds, m) for m in ds.measured])
         overall = next((e for e in ds.peer_errors if e.scope == "overall"), None)
         summary = _summary_row(rows, ds.name, ds.base, overall, ds.peer, ds.measured_by)
+        summary["throughput_spearman"], summary["throughput_layouts"] = throughput_ranking(ds)
         blocks.append(pd.concat([rows, pd.DataFrame([summary])], ignore_index=True))
     if not blocks:
         return pd.DataFrame(columns=["row", "dataset", "base", "target", "n"])
@@ -245,12 +278,20 @@ def markdown_view(table: pd.DataFrame) -> pd.DataFrame:
     out["measured_ms"] = [format_cell(v, "measured_iteration_ms") for v in table["measured_iteration_ms"]]
     out["error_pct [95% CI]"] = [_folded(r, "error_pct") for _, r in table.iterrows()]
     out["abs_error_pct"] = [format_cell(v, "abs_error_pct") for v in table["abs_error_pct_mean"]]
+    out["per-GPU throughput order: Spearman (layouts)"] = [_ranking_cell(r) for _, r in table.iterrows()]
     for part in COMPONENT_PARTS:
         out[f"{PART_LABELS[part]} ms: predicted / measured (pts)"] = [_part_cell(r, part) for _, r in table.iterrows()]
     out["peer's published abs_error_pct"] = [
         "-" if r["peer_error"] == "-" else f"{r['peer_error']}, {r['peer']}" for _, r in table.iterrows()]
     out["rests on"] = table["rests_on"]
     return out
+
+
+def _ranking_cell(r) -> str:
+    rho = r.get("throughput_spearman", math.nan)
+    if not np.isfinite(rho):
+        return "-"
+    return f"{rho:.2f} ({int(r['throughput_layouts'])})"
 
 
 def _part_cell(r, part: str) -> str:

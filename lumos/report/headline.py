@@ -268,8 +268,8 @@ def realism(src: Sources) -> Cells:
 
 
 def endtoend(src: Sources) -> Cells:
-    """endtoend.csv: rows "summary" (dataset, n, abs_error_pct_mean; the "all" row's
-    worst_abs_error_pct); rows "target": peer and peer_error (the peer's published errors as the
+    """endtoend.csv: rows "summary" (dataset, n, abs_error_pct_mean, throughput_spearman and
+    throughput_layouts where ranked; the "all" row's worst_abs_error_pct); rows "target": peer and peer_error (the peer's published errors as the
     table carries them); rests_on, without its parenthesis."""
     df = _read(src.tables / "endtoend.csv")
     s = df[df["row"] == "summary"]
@@ -278,6 +278,12 @@ def endtoend(src: Sources) -> Cells:
     every = s[s["dataset"] == "all"]
     if len(every):
         ours += f"; worst {pct(every['worst_abs_error_pct'].iloc[0])}"
+    if "throughput_spearman" in s:
+        ranked = s[s["throughput_spearman"].notna()]
+        if len(ranked):
+            ours += ("; layouts in the measured order of per-GPU throughput, Spearman: "
+                     + ", ".join(f"{r['dataset']} {r['throughput_spearman']:.2f} ({int(r['throughput_layouts'])} layouts)"
+                                 for _, r in ranked.iterrows()))
     t = df[(df["row"] == "target") & (df["peer"] != "-")]
     theirs = "; ".join(f"{peer}: " + ", ".join(dict.fromkeys(g["peer_error"]))
                        for peer, g in t.groupby("peer", sort=False)) or "-"

@@ -330,6 +330,42 @@ def test_pipelined_ring_form_paces_the_cross_host_ring_by_its_slowest_link(algor
     assert piped_us > serial_us
 
 
+# FSDP over DP 8 on two 4-GPU hosts: every unit's all-gather is a ring with k = 4 GPUs on each host
+FSDP_FOUR_PER_HOST = ["model=tiny", "seed=0", "parallel.pp=1", "parallel.tp=1", "parallel.dp=8",
+                      "cluster.gpus_per_host=4", "training.dp_sharding=fsdp"] + QUIET
+
+
+def _first_block_gather(run):
+    """Rank 0's second forward all-gather (stream 40: a transformer block's parameters): (duration us, bytes, costs)."""
+    g = [g for g in run.recorders[0].gpu if g[4] == 40 and "AllGather" in g[3]][1]
+    return g[1] - g[0], g[7]["Out msg nelems"] * 2.0, run.state[1].costs
+
+
+def test_gather_ring_form_paces_fsdp_all_gathers_across_hosts_as_nccl_models_its_ring():
+    # default: all-gathers across hosts pipelined (NCCL's model of its ring), whatever `ring_form` says of all-reduce
+    piped_us, nbytes, piped = _first_block_gather(emulate(FSDP_FOUR_PER_HOST, progress=False))
+    serial_us, nbytes2, serial = _first_block_gather(
+        emulate(FSDP_FOUR_PER_HOST + ["emulator.comm.gather_ring_form=serial"], progress=False))
+    allreduce_only_us, _b, _c = _first_block_gather(
+        emulate(FSDP_FOUR_PER_HOST + ["emulator.comm.ring_form=pipelined", "emulator.comm.gather_ring_form=serial"],
+                progress=False))
+    assert nbytes2 == nbytes == 3152384 * 2
+    assert piped.pipelined_kinds == {"allgather", "reduce_scatter"} and serial.pipelined_kinds == frozenset()
+    latency = piped.c.nccl_fixed_us + 3 * piped.nvl_lat + 1 * piped.net_lat   # 3 NVLink steps, 1 across the 2 hosts
+    moved = 7 / 8 * nbytes          # an all-gather over 8 ranks moves (n-1)/n of the gathered buffer
+    # pipelined: the slower of the NVLink bus and the host's 4 NICs together carries it all, links at once
+    assert piped_us == pytest.approx(latency + max(moved / piped.nvl_bw(nbytes), moved / (4 * piped.nic_bw(0))),
+                                     rel=1e-9)
+    assert piped_us == pytest.approx(83.2358, abs=1e-3)
+    # serial: the NVLink phase over the host's 4 GPUs (3/4 of the buffer), then the ring of quarters across the
+    # 2 hosts on each GPU's NIC (1/2 x 1/4), the two added
+    assert serial_us == pytest.approx(latency + 3 / 4 * nbytes / serial.nvl_bw(nbytes)
+                                      + 1 / 2 * nbytes / 4 / serial.nic_bw(0), rel=1e-9)
+    assert serial_us == pytest.approx(98.6877, abs=1e-3)
+    # `ring_form` is all-reduce's: it does not move a gather
+    assert allreduce_only_us == serial_us
+
+
 def test_shared_nics_slow_the_dp_allreduce_only_when_the_host_has_fewer_nics_than_flows():
     _n, rail_us, nbytes, costs = _dp_bucket(emulate(DP_ACROSS + ["cluster.nics_per_host=1"], progress=False))
     _n, shared_us, _b, _c = _dp_bucket(emulate(DP_ACROSS + ["cluster.nics_per_host=1", "emulator.comm.placement=shared"],

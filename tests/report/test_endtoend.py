@@ -90,6 +90,24 @@ def test_several_data_sets_end_with_one_summary_over_every_target():
     assert every["worst_abs_error_pct"] == pytest.approx(7.5)
 
 
+def test_layouts_are_ranked_by_per_gpu_throughput_with_the_measured_base():
+    # a fixed batch of 64 sequences on 32, 16 and 8 GPUs (strong scaling): per-GPU throughput 64 / (T x G)
+    measured = (E.Measurement("2x2x8", 100.0, sequences=64), E.Measurement("2x2x4", 190.0, sequences=64))
+    preds = predictions({"2x2x8": [(100, 0, 0, 0)], "2x2x4": [(200, 0, 0, 0)]})
+    base = E.Measurement("2x2x2", 360.0, sequences=64)
+    # T x G measured: 3,200 / 3,040 / 2,880 GPU-ms a batch (ranks of throughput 1, 2, 3); predicted, the base
+    # at its emulated 350 ms: 3,200 / 3,200 / 2,800 (ranks 1.5, 1.5, 3): Spearman 1.5 / sqrt(1.5 x 2)
+    ds = E.DataSet("s", "m-2x2x2", measured, preds, base_measured=base, base_ms=(340.0, 360.0))
+    rho, n = E.throughput_ranking(ds)
+    assert n == 3 and rho == pytest.approx(0.8660254)
+    s = E.endtoend_table([ds]).iloc[-1]
+    assert (s["throughput_spearman"], s["throughput_layouts"]) == (pytest.approx(0.8660254), 3)
+    # without the base, two layouts cannot be ranked; an unknown batch leaves a layout out
+    rho, n = E.throughput_ranking(E.DataSet("s", "b", measured, preds))
+    assert n == 2 and math.isnan(rho)
+    assert E.throughput_ranking(dataset())[1] == 0
+
+
 def test_a_target_without_predictions_is_an_error():
     ds = dataset()
     broken = E.DataSet(ds.name, ds.base, ds.measured + (E.Measurement("2x2x32", 90.0),), ds.predictions)

@@ -88,6 +88,10 @@ def endtoend_params():
         out.append({"name": plan.name, "measured": plan.measured, "model": plan.model, "base": plan.base.name,
                     "label": plan.label, "measured_by": plan.measured_by, "from_sweep": plan.from_sweep,
                     "peer": dict(plan.peer),
+                    # the base's own layout joins the throughput ranking where the data set measured it
+                    "base_layout": plan.shape(plan.base) if plan.base_measured else None,
+                    "base_manifests": [f"{plan.base_dir(R, s)}/manifest.json" for s in plan.base_seeds()]
+                    if plan.base_measured else [],
                     "targets": [{"target": plan.shape(t), "run": t.name,
                                  "files": {str(s): plan.prediction_json(R, t, s) for s in plan.seeds[t.name]}}
                                 for t in plan.targets]})
@@ -97,6 +101,8 @@ def endtoend_params():
 rule table_endtoend:
     input:
         predictions=[f for plan in ENDTOEND for f in plan.prediction_jsons(R)],
+        bases=[f"{plan.base_dir(R, s)}/manifest.json" for plan in ENDTOEND if plan.base_measured
+               for s in plan.base_seeds()],
         measured=sorted({f for plan in ENDTOEND for f in endtoend_measured_files(plan)}),
         peer=[plan.peer["file"] for plan in ENDTOEND if plan.peer.get("file")],
     output:

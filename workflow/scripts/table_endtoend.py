@@ -15,17 +15,31 @@ with logged(smk):
     from lumos.report import endtoend as E
     from lumos.report.tables import write_csv
 
+    def sequences(doc: dict) -> float:
+        """The predicted run's global batch: micro-batch size x micro-batches x DP."""
+        t = doc["target"]
+        return float(t["micro_batch"] * doc["microbatches"] * t["dp"])
+
     datasets, long = [], []
     for spec in smk.params.datasets:
         points = endtoend_plan.measured_points(spec["name"], spec)
-        rows = [E.prediction_row(json.loads(Path(path).read_text()), t["target"], int(seed))
-                for t in spec["targets"] for seed, path in t["files"].items()]
-        measured = tuple(E.Measurement(t["target"], points[t["target"]].total_ms, dict(points[t["target"]].parts_ms))
-                         for t in spec["targets"])
+        docs = {(t["target"], seed): json.loads(Path(path).read_text())
+                for t in spec["targets"] for seed, path in t["files"].items()}
+        rows = [E.prediction_row(doc, target, int(seed)) for (target, seed), doc in docs.items()]
+        batch = {target: sequences(doc) for (target, _seed), doc in docs.items()}
+        measured = tuple(E.Measurement(t["target"], points[t["target"]].total_ms, dict(points[t["target"]].parts_ms),
+                                       batch[t["target"]]) for t in spec["targets"])
+        base_measured, base_ms = None, ()
+        if spec["base_layout"]:
+            manifests = [json.loads(Path(f).read_text()) for f in spec["base_manifests"]]
+            base_ms = tuple(m["iteration_us"] / 1e3 for m in manifests)
+            p = points[spec["base_layout"]]
+            base_measured = E.Measurement(spec["base_layout"], p.total_ms, dict(p.parts_ms),
+                                          float(manifests[0]["global_batch_size"]))
         peer = spec.get("peer") or {}
         datasets.append(E.DataSet(spec["name"], spec["base"], measured, pd.DataFrame(rows), peer=peer.get("name", ""),
                                   peer_errors=E.read_peer_errors(peer["file"]) if peer.get("file") else (),
-                                  measured_by=spec["measured_by"]))
+                                  measured_by=spec["measured_by"], base_measured=base_measured, base_ms=base_ms))
         long += [dict(r, dataset=spec["name"], base=spec["base"],
                       measured_iteration_ms=points[r["target"]].total_ms) for r in rows]
     write_csv(pd.DataFrame(long), smk.output.data)
