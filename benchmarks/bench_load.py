@@ -36,7 +36,7 @@ from pathlib import Path
 from emulated import emulated_traces
 
 ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled (C) paths
 REAL = ROOT / "resources" / "traces" / "real"
 DEFAULT_REAL = [
     REAL / "kineto" / "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
@@ -99,7 +99,7 @@ def _peak_rss_mb() -> float:
 def memory_worker(method: str, json_path: Path, gz_path: Path) -> float:
     """Peak RSS growth (MB) of one call, measured in this (fresh) process."""
     from lumos.trace import load_trace
-    load_trace(WARM_UP)  # load the compiled scanner before measuring
+    load_trace(WARM_UP)  # first call outside the timing
     data = json_path.read_bytes() if method.startswith("orjson") else None
     before = _peak_rss_mb()
     out = _call(method, json_path, gz_path, data)

@@ -41,7 +41,7 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled (C) paths
 sys.path.insert(0, str(ROOT))
 
 from lumos.analysis.replay import replayed_breakdown  # noqa: E402
@@ -74,7 +74,7 @@ def stages(path: Path, repeat: int) -> list[tuple[str, float]]:
     rows.append(("build", t))
     t, arrays = median_time(lambda: prepare(graph), repeat)
     rows.append(("prepare", t))
-    simulate(graph)  # compile / load the numba cache outside the timing
+    simulate(graph)  # first call outside the timing
     t, out = median_time(lambda: simulate_compiled(arrays), repeat)
     rows.append(("replay", t))
     schedule = Schedule(start=out[0], end=out[1])

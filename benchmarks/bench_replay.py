@@ -6,7 +6,7 @@ Run by hand (not part of the test suite; the 10^7 case takes a few minutes):
     python benchmarks/bench_replay.py --sizes 1e4,1e5,1e6 --limit-s 30 --trace DIR_OR_FILE ...
 
 Engines, all on the same `SimArrays` (lumos.sim.prepare):
-- compiled: `lumos.sim.compiled.simulate_compiled` (numba; Algorithm 1 with run-time syncs);
+- compiled: `lumos.sim.compiled.simulate_compiled` (C, lumos/kernels/simulate.c; Algorithm 1 with run-time syncs);
 - bound:    `lumos.sim.compiled.longest_path_bound`, one compiled pass in topological order
             (per-node max over predecessors + lag; no processors, no run-time dependencies);
 - reference: `lumos.sim.reference.simulate_reference` (pure Python; checked identical to compiled);
@@ -27,7 +27,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +35,7 @@ import numpy as np
 from emulated import emulated_traces
 
 ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
+os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled (C) paths
 
 
 def _rss_mb() -> float:
@@ -149,19 +148,14 @@ def run_job(spec: dict, timeout_s: float) -> dict | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def compile_times() -> dict:
-    """First-call time of the compiled core in a fresh process: cold (empty cache) and cached."""
+def first_call_s() -> float:
+    """First-call time of the compiled core in a fresh process (imports, a small graph, both kernels)."""
     code = ("import time; t=time.perf_counter(); from lumos.sim import prepare; "
             "from lumos.sim.compiled import simulate_compiled, longest_path_bound; "
             "from lumos.sim.synthetic import synthetic_graph; a=prepare(synthetic_graph(200)); "
             "simulate_compiled(a); longest_path_bound(a); print(time.perf_counter()-t)")
-    out = {}
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-        for label in ("cold_s", "cached_s"):
-            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
-            out[label] = float(proc.stdout.strip().splitlines()[-1])
-    return out
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return float(proc.stdout.strip().splitlines()[-1])
 
 
 def fit_exponent(ns: list[int], ts: list[float]) -> float:
@@ -192,9 +186,7 @@ def main(argv=None) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     print(f"# replay benchmark  (load average at start: {os.getloadavg()[0]:.2f}, "
           f"{os.cpu_count()} CPUs)", flush=True)
-    comp = compile_times()
-    print(f"compiled core first call in a fresh process: {comp['cold_s']:.1f} s with an empty numba cache "
-          f"(compilation), {comp['cached_s']:.2f} s with the cache (cache=True)", flush=True)
+    print(f"compiled core first call in a fresh process (imports included): {first_call_s():.2f} s", flush=True)
     rows = []
     last = {"reference": None, "networkx": None}
     for n in sizes:

@@ -7,10 +7,10 @@
 Every figure is a median of `--repeat` whole processes, the commands of one trace interleaved
 so that machine load hits them alike; the ratios are of medians from the same run.
 
-- `lumos replay TRACE` as a user runs it (`LUMOS_JIT` unset: numba only where it pays,
-  `lumos.jit`), the same with `LUMOS_JIT=always` (numba from the first kernel), and with
-  `--before` a checkout of an earlier commit (run from that checkout, `PYTHONPATH=CHECKOUT`;
-  its numba cache is filled by the untimed first run).
+- `lumos replay TRACE` as a user runs it (`LUMOS_JIT` unset: the C kernels, `lumos.jit`), the
+  same with `LUMOS_JIT=never` (their plain-Python twins), and with `--before` a checkout of an
+  earlier commit (run from that checkout, `PYTHONPATH=CHECKOUT`; its numba cache, where it has
+  one, is filled by the untimed first run).
 - HTA 0.5.0 (HolisticTraceAnalysis): `TraceAnalysis(trace_dir)` then
   `critical_path_analysis(rank, "ProfilerStep", None)`, the trace alone in a directory, in
   HTA's own environment: `--hta-python` or a venv made on first use under the temp dir
@@ -19,9 +19,7 @@ so that machine load hits them alike; the ratios are of medians from the same ru
   against the floor the issue names: a process that starts Python, imports numpy and numba
   and reads (gunzips) the same base files.
 
-`--kernels` prints, in one process, what each kernel with a plain twin costs per unit both
-ways and numba's start-up in a fresh process, and the break-even sizes beside the thresholds
-`lumos.jit` callers use.
+`--kernels` prints, in one process, what each C kernel and its plain twin take on each trace.
 
 Default traces: the four largest shipped real ones (measured on hardware by their authors) and
 the emulated GPT-3 175B 8x4x8 rank 0 (EMULATED).
@@ -102,7 +100,10 @@ def timed(cmd: list[str], env: dict | None = None, may_fail: bool = False) -> fl
 
 
 def env_with(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "LUMOS_JIT"}
+    """This process's environment without LUMOS_JIT, and without PYTHONDONTWRITEBYTECODE: a user's
+    Python caches compiled modules, so each command's untimed first run writes them (a checkout
+    installed in editable mode has none until then; HTA's were compiled by pip)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LUMOS_JIT", "PYTHONDONTWRITEBYTECODE")}
     env.update({k: v for k, v in extra.items() if v is not None})
     return env
 
@@ -130,7 +131,7 @@ def events_and_mb(trace: Path) -> tuple[int, float]:
 
 
 def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | None) -> None:
-    print("| trace | events | MB of JSON | lumos replay s | LUMOS_JIT=always s |"
+    print("| trace | events | MB of JSON | lumos replay s | LUMOS_JIT=never s |"
           + (" before s |" if before else "") + " HTA load + critical path s | HTA / lumos |")
     print("|---|---|---|---|---|" + ("---|" if before else "") + "---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +140,7 @@ def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | 
             alone.mkdir()
             (alone / trace.name).symlink_to(trace)
             variants = {"auto": (lumos_cmd("replay", str(trace)), env_with()),
-                        "always": (lumos_cmd("replay", str(trace)), env_with(LUMOS_JIT="always"))}
+                        "never": (lumos_cmd("replay", str(trace)), env_with(LUMOS_JIT="never"))}
             if before:
                 variants["before"] = (lumos_cmd("replay", str(trace)), env_with(PYTHONPATH=before))
             if hta:
@@ -147,7 +148,7 @@ def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | 
             m = medians(variants, repeat)
             n, mb = events_and_mb(trace)
             label = trace.parent.name + "/" + trace.name[:44] + (" (EMULATED)" if CACHE in trace.parents else "")
-            cells = [label, f"{n:,}", f"{mb:.1f}", f"{m['auto']:.2f}", f"{m['always']:.2f}"]
+            cells = [label, f"{n:,}", f"{mb:.1f}", f"{m['auto']:.2f}", f"{m['never']:.2f}"]
             if before:
                 cells.append(f"{m['before']:.2f}")
             if not hta:
@@ -164,30 +165,19 @@ def predict_row(repeat: int, before: str | None) -> None:
     files = sorted(str(f) for f in base.glob("rank*.json.gz"))
     args = ["predict", str(base), "--tp", "2", "--pp", "8", "--dp", "8"]
     variants = {"auto": (lumos_cmd(*args), env_with()),
-                "always": (lumos_cmd(*args), env_with(LUMOS_JIT="always")),
+                "never": (lumos_cmd(*args), env_with(LUMOS_JIT="never")),
                 "floor": ([sys.executable, "-c", FLOOR_SCRIPT, *files], env_with())}
     if before:
         variants["before"] = (lumos_cmd(*args), env_with(PYTHONPATH=before))
     m = medians(variants, repeat)
-    print("\n| command | lumos s | LUMOS_JIT=always s |" + (" before s |" if before else "")
+    print("\n| command | lumos s | LUMOS_JIT=never s |" + (" before s |" if before else "")
           + " floor s (python + numpy + numba + read the base) | lumos / floor |")
     print("|---|---|---|" + ("---|" if before else "") + "---|---|")
-    cells = ["predict 15B 2x2x4 -> 2x8x8 (EMULATED base)", f"{m['auto']:.2f}", f"{m['always']:.2f}"]
+    cells = ["predict 15B 2x2x4 -> 2x8x8 (EMULATED base)", f"{m['auto']:.2f}", f"{m['never']:.2f}"]
     if before:
         cells.append(f"{m['before']:.2f}")
     cells += [f"{m['floor']:.2f}", f"{m['auto'] / m['floor']:.2f}x"]
     print("| " + " | ".join(cells) + " |")
-
-
-START_SCRIPT = """
-import time
-t = time.perf_counter()
-import numpy as np
-from lumos.graph.tasks import _compiled_leaf_walk
-_compiled_leaf_walk()(np.zeros(3), np.ones(3), np.zeros(3, bool), 1e-3)
-print(time.perf_counter() - t)
-"""
-NUMPY_SCRIPT = "import time; t = time.perf_counter(); import numpy; print(time.perf_counter() - t)"
 
 
 def best_of(fn, repeat: int = 3) -> float:
@@ -200,57 +190,33 @@ def best_of(fn, repeat: int = 3) -> float:
 
 
 def kernels(traces: list[Path], repeat: int) -> None:
-    """Per-unit cost of each kernel both ways, numba's start-up, and the break-even sizes."""
-    os.environ["LUMOS_JIT"] = "always"
+    """Each C kernel against its plain twin, in one process, best of `repeat`."""
     import orjson
 
-    from lumos.analysis.critical_path import WALK_PAYS_TASKS, critical_path, critical_path_reference
+    from lumos.analysis.critical_path import critical_path, critical_path_reference
     from lumos.graph import build_graph
-    from lumos.graph.tasks import LEAF_WALK_PAYS
-    from lumos.sim import COMPILED_PAYS_TASKS, simulate
+    from lumos.sim import simulate
     from lumos.trace import reader, scanned
 
-    def fresh(script):
-        return statistics.median(float(subprocess.run([sys.executable, "-c", script], capture_output=True,
-                                                      text=True, check=True).stdout) for _ in range(repeat))
-    start = fresh(START_SCRIPT) - fresh(NUMPY_SCRIPT)
-    print(f"numba start-up (import, target, one cached kernel), fresh process, median of {repeat}: {start:.3f} s\n")
-    print("| trace | MB | tasks | load plain / scanner s | simulate reference / compiled s | "
-          "critical path reference / compiled s | build, leaf walk plain / compiled s |")
+    print("| trace | MB | tasks | load plain / C s | simulate reference / C s | "
+          "critical path reference / C s | build, leaf walk plain / C s |")
     print("|---|---|---|---|---|---|---|")
-    per = {"scan": [], "sim": [], "walk": [], "leaf": []}
     for trace in traces:
         data = gzip.decompress(trace.read_bytes())
-        plain = best_of(lambda: reader.parse_document(orjson.loads(data), trace))
-        scan = best_of(lambda: scanned.scanned_columns(data))
+        plain = best_of(lambda: reader.parse_document(orjson.loads(data), trace), repeat)
+        scan = best_of(lambda: scanned.scanned_columns(data), repeat)
         table = reader.load_trace(trace)
         g = build_graph(table)
-        sim_ref, sim_comp = best_of(lambda: simulate(g, "reference")), best_of(lambda: simulate(g, "compiled"))
-        cp_ref = best_of(lambda: critical_path_reference(g, g.ts, g.end, 1.0))
-        cp_comp = best_of(lambda: critical_path(g, g.ts, g.end, 1.0))
+        sim_ref = best_of(lambda: simulate(g, "reference"), repeat)
+        sim_c = best_of(lambda: simulate(g, "compiled"), repeat)
+        cp_ref = best_of(lambda: critical_path_reference(g, g.ts, g.end, 1.0), repeat)
+        cp_c = best_of(lambda: critical_path(g, g.ts, g.end, 1.0), repeat)
         os.environ["LUMOS_JIT"] = "never"
-        build_plain = best_of(lambda: build_graph(table))
-        os.environ["LUMOS_JIT"] = "always"
-        build_comp = best_of(lambda: build_graph(table))
-        mb = len(data) / 2**20
-        per["scan"].append((plain - scan) / mb)
-        per["sim"].append((sim_ref - sim_comp) / g.n_tasks)
-        per["walk"].append((cp_ref - cp_comp) / g.n_tasks)
-        per["leaf"].append((build_plain - build_comp) / len(table))
-        print(f"| {trace.name[:44]} | {mb:.1f} | {g.n_tasks:,} | {plain:.3f} / {scan:.3f} | {sim_ref:.3f} / "
-              f"{sim_comp:.4f} | {cp_ref:.3f} / {cp_comp:.4f} | {build_plain:.3f} / {build_comp:.3f} |")
-    saving = {k: statistics.median(v) for k, v in per.items()}
-    print("\n| kernel | saved per unit (median) | break-even = start-up / saving | threshold in use |")
-    print("|---|---|---|---|")
-    print(f"| scanner | {saving['scan'] * 1e3:.1f} ms per MiB | {start / saving['scan']:.0f} MiB | "
-          f"{reader.SCANNER_PAYS_BYTES / 2**20:.0f} MiB |")
-    print(f"| simulate (+ the replay's two walks) | {saving['sim'] * 1e6:.2f} (+{2 * saving['walk'] * 1e6:.2f}) us "
-          f"per task | {start / saving['sim']:,.0f} ({start / (saving['sim'] + 2 * saving['walk']):,.0f}) tasks | "
-          f"{COMPILED_PAYS_TASKS:,} |")
-    print(f"| critical-path walk | {saving['walk'] * 1e6:.2f} us per task | {start / saving['walk']:,.0f} tasks | "
-          f"{WALK_PAYS_TASKS:,} |")
-    print(f"| leaf walk (in build) | {saving['leaf'] * 1e6:.3f} us per event | {start / max(saving['leaf'], 1e-12):,.0f} "
-          f"events | {LEAF_WALK_PAYS:,} |")
+        build_plain = best_of(lambda: build_graph(table), repeat)
+        os.environ.pop("LUMOS_JIT")
+        build_c = best_of(lambda: build_graph(table), repeat)
+        print(f"| {trace.name[:44]} | {len(data) / 2**20:.1f} | {g.n_tasks:,} | {plain:.3f} / {scan:.3f} | "
+              f"{sim_ref:.3f} / {sim_c:.4f} | {cp_ref:.3f} / {cp_c:.4f} | {build_plain:.3f} / {build_c:.3f} |")
 
 
 def main() -> int:
@@ -260,7 +226,7 @@ def main() -> int:
     ap.add_argument("--hta-python", default=None, help="python of an environment with HTA installed")
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out")
     ap.add_argument("--before", default=None, metavar="CHECKOUT", help="also time an earlier checkout's lumos")
-    ap.add_argument("--kernels", action="store_true", help="per-kernel costs and break-even sizes instead")
+    ap.add_argument("--kernels", action="store_true", help="each C kernel against its plain twin instead")
     ap.add_argument("--predict-only", action="store_true", help="only the `lumos predict` row (no HTA, no replays)")
     args = ap.parse_args()
     if args.predict_only:

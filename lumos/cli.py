@@ -43,6 +43,18 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 PREFETCH = ("replay", "predict")
 
 
+def _scan_on_the_side(data: bytes):
+    """The reader's first passes over the prefetched bytes (C, without the interpreter lock), run on
+    the prefetch thread while this one imports the command (`lumos.prefetch`)."""
+    from lumos import jit
+
+    if not jit.compiled():
+        return None
+    from lumos.trace.scanned import scan_document
+
+    return scan_document(data)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv_from_process = argv is None   # run as the `lumos` process, not called from Python
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -51,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         at = argv.index(command) + 1
         if at < len(argv) and not argv[at].startswith("-"):
             from lumos import prefetch
-            prefetch.start(argv[at])
+            prefetch.start(argv[at], then=_scan_on_the_side)
 
     from lumos.trace.errors import TraceError
 

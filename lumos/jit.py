@@ -1,19 +1,19 @@
-"""numba only where compiled code pays back its start-up.
+"""Which kernels run compiled: C for the hot ones, numba for the rest.
 
-Starting numba cost a process about 1.3 s before its first compiled call returned (2-core
-machine): 0.3-0.5 s to import it, the rest to build its compiled-code target and load the
-cached machine code, with 0.3 s of it spent importing scipy.linalg and cffi, which numba looks
-for and no kernel here uses (`_start` hides them: 0.5-0.7 s now,
-`python benchmarks/bench_startup.py --kernels`). That is still more than plain Python and
-numpy take to parse, build and replay a trace of a few thousand tasks. So the kernels that
-have a plain twin (the trace scanner's is `orjson` plus `parse_document`, the simulator's
-`simulate_reference`, the critical path's `critical_path_reference`, the call-tree walk's its
-own Python body) run compiled only when the work is large enough (`pays`), or when numba is
-running in the process anyway. Both twins give the same result, which the tests hold them to.
+The kernels every `lumos replay` and `lumos predict` runs (the trace scanner, the replay core,
+the critical-path and call-tree walks) are C, built with the package as `lumos._kernels`
+(lumos/kernels/kernels.h). They load in microseconds, so they run wherever they are built: numba
+had cost every process 0.4-0.6 s to start before its first compiled call returned, more than
+the work on most traces (issue 33; docs/performance.md). Each has a plain twin in Python (the
+scanner's is `orjson` plus `parse_document`, the simulator's `simulate_reference`, the critical
+path's `critical_path_reference`, the call-tree walk's its own Python body) that the tests hold
+it to.
 
-`LUMOS_JIT=always|never|auto` (default auto) overrides the choice for kernels with a plain
-twin, for benchmarks and tests; kernels without one (sampling, the emulator's column writer)
-always compile.
+`LUMOS_JIT=auto|always|never` (default auto): auto takes the C kernels where they are built and
+the twins otherwise (with one warning: a checkout used without `pip install -e .`); always
+requires them; never takes the twins (tests and benchmarks). Kernels without a C twin (sampling
+for intervals, the emulator's column writer) stay numba (`njit`), started without the imports
+it looks for and no kernel here uses (`_start`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import functools
 import os
 import sys
 
-__all__ = ["pays", "running", "njit", "MODES"]
+__all__ = ["compiled", "kernels", "running", "njit", "MODES"]
 
 MODES = ("auto", "always", "never")
 
@@ -34,19 +34,41 @@ def _mode() -> str:
     return mode
 
 
-def running() -> bool:
-    """numba is imported in this process: its start-up is paid, compiled code costs nothing more."""
-    return "numba" in sys.modules
+@functools.cache
+def _native():
+    """`lumos._kernels`, or None where it was not built (a warning says how to build it)."""
+    try:
+        from lumos import _kernels
+    except ImportError as exc:
+        print(f"lumos: the compiled kernels (lumos._kernels) are not built ({exc}); running their plain-Python "
+              "twins, which are slow on large traces. Build them with `python -m pip install -e .`.",
+              file=sys.stderr)
+        return None
+    return _kernels
 
 
-def pays(work: int, threshold: int) -> bool:
-    """Run the compiled twin for `work` units (bytes, tasks) when numba is running already or
-    the work reaches `threshold`, the size above which compiled code wins even with its
-    start-up (each call site measures its own)."""
+def compiled() -> bool:
+    """Run the C kernels (where built, unless LUMOS_JIT=never)."""
     mode = _mode()
-    if mode != "auto":
-        return mode == "always"
-    return running() or work >= threshold
+    if mode == "never":
+        return False
+    if mode == "always":
+        kernels()
+        return True
+    return _native() is not None
+
+
+def kernels():
+    """The C kernels module; an error saying how to build it where it is missing."""
+    k = _native()
+    if k is None:
+        raise ImportError("lumos._kernels is not built: run `python -m pip install -e .` in the repository")
+    return k
+
+
+def running() -> bool:
+    """numba is imported in this process (its start-up is paid)."""
+    return "numba" in sys.modules
 
 
 # Optional packages numba looks for as it starts, which no kernel here uses: scipy's BLAS
@@ -74,5 +96,5 @@ def _start():
 
 def njit(*args, **options):
     """`numba.njit`, numba started as `_start` does. Importing a module that uses it starts
-    numba, so such modules are imported where compiled code pays, not at the top."""
+    numba, so such modules are imported where they are needed, not at the top."""
     return _start().njit(*args, **options)

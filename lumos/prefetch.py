@@ -1,14 +1,16 @@
 """A command's first trace file, read and gunzipped on a thread while the process starts up.
 
-A `lumos replay` process spends its first second importing numpy and numba and initialising
-numba's compiled-code target, all holding the interpreter lock; reading and gunzipping the
-trace (zlib lets go of the lock) can run beside that on the second core (issue 16). Only the
-first file of a path is prefetched, so a directory of many ranks is not held in memory twice.
+A `lumos replay` process spends its start-up importing numpy and its own modules, holding the
+interpreter lock; reading and gunzipping the trace (zlib lets go of the lock) can run beside
+that on the second core (issue 16), and so can the first pass over the bytes that the caller
+hands in as `then` (the reader's scan, whose C kernels let go of the lock too: issue 33). Only
+the first file of a path is prefetched, so a directory of many ranks is not held in memory twice.
 
-`start(path)` begins; `take(file)` gives the bytes if that file was prefetched and has not
-changed since, else None. A read that fails is dropped: the reader's own read then raises
-its usual error. `LUMOS_NO_PREFETCH=1` turns it off (`lumos.cli`); measured with it and
-without in `benchmarks/bench_pipeline.py`.
+`start(path, then)` begins; `take(file)` gives (bytes, what `then` made of them or None) if that
+file was prefetched and has not changed since, else None. A read that fails is dropped: the
+reader's own read then raises its usual error; so is a `then` that raises (the reader does
+that work again and reports what is wrong). `LUMOS_NO_PREFETCH=1` turns it off (`lumos.cli`);
+measured with it and without in `benchmarks/bench_pipeline.py`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _first_file(path: str) -> str | None:
     return None
 
 
-def _read(path: str, out: dict) -> None:
+def _read(path: str, out: dict, then) -> None:
     try:
         stamp = _stamp(path)
         with open(path, "rb") as fh:
@@ -47,10 +49,16 @@ def _read(path: str, out: dict) -> None:
     except (OSError, EOFError, zlib.error):
         return
     out["stamp"], out["data"] = stamp, data
+    if then is not None:
+        try:
+            out["then"] = then(data)
+        except Exception:   # noqa: BLE001  (the reader does it again and reports what is wrong)
+            pass
 
 
-def start(path: str | os.PathLike) -> None:
-    """Read (and gunzip) the first trace file of `path` (a file, or a directory of ranks) on a thread."""
+def start(path: str | os.PathLike, then=None) -> None:
+    """Read (and gunzip) the first trace file of `path` (a file, or a directory of ranks) on a thread,
+    then run `then(data)` there (optional)."""
     first = _first_file(os.fspath(path))
     if first is None:
         return
@@ -58,13 +66,14 @@ def start(path: str | os.PathLike) -> None:
     if key in _pending:
         return
     out: dict = {}
-    thread = threading.Thread(target=_read, args=(key, out), name="lumos-prefetch", daemon=True)
+    thread = threading.Thread(target=_read, args=(key, out, then), name="lumos-prefetch", daemon=True)
     _pending[key] = (thread, out)
     thread.start()
 
 
-def take(path: str | os.PathLike) -> bytes | None:
-    """The prefetched bytes of `path` (its decompressed JSON), once; None if there are none."""
+def take(path: str | os.PathLike) -> tuple[bytes, object] | None:
+    """The prefetched bytes of `path` (its decompressed JSON) and what `then` made of them (None if
+    nothing), once; None if there are none."""
     if not _pending:
         return None
     got = _pending.pop(os.path.realpath(os.fspath(path)), None)
@@ -76,4 +85,4 @@ def take(path: str | os.PathLike) -> bytes | None:
         same = out.get("stamp") == _stamp(os.fspath(path))
     except OSError:
         return None
-    return out.get("data") if same else None
+    return (out["data"], out.get("then")) if same and "data" in out else None

@@ -1,5 +1,7 @@
-"""numba only where it pays (`lumos.jit`): the choice, numba started without scipy and cffi, a
-small replay that never starts it, and both twins giving the same graph and schedule."""
+"""Which kernels run compiled (`lumos.jit`): the C kernels wherever they are built, their plain
+twins with LUMOS_JIT=never or without them; a replay that never starts numba; numba (for the
+kernels that stay numba) started without scipy and cffi; both twins giving the same graph,
+schedule and path."""
 
 from __future__ import annotations
 
@@ -19,25 +21,48 @@ from lumos.trace import load_trace
 from .conftest import REAL
 
 SMALL_REAL = REAL / "hta" / "nccl_parser_config__nccl_data.json.gz"   # 9.3 MiB of JSON, 6,171 tasks
+LARGE_REAL = REAL / "hta" / "trace_diff__control__control.json.gz"    # 33 MiB of JSON
 
 
-def test_pays_compiles_at_the_threshold_or_once_numba_runs(monkeypatch):
+def test_the_kernels_are_built_and_taken_unless_never(monkeypatch):
     monkeypatch.delenv("LUMOS_JIT", raising=False)
-    monkeypatch.setattr(jit, "running", lambda: False)
-    assert (jit.pays(99, 100), jit.pays(100, 100)) == (False, True)
-    monkeypatch.setattr(jit, "running", lambda: True)
-    assert jit.pays(1, 100)
+    assert jit.compiled() and jit.kernels().__name__ == "lumos._kernels"
     monkeypatch.setenv("LUMOS_JIT", "never")
-    assert not jit.pays(10**9, 100)
+    assert not jit.compiled()
     monkeypatch.setenv("LUMOS_JIT", "always")
-    monkeypatch.setattr(jit, "running", lambda: False)
-    assert jit.pays(0, 100)
+    assert jit.compiled()
+
+
+def test_without_the_kernels_auto_takes_the_twins_and_always_says_how_to_build_them(monkeypatch):
+    monkeypatch.setattr(jit, "_native", lambda: None)
+    monkeypatch.delenv("LUMOS_JIT", raising=False)
+    assert not jit.compiled()
+    monkeypatch.setenv("LUMOS_JIT", "always")
+    with pytest.raises(ImportError, match=r"pip install -e \."):
+        jit.compiled()
 
 
 def test_an_unknown_lumos_jit_mode_is_named(monkeypatch):
     monkeypatch.setenv("LUMOS_JIT", "sometimes")
     with pytest.raises(ValueError, match=r"LUMOS_JIT='sometimes': expected one of auto, always, never"):
-        jit.pays(1, 1)
+        jit.compiled()
+
+
+def test_count_byte_counts_as_bytes_count_does():
+    data = b'{"traceEvents": [{"ph": "X", "args": {}}, {"ph": "i"}]}' * 3 + b"{"
+    assert jit.kernels().count_byte(np.frombuffer(data, np.uint8), ord("{")) == data.count(b"{") == 13
+    assert jit.kernels().count_byte(np.frombuffer(b"", np.uint8), ord("{")) == 0
+
+
+def test_a_kernel_refuses_an_array_of_the_wrong_type_or_length():
+    k = jit.kernels()
+    keep = np.empty(3, dtype=np.bool_)
+    with pytest.raises(TypeError, match="ts must be a contiguous float64 array"):
+        k.leaf_walk(np.zeros(3, dtype=np.float32), np.ones(3), np.zeros(3, bool), 1e-3, keep)
+    with pytest.raises(ValueError, match="arrays differ in length"):
+        k.leaf_walk(np.zeros(3), np.ones(2), np.zeros(3, bool), 1e-3, keep)
+    with pytest.raises(TypeError, match=r"keep must be a contiguous writable bool array \(ndarray is not C-contiguous\)"):
+        k.leaf_walk(np.zeros(3), np.ones(3), np.zeros(3, bool), 1e-3, np.empty(6, dtype=np.float64)[::2])
 
 
 def _python(code: str) -> str:
@@ -60,13 +85,14 @@ def test_numba_starts_without_scipy_linalg_and_cffi_and_leaves_no_trace_of_hidin
     assert out == ["12.0", "True", "True"]
 
 
-def test_a_small_replay_never_starts_numba(monkeypatch):
+@pytest.mark.parametrize("path", [SMALL_REAL, LARGE_REAL], ids=["9 MiB", "33 MiB"])
+def test_a_replay_never_starts_numba_or_scipy(monkeypatch, path):
     monkeypatch.delenv("LUMOS_JIT", raising=False)
     out = _python(
         "import sys, io, contextlib\n"
         "from lumos.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
-        f"    rc = main(['replay', {str(SMALL_REAL)!r}])\n"
+        f"    rc = main(['replay', {str(path)!r}])\n"
         "print(rc, 'numba' in sys.modules, 'scipy' in sys.modules, 'iteration time error: +0.000%' in text.getvalue())\n")
     assert out == ["0", "False", "False", "True"]
 
@@ -95,5 +121,5 @@ def test_the_leaf_walk_twins_agree_on_nested_and_runtime_calls():
     end = np.array([10.0, 4.0, 8.0, 6.0, 21.0])
     runtime = np.array([False, False, True, False, False])
     plain = _leaf_walk(ts.tolist(), end.tolist(), runtime.tolist(), 1e-3)
-    compiled = _compiled_leaf_walk()(ts, end, runtime, 1e-3)
+    compiled = _compiled_leaf_walk(ts, end, runtime, 1e-3)
     assert plain.tolist() == compiled.tolist() == [False, True, True, False, True]

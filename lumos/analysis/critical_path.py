@@ -33,9 +33,6 @@ from lumos.graph.model import Graph, TaskKind, WaitKind
 
 MEASURED_TOLERANCE_US = 1.0
 REPLAYED_TOLERANCE_US = 0.0
-# Tasks from which the compiled walk (`critical_walk.py`) beats the plain one with numba's
-# start-up (`lumos.jit`; benchmarks/bench_startup.py --kernels).
-WALK_PAYS_TASKS = 100_000
 
 
 def _last_op(graph: Graph, end: np.ndarray) -> int:
@@ -51,10 +48,11 @@ def critical_path(graph: Graph, start: np.ndarray, end: np.ndarray,
                   tolerance_us: float = REPLAYED_TOLERANCE_US) -> np.ndarray:
     """Task ids on the critical path of the timeline (start, end), earliest first.
 
-    The walk is compiled (`critical_walk.walk`) where that pays, else `critical_path_reference`:
-    the same rule in plain Python, the definition the tests hold the compiled one to.
+    The walk is compiled (`critical_walk.walk`) where the kernels are built (`lumos.jit`), else
+    `critical_path_reference`: the same rule in plain Python, the definition the tests hold the
+    compiled one to.
     """
-    if not jit.pays(graph.n_tasks, WALK_PAYS_TASKS):
+    if not jit.compiled():
         return critical_path_reference(graph, start, end, tolerance_us)
     from .critical_walk import walk
     v = _last_op(graph, end)

@@ -35,7 +35,6 @@ counted by reason, so a replay says how many the graph holds that way.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,21 +105,19 @@ def _thread_leaves(table: TraceTable, rows: np.ndarray) -> tuple[np.ndarray, np.
     return leaves, ldur
 
 
-# Events of one thread from which the compiled walk beats plain Python with numba's start-up
-# (`lumos.jit`; benchmarks/bench_startup.py --kernels).
-LEAF_WALK_PAYS = 3_000_000
-
-
 def _leaf_mask(ts, end, is_runtime, eps) -> np.ndarray:
-    """`_leaf_walk`, compiled where it pays, else in plain Python over lists (the same body)."""
-    if jit.pays(len(ts), LEAF_WALK_PAYS):
-        return _compiled_leaf_walk()(ts, end, is_runtime, eps)
+    """`_leaf_walk`, compiled (C, `lumos/kernels/walks.c`) where the kernels are built (`lumos.jit`),
+    else in plain Python over lists (the same body)."""
+    if jit.compiled():
+        return _compiled_leaf_walk(ts, end, is_runtime, eps)
     return _leaf_walk(ts.tolist(), end.tolist(), is_runtime.tolist(), eps)
 
 
-@functools.cache
-def _compiled_leaf_walk():
-    return jit.njit(cache=True, nogil=True)(_leaf_walk)
+def _compiled_leaf_walk(ts, end, is_runtime, eps) -> np.ndarray:
+    keep = np.empty(len(ts), dtype=np.bool_)
+    jit.kernels().leaf_walk(np.ascontiguousarray(ts, dtype=np.float64), np.ascontiguousarray(end, dtype=np.float64),
+                            np.ascontiguousarray(is_runtime, dtype=np.bool_), float(eps), keep)
+    return keep
 
 
 def _leaf_walk(ts, end, is_runtime, eps):

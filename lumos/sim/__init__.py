@@ -13,11 +13,6 @@ from .arrays import SimArrays, prepare
 from .errors import SimulationError
 from .reference import simulate_reference
 
-# Tasks from which the compiled core beats the reference with numba's start-up, counting the
-# two critical-path walks of a replay that then run compiled too (`lumos.jit`;
-# benchmarks/bench_startup.py --kernels).
-COMPILED_PAYS_TASKS = 40_000
-
 
 @dataclass
 class Schedule:
@@ -27,12 +22,12 @@ class Schedule:
 
 
 def simulate(graph: Graph, engine: str = "auto") -> Schedule:
-    """Replay `graph`. engine: 'reference' (pure Python), 'compiled' (numba) or 'auto': compiled
-    where it pays for numba's start-up (`lumos.jit`, `COMPILED_PAYS_TASKS`), else the reference;
-    the two give the same schedule bit for bit."""
+    """Replay `graph`. engine: 'reference' (pure Python), 'compiled' (C) or 'auto': compiled where
+    the kernels are built (`lumos.jit`), else the reference; the two give the same schedule bit
+    for bit."""
     arrays = prepare(graph)
     run = simulate_reference
-    if engine == "compiled" or (engine == "auto" and jit.pays(graph.n_tasks, COMPILED_PAYS_TASKS)):
+    if engine == "compiled" or (engine == "auto" and jit.compiled()):
         from .compiled import simulate_compiled as run
     start, end, done, *rest = run(arrays)
     if not done.all():

@@ -9,16 +9,15 @@ device work Lumos does not model: they are counted by category
 (`TraceTable.unmodelled`) so that a replay can name them.
 
 Two ways in, one result:
-- `load_trace` scans a large file's bytes with a compiled (numba) JSON scanner that
+- `load_trace` scans the file's bytes with a compiled (C) JSON scanner that
   validates the whole document and records, for each kept event, where each
   needed field's value lies; the values are then decoded column by column
   (batched through orjson where they are not plain integers). No per-event
   Python object is ever built, so loading runs at about orjson's speed and
   its working memory is about the file's size, where a decoded document of
   dicts takes five to eight times that (`scanned.py`).
-- A file under `SCANNER_PAYS_BYTES` (uncompressed) goes down the plain path unless numba
-  runs in the process already: starting numba costs more than the scanner saves on it
-  (`lumos.jit`; `LUMOS_JIT=always` forces the scanner).
+- Without the compiled kernels (`lumos.jit`; `LUMOS_JIT=never`) every file goes down
+  the plain path.
 - Anything the scanner is not sure of (invalid JSON, an escaped key, a field
   of an unexpected type, numbers near the float limits, deep nesting) sends
   the file down the plain path instead: `orjson.loads`, then `parse_document`,
@@ -47,22 +46,20 @@ from . import schema
 from .errors import TraceError, format_counts
 from .table import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, TraceTable
 
-# Uncompressed size from which the scanner is faster than the plain path even when it must
-# start numba first: alone it pays from about 35 MiB (16.9 ms saved per MiB against 0.6 s of
-# start-up), and with numba running the replay's simulator and critical-path walks run
-# compiled too, which moves the break-even of a whole replay to 24-33 MiB on the shipped
-# traces (benchmarks/bench_startup.py --kernels).
-SCANNER_PAYS_BYTES = 24 * 2**20
-
 
 def _read_bytes(path: Path) -> bytes:
+    return _read_trace_file(path)[0]
+
+
+def _read_trace_file(path: Path) -> tuple[bytes, object]:
+    """The file's bytes (gunzipped), and the scan the prefetch thread made of them (None if none)."""
     if not path.exists():
         raise TraceError(path, "no such file")
     if path.is_dir():
         raise TraceError(path, "is a directory, not a trace file (use load_run for a directory of ranks)")
-    data = prefetch.take(path)   # read beside the process's start-up (`lumos.prefetch`), if it was
-    if data is not None:
-        return data
+    got = prefetch.take(path)   # read beside the process's start-up (`lumos.prefetch`), if it was
+    if got is not None:
+        return got
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -70,7 +67,7 @@ def _read_bytes(path: Path) -> bytes:
             data = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceError(path, f"cannot decompress: {exc}") from None
-    return data
+    return data, None
 
 
 def _as_int(value, default: int = -1) -> int:
@@ -199,12 +196,12 @@ def _gc_paused():
 def load_trace(path: str | os.PathLike) -> TraceTable:
     """Load one rank's trace. Raises TraceError naming the file and the problem."""
     path = Path(path)
-    data = _read_bytes(path)
+    data, scan = _read_trace_file(path)
     with _gc_paused():
-        if jit.pays(len(data), SCANNER_PAYS_BYTES):
+        if jit.compiled():
             from . import scanned
             try:
-                arrays, doc, unmodelled, unmodelled_us = scanned.scanned_columns(data)
+                arrays, doc, unmodelled, unmodelled_us = scanned.scanned_columns(data, scan)
             except scanned.Unusual:
                 pass
             else:

@@ -1,20 +1,22 @@
 """Columns of a trace from the scanner's value locations (`scan.py`), without a Python
 object per event: the fast way into `reader.load_trace`.
 
-Imported only where the scanner pays for starting numba (`lumos.jit`, `reader.SCANNER_PAYS_BYTES`);
-importing it starts numba. Whatever it is not sure of raises `Unusual`, and the reader's plain
-path, the definition of the result and of every error, decides instead.
+Used where the compiled kernels are built (`lumos.jit`). Whatever it is not sure of raises
+`Unusual`, and the reader's plain path, the definition of the result and of every error,
+decides instead.
 """
 
 from __future__ import annotations
 
 import codecs
+from typing import NamedTuple
 
 import numpy as np
 import orjson
 
 from . import schema
-from .scan import F, I_FIRST, T_ABSENT, T_ARR, T_INT, T_NULL, T_NUM, T_OBJ, T_STR, T_STR_ESC, _classify, _gather, _scan
+from .scan import (F, I_FIRST, T_ABSENT, T_ARR, T_INT, T_NULL, T_NUM, T_OBJ, T_STR, T_STR_ESC, _classify, _gather, _scan,
+                   count_byte)
 
 
 class Unusual(Exception):
@@ -118,16 +120,37 @@ def _check_utf8(data: bytes) -> None:
         raise Unusual from None
 
 
-def scanned_columns(data: bytes) -> tuple[dict, dict, dict[str, int]]:
-    """Columns of the kept events, the document without its events (the metadata) and
-    the unmodelled device events by category (counts, and summed durations in us).
-    Raises Unusual where the plain path (`reader.parse_document`) must decide."""
+class Scan(NamedTuple):
+    """The C passes over a document's bytes (`scan_document`): where each field of each "ph": "X"
+    event lies, its token type, plain integers read, and the span of the traceEvents array."""
+    rows: int
+    loc: np.ndarray
+    args_ok: np.ndarray
+    lo: int
+    hi: int
+    typ: np.ndarray
+    iv: np.ndarray
+
+
+def scan_document(data: bytes) -> Scan:
+    """The passes of `scanned_columns` that are C: they let go of the interpreter lock, so
+    `lumos.prefetch` runs them beside the process's start-up. Raises Unusual as it does."""
     buf = np.frombuffer(data, dtype=np.uint8)
-    ok, rows, loc, args_ok, lo, hi = _scan(buf, data.count(b'"ph"'))  # every X event has a "ph" key
+    ok, rows, loc, args_ok, lo, hi = _scan(buf, count_byte(buf, ord("{")))  # every event opens with a brace
     if not ok:
         raise Unusual
-    _check_utf8(data)
     typ, iv = _classify(buf, loc, rows)
+    return Scan(rows, loc, args_ok, lo, hi, typ, iv)
+
+
+def scanned_columns(data: bytes, scan: Scan | None = None) -> tuple[dict, dict, dict[str, int]]:
+    """Columns of the kept events, the document without its events (the metadata) and
+    the unmodelled device events by category (counts, and summed durations in us), from
+    `scan_document(data)` (made here unless given). Raises Unusual where the plain path
+    (`reader.parse_document`) must decide."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    rows, loc, args_ok, lo, hi, typ, iv = scan_document(data) if scan is None else scan
+    _check_utf8(data)
     st, en = loc[:rows, :, 0], loc[:rows, :, 1]
     f = F["cat"]
     on_device = (typ[:, F["device"]] > T_NULL) | (typ[:, F["stream"]] > T_NULL)

@@ -1,4 +1,5 @@
-"""The start-up prefetch of a command's first trace file: same bytes, once, and never stale."""
+"""The start-up prefetch of a command's first trace file: same bytes, once, and never stale; the
+reader's first passes made on its thread give the same table."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ DLRM = ROOT / "resources" / "traces" / "real" / "param" / "dlrm_8rank" / "kineto
 def test_take_gives_the_decompressed_bytes_once(tmp_path):
     src = sorted(DLRM.iterdir())[0]
     prefetch.start(src)
-    assert prefetch.take(src) == gzip.decompress(src.read_bytes())
+    assert prefetch.take(src) == (gzip.decompress(src.read_bytes()), None)
     assert prefetch.take(src) is None   # taken: the next read is the reader's own
 
 
@@ -28,7 +29,7 @@ def test_a_directory_prefetches_its_first_file_only():
     files = sorted(p for p in DLRM.iterdir() if p.name.endswith(".json.gz"))
     prefetch.start(DLRM)
     assert prefetch.take(files[1]) is None
-    assert prefetch.take(files[0]) == gzip.decompress(files[0].read_bytes())
+    assert prefetch.take(files[0])[0] == gzip.decompress(files[0].read_bytes())
 
 
 def test_a_file_changed_after_the_prefetch_is_read_again(tmp_path):
@@ -58,11 +59,29 @@ def test_the_reader_gets_the_same_table_and_the_same_errors(tmp_path):
     assert not prefetch._pending
 
 
+def test_the_scan_made_on_the_prefetch_thread_gives_the_same_table():
+    from lumos.cli import _scan_on_the_side
+    from lumos.trace.scanned import Scan
+
+    src = ROOT / "resources" / "traces" / "real" / "hta" / "nccl_parser_config__nccl_data.json.gz"
+    plain = load_trace(src)
+    prefetch.start(src, then=_scan_on_the_side)
+    thread, out = prefetch._pending[os.path.realpath(src)]
+    thread.join()
+    assert isinstance(out["then"], Scan) and out["then"].rows == 26933
+    fetched = load_trace(src)
+    for col in ("ts", "dur", "cat", "pid", "tid", "corr", "stream"):
+        assert np.array_equal(getattr(fetched, col), getattr(plain, col)), col
+    assert list(fetched.name) == list(plain.name)
+    prefetch.start(src, then=lambda data: 1 / 0)   # a `then` that fails is dropped: the reader does the work
+    assert len(load_trace(src)) == len(plain)
+
+
 def test_the_cli_prefetches_only_a_path_argument(tmp_path, monkeypatch, capsys):
     from lumos.cli import main
 
     started = []
-    monkeypatch.setattr(prefetch, "start", started.append)
+    monkeypatch.setattr(prefetch, "start", lambda path, then=None: started.append(path))
     shutil.copy(sorted(DLRM.iterdir())[0], tmp_path / "r.json.gz")
     monkeypatch.setattr("sys.argv", ["lumos", "replay", str(tmp_path / "r.json.gz"), "--format", "json"])
     assert main() == 0
