@@ -22,7 +22,7 @@ import functools
 import os
 import sys
 
-__all__ = ["compiled", "kernels", "running", "njit", "MODES"]
+__all__ = ["compiled", "kernels", "njit", "MODES"]
 
 MODES = ("auto", "always", "never")
 
@@ -64,11 +64,6 @@ def kernels():
     if k is None:
         raise ImportError("lumos._kernels is not built: run `python -m pip install -e .` in the repository")
     return k
-
-
-def running() -> bool:
-    """numba is imported in this process (its start-up is paid)."""
-    return "numba" in sys.modules
 
 
 # Optional packages numba looks for as it starts, which no kernel here uses: scipy's BLAS
