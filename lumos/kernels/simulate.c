@@ -62,6 +62,16 @@ static inline int row_before(double k, double t, int64_t v, double k2, double t2
     return k < k2 || (k == k2 && (t < t2 || (t == t2 && v < v2)));
 }
 
+static inline void heap_set(Heap *h, int64_t pos, Row r)
+{
+    h->k[pos] = r.k;
+    h->t[pos] = r.t;
+    h->v[pos] = r.v;
+    h->p[pos] = r.p;
+}
+
+static inline Row heap_row(const Heap *h, int64_t pos) { return (Row){h->k[pos], h->t[pos], h->v[pos], h->p[pos]}; }
+
 static void heap_push(Heap *h, Row r)
 {
     int64_t pos = h->size;
@@ -69,24 +79,17 @@ static void heap_push(Heap *h, Row r)
         int64_t parent = (pos - 1) >> 1;
         if (!row_before(r.k, r.t, r.v, h->k[parent], h->t[parent], h->v[parent]))
             break;
-        h->k[pos] = h->k[parent];
-        h->t[pos] = h->t[parent];
-        h->v[pos] = h->v[parent];
-        h->p[pos] = h->p[parent];
+        heap_set(h, pos, heap_row(h, parent));
         pos = parent;
     }
-    h->k[pos] = r.k;
-    h->t[pos] = r.t;
-    h->v[pos] = r.v;
-    h->p[pos] = r.p;
+    heap_set(h, pos, r);
     h->size++;
 }
 
 static void heap_pop(Heap *h)
 {
     int64_t size = --h->size;
-    double k = h->k[size], t = h->t[size];
-    int64_t v = h->v[size], p = h->p[size];
+    Row last = heap_row(h, size);
     int64_t pos = 0;
     for (;;) {
         int64_t child = 2 * pos + 1;
@@ -95,18 +98,12 @@ static void heap_pop(Heap *h)
         if (child + 1 < size &&
             row_before(h->k[child + 1], h->t[child + 1], h->v[child + 1], h->k[child], h->t[child], h->v[child]))
             child++;
-        if (!row_before(h->k[child], h->t[child], h->v[child], k, t, v))
+        if (!row_before(h->k[child], h->t[child], h->v[child], last.k, last.t, last.v))
             break;
-        h->k[pos] = h->k[child];
-        h->t[pos] = h->t[child];
-        h->v[pos] = h->v[child];
-        h->p[pos] = h->p[child];
+        heap_set(h, pos, heap_row(h, child));
         pos = child;
     }
-    h->k[pos] = k;
-    h->t[pos] = t;
-    h->v[pos] = v;
-    h->p[pos] = p;
+    heap_set(h, pos, last);
 }
 
 /* Add a row, keeping the smaller of it and the held row out of the heap (the row just made ready is

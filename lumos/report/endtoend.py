@@ -44,7 +44,7 @@ from lumos.trace.atomic import write_text_atomic
 from .tables import COMPONENT_PARTS, format_cell, to_markdown, write_csv
 
 __all__ = ["Measurement", "PeerError", "DataSet", "rests_on", "read_peer_errors", "prediction_row",
-           "throughput_ranking", "endtoend_table", "markdown_view", "write_endtoend_table"]
+           "sequences_of", "throughput_ranking", "endtoend_table", "markdown_view", "write_endtoend_table"]
 
 PARTS = ("iteration",) + COMPONENT_PARTS
 PART_LABELS = {"exposed_compute": "exposed compute", "overlapped": "overlapped", "exposed_comm": "exposed comm",
@@ -156,6 +156,13 @@ def prediction_row(doc: Mapping, target: str, seed: int) -> dict:
     measured = doc.get("measured")
     row["emulated_iteration_ms"] = float(measured["iteration_us"]) / 1e3 if measured else math.nan
     return row
+
+
+def sequences_of(doc: Mapping) -> float:
+    """The global batch of the run a `lumos predict` JSON document predicts (`Measurement.sequences`):
+    micro-batch size x micro-batches x DP."""
+    t = doc["target"]
+    return float(t["micro_batch"] * doc["microbatches"] * t["dp"])
 
 
 def _peer_for(target: str, errors: Sequence[PeerError]) -> PeerError | None:

@@ -125,6 +125,11 @@ def test_prediction_row_reads_a_predict_document():
     assert math.isnan(E.prediction_row({"predicted": doc["predicted"]}, "2x2x8", 0)["emulated_iteration_ms"])
 
 
+def test_a_predicted_runs_batch_is_micro_batch_size_times_count_times_dp():
+    doc = {"target": {"tp": 8, "pp": 12, "dp": 8, "micro_batch": 2}, "microbatches": 96}
+    assert E.sequences_of(doc) == 1536.0
+
+
 def test_the_shipped_paper_errors_are_the_published_groups():
     shipped = ROOT / "resources" / "measurements" / "lumos_fig7" / "paper_prediction_errors.csv"
     errors = {e.group: e for e in E.read_peer_errors(shipped)}

@@ -15,18 +15,13 @@ with logged(smk):
     from lumos.report import endtoend as E
     from lumos.report.tables import write_csv
 
-    def sequences(doc: dict) -> float:
-        """The predicted run's global batch: micro-batch size x micro-batches x DP."""
-        t = doc["target"]
-        return float(t["micro_batch"] * doc["microbatches"] * t["dp"])
-
     datasets, long = [], []
     for spec in smk.params.datasets:
         points = endtoend_plan.measured_points(spec["name"], spec)
         docs = {(t["target"], seed): json.loads(Path(path).read_text())
                 for t in spec["targets"] for seed, path in t["files"].items()}
         rows = [E.prediction_row(doc, target, int(seed)) for (target, seed), doc in docs.items()]
-        batch = {target: sequences(doc) for (target, _seed), doc in docs.items()}
+        batch = {target: E.sequences_of(doc) for (target, _seed), doc in docs.items()}
         measured = tuple(E.Measurement(t["target"], points[t["target"]].total_ms, dict(points[t["target"]].parts_ms),
                                        batch[t["target"]]) for t in spec["targets"])
         base_measured, base_ms = None, ()
