@@ -1,4 +1,4 @@
-"""DP changes predicted with the base's peer waits kept as kernel time (additive, the default) or
+"""DP changes predicted with the base's peer waits kept as kernel time (additive, the default for an all-reduce base) or
 replayed as the peers' arrival (`--peer-waits anchored`, lumos/analysis/peer_waits.py), against
 the emulated actual of the same seed (EMULATED; docs/prediction.md, "Peer waits as arrivals").
 

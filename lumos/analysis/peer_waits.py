@@ -39,9 +39,10 @@ from lumos.graph.model import TaskKind
 from lumos.transform.plan import Plan
 from lumos.transform.suppliers import CollectiveSpec
 
-__all__ = ["PEER_WAIT_MODES", "PeerWaits", "read_peer_waits", "apply_peer_waits", "settle"]
+__all__ = ["PEER_WAIT_MODES", "PeerWaits", "resolve_mode", "holds_base_tasks", "read_peer_waits",
+           "apply_peer_waits", "settle"]
 
-PEER_WAIT_MODES = ("additive", "anchored")
+PEER_WAIT_MODES = ("auto", "additive", "anchored")
 MIN_CLASS = 5          # occurrences a class needs before its median tells transfer from waiting
 TOLERANCE_US = 0.5     # the replays stop when no floor moves by more
 MAX_ROUNDS = 50
@@ -104,10 +105,29 @@ def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray) -> PeerWaits
     return PeerWaits(dp, transfer, wait, anchors, offsets)
 
 
+def resolve_mode(base: Plan, mode: str) -> str:
+    """`auto`: anchored for a sharded base, additive for an all-reduce one. A sharded base's DP
+    collectives are many (FSDP: every unit's gather in every micro-batch), each waiting for its peers,
+    so kept as kernel time those waits stand for most of what a gather takes beyond its transfer;
+    on the pipeline's FSDP base, anchored reads DP x2 / x4 / x8 at -2.7 / -1.4 / -4.2% over 10 seeds
+    against -5.3 / -4.6 / -7.6% additive (docs/prediction.md, "Peer waits as arrivals"). On the
+    all-reduce base additive reads closer to the seeds' mean (the same section)."""
+    if mode not in PEER_WAIT_MODES:
+        raise ValueError(f"peer_waits must be one of {', '.join(PEER_WAIT_MODES)}, got {mode!r}")
+    if mode == "auto":
+        return "anchored" if base.sharding else "additive"
+    return mode
+
+
+def holds_base_tasks(base: Plan, out: Plan) -> bool:
+    """Whether `out`'s graph is the base's tasks re-timed (a change of DP or speed alone)."""
+    return out.graph.n_tasks == base.graph.n_tasks and np.array_equal(out.graph.event, base.graph.event)
+
+
 def apply_peer_waits(base: Plan, out: Plan, waits: PeerWaits) -> None:
     """Re-time `out`'s copies of the split collectives: the model's time x the transfer part, plus
     the wait where there is no anchor. `out` must hold the base's tasks (no rebuild)."""
-    if out.graph.n_tasks != base.graph.n_tasks or not np.array_equal(out.graph.event, base.graph.event):
+    if not holds_base_tasks(base, out):
         raise ValueError("--peer-waits anchored needs a target whose graph is the base's tasks re-timed "
                          "(a change of DP or speed alone); this target rebuilds the graph")
     model = np.array([out.collectives.time_us(_spec(out, t)) for t in waits.tasks.tolist()])

@@ -23,8 +23,9 @@ from lumos.transform.speed import compute_kernels
 from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
+from .nic_sharing import share_nics
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
-from .peer_waits import PEER_WAIT_MODES, apply_peer_waits, read_peer_waits, settle
+from .peer_waits import apply_peer_waits, holds_base_tasks, read_peer_waits, resolve_mode, settle
 from .run_replay import critical_rank, run_breakdown
 
 __all__ = ["predict", "add_actual", "round_metrics", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
@@ -33,9 +34,11 @@ KEYS = METRICS
 
 
 def simulate_plan(plan: Plan, engine: str = "auto"):
-    """Replay a plan's graph (its pending rendezvous joined); the graph, schedule and run breakdown."""
+    """Replay a plan's graph (its pending rendezvous joined, the transfers that newly cross hosts
+    sharing their NIC: `nic_sharing`); the graph, schedule and run breakdown."""
     graph = add_rendezvous(plan.graph, plan.pairs, set_durations=False) if plan.pairs else plan.graph
     sched = simulate(graph, engine=engine)
+    graph, sched = share_nics(plan, graph, sched, lambda g: simulate(g, engine=engine))
     return graph, sched, run_breakdown(graph, sched.start, sched.end)
 
 
@@ -77,7 +80,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
             gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto",
             host: str = "median", kernels: str = "median", fsdp_strategy: str | None = None,
-            recordings: Sequence[Sequence[TraceTable]] = (), peer_waits: str = "additive") -> dict:
+            recordings: Sequence[Sequence[TraceTable]] = (), peer_waits: str = "auto") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -93,21 +96,26 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     own (`lumos.graph.profiled_steps`); `kernels` (median, step) the same for its kernels (without a
     draw); `recordings`: other recordings of the base whose profiled steps join those. `fsdp_strategy`
     (full_shard, shard_grad_op): the FSDP strategy of the target, from an FSDP base
-    (`lumos.transform.fsdp_strategy`). `peer_waits` (additive, anchored): what the base's DP
+    (`lumos.transform.fsdp_strategy`). `peer_waits` (auto, additive, anchored): what the base's DP
     collectives waited for their peers, kept as kernel time or replayed as the peers' arrival
-    (`lumos.analysis.peer_waits`; anchored needs a target that does not rebuild the graph).
+    (`lumos.analysis.peer_waits`; anchored needs a target that does not rebuild the graph; auto
+    anchors them for a sharded base where the target keeps its tasks, `peer_waits.resolve_mode`).
     """
     if plan is None:
         plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host, kernels=kernels,
                          recordings=recordings)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
-    waits = _peer_waits(plan, peer_waits, engine)
+    mode = resolve_mode(plan, peer_waits)
+    waits = _peer_waits(plan, mode, engine)
     rounds = []
 
     def run(speed):
+        nonlocal waits, mode
         o = transform(plan, global_batch=global_batch, micro_batch=micro_batch, compute_speed=speed,
                       network_speed=network_speed, microbatch_rule=microbatch_rule,
                       fsdp_strategy=fsdp_strategy, **tgt)
+        if waits is not None and peer_waits == "auto" and not holds_base_tasks(plan, o):
+            waits, mode = None, "additive"    # auto: a rebuilt target has no task of the base to anchor to
         if waits is None:
             return (o, *simulate_plan(o, engine=engine))
         if o.graph is plan.graph:   # an unchanged target shares the base's graph
@@ -145,8 +153,17 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                     "steps": {str(r): list(h.steps) for r, h in sorted(plan.profiled_steps.items())}},
            "structure": structure_summary(plan.st.recovery)}
     doc["notes"] += median_notes(plan.profiled_steps, host, kernels)
+    if graph.summary.get("nic_sharing"):
+        doc["nic_sharing"] = ns = graph.summary["nic_sharing"]
+        doc["notes"].append(f"NIC sharing: {ns['slowed']} of the {ns['of']} transfers that cross hosts only in the "
+                            f"target ran beside another on their GPU's NIC, {ns['added_ms']} ms longer in all "
+                            f"({ns['replays']} replays{'' if ns['settled'] else ', not settled'}; "
+                            "lumos.analysis.nic_sharing)")
+    if peer_waits == "auto" and plan.sharding and waits is None:
+        doc["notes"].append("peer waits additive: auto anchors a sharded base's waits only where the target keeps "
+                            "the base's tasks (a change of DP or speed alone); this one rebuilds them")
     if waits is not None:
-        doc["peer_waits"] = pw = {"mode": peer_waits, **waits.as_dict(), "rounds": rounds[-1]}
+        doc["peer_waits"] = pw = {"mode": mode, "asked": peer_waits, **waits.as_dict(), "rounds": rounds[-1]}
         doc["notes"].append(f"peer waits anchored: {pw['anchored_wait_ms']} ms that {pw['anchored']} of the base's "
                             f"{pw['collectives']} DP collectives waited for their peers replayed as the peers' "
                             f"arrival, not kernel time ({pw['rounds']} replay(s) after the first settled the floors)")
@@ -173,8 +190,6 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
 
 def _peer_waits(plan: Plan, mode: str, engine: str):
     """The base's DP collectives split into transfer and peer wait (once per plan), or None (additive)."""
-    if mode not in PEER_WAIT_MODES:
-        raise ValueError(f"peer_waits must be one of {', '.join(PEER_WAIT_MODES)}, got {mode!r}")
     if mode == "additive":
         return None
     if "peer_waits" not in plan.memo:

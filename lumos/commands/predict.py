@@ -53,11 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the base's kernel durations (all but collectives), before the GEMM and other suppliers "
                         "are fitted on them: median (default: each kernel the median over the base's profiled "
                         "steps) or step (the selected step's own)")
-    p.add_argument("--peer-waits", choices=("additive", "anchored"), default="additive",
-                   help="what the base's data-parallel collectives waited for their peers: additive (default: "
-                        "kept as kernel time, the model's change added) or anchored (replayed as the peers' "
-                        "arrival after the kernel that released each bucket, the transfer re-timed; for a "
-                        "change of DP or speed alone); lumos/analysis/peer_waits.py")
+    p.add_argument("--peer-waits", choices=("auto", "additive", "anchored"), default="auto",
+                   help="what the base's data-parallel collectives waited for their peers: additive (kept as "
+                        "kernel time, the model's change added), anchored (replayed as the peers' arrival after "
+                        "the kernel that released each bucket, the transfer re-timed; for a change of DP or "
+                        "speed alone) or auto (default: anchored for a sharded base where the target keeps its "
+                        "tasks, else additive); lumos/analysis/peer_waits.py")
     p.add_argument("--other-recordings", "--host-from", dest="recordings", nargs="+", default=[], metavar="RUN",
                    help="other recordings of the base's configuration (trace files or directories, the same "
                         "ranks): their profiled steps join the medians of --host and --kernels and the host "

@@ -39,6 +39,9 @@ class Plan:
     profiled_steps: dict = field(default_factory=dict)   # rank -> ProfiledSteps its medians are over
     host_draw: bool = False   # host work a median, so an interval draws it one profiled step at a time
     sharding: str = ""   # the base's sharded DP flavour (whatif.SHARDED_MEMORY), '' for all-reduce DP
+    # (role, kind) of the collectives whose group spanned hosts in the base: their measured times
+    # hold their share of the NIC (lumos.analysis.nic_sharing)
+    base_crossing: frozenset = frozenset()
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)

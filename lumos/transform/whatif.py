@@ -27,7 +27,7 @@ from .recover import recover_layers, summary
 from .schedule import layers_per_stage
 from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
-from .suppliers.collectives import load_profile
+from .suppliers.collectives import level_of, load_profile
 from .micro_batch import change_micro_batch
 from .microbatch_count import target_microbatches
 from .speed import change_speed
@@ -81,7 +81,14 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
-                profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding)
+                profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
+                base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host))
+
+
+def crossing_kinds(st, role: np.ndarray, gpus_per_host: int) -> frozenset:
+    """(role, kind) of the base's collectives whose process group spans hosts."""
+    return frozenset((role[t], st.coll[t]) for t in np.flatnonzero(st.coll != None).tolist()  # noqa: E711
+                     if st.group[t] and level_of(st.group[t], gpus_per_host) == "inter_host")
 
 
 def check_steps(tables: Sequence[TraceTable], host: str, kernels: str = "median",

@@ -73,8 +73,11 @@ def test_a_dp_change_floors_the_waiting_collectives_at_their_peers_arrival(small
     anchored = predict(tables, {"dp": 4}, plan=plan, actual_tables=actual, peer_waits="anchored")
     assert additive["predicted"]["iteration_us"] == 92946.504
     assert anchored["predicted"]["iteration_us"] == 92710.326
-    assert anchored["peer_waits"] == {"mode": "anchored", "collectives": 54, "anchored": 26, "wait_ms": 0.094,
-                                      "anchored_wait_ms": 0.094, "rounds": 1}
+    assert anchored["peer_waits"] == {"mode": "anchored", "asked": "anchored", "collectives": 54, "anchored": 26,
+                                      "wait_ms": 0.094, "anchored_wait_ms": 0.094, "rounds": 1}
+    # an all-reduce base's default is additive
+    assert predict(tables, {"dp": 4}, plan=plan)["predicted"] == additive["predicted"]
+    assert "peer_waits" not in additive
     assert any(n.startswith("peer waits anchored: 0.094 ms that 26 of the base's 54") for n in anchored["notes"])
 
 
@@ -99,7 +102,7 @@ def test_settled_floors_hold_and_some_bind(small_buckets):
 def test_anchored_refuses_a_target_that_rebuilds_the_graph(small_buckets):
     with pytest.raises(ValueError, match="rebuilds the graph"):
         predict(small_buckets["tables"], {"pp": 4}, plan=small_buckets["plan"], peer_waits="anchored")
-    with pytest.raises(ValueError, match="peer_waits must be one of additive, anchored"):
+    with pytest.raises(ValueError, match="peer_waits must be one of auto, additive, anchored"):
         predict(small_buckets["tables"], {"dp": 4}, plan=small_buckets["plan"], peer_waits="floor")
 
 
@@ -142,3 +145,29 @@ def test_an_anchored_interval_is_centred_on_its_point(small_buckets):
                   samples=40, seed=0)
     iv = doc["interval"]["iteration_us"]
     assert iv["90"][0] < doc["predicted"]["iteration_us"] < iv["90"][1]
+
+
+@pytest.fixture(scope="module")
+def fsdp_base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp")
+    out = {}
+    for dp in (4, 8):
+        d = root / f"dp{dp}"
+        assert lumos_main(["emulate", "model=tiny", "parallel.tp=2", "parallel.pp=2", f"parallel.dp={dp}", "seed=0",
+                           "training.dp_sharding=fsdp", f"out={d}", "progress=false", "--quiet"]) == 0
+        out[dp] = load_run(d)
+    return out
+
+
+def test_auto_anchors_a_sharded_base_on_a_dp_change_and_keeps_the_waits_where_the_target_rebuilds(fsdp_base):
+    tables = fsdp_base[4]
+    plan = base_plan(tables)
+    auto = predict(tables, {"dp": 8}, plan=plan)
+    anchored = predict(tables, {"dp": 8}, plan=plan, peer_waits="anchored")
+    assert auto["peer_waits"] == {**anchored["peer_waits"], "asked": "auto"}
+    assert auto["predicted"] == anchored["predicted"]
+    assert auto["peer_waits"]["mode"] == "anchored" and auto["peer_waits"]["collectives"] > 0
+    rebuilt = predict(tables, {"pp": 4}, plan=plan)
+    assert "peer_waits" not in rebuilt
+    assert rebuilt["predicted"] == predict(tables, {"pp": 4}, plan=plan, peer_waits="additive")["predicted"]
+    assert any(n.startswith("peer waits additive: auto anchors a sharded base's waits only") for n in rebuilt["notes"])

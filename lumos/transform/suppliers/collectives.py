@@ -116,6 +116,14 @@ class AlphaBeta:
         return (self.fixed_us + self.level_fixed_us.get(lv, 0.0) + steps * self.alpha_us[lv]
                 + factor * spec.nbytes / self.bandwidth(spec, lv))
 
+    def transfer_us(self, spec: CollectiveSpec) -> float:
+        """The bandwidth term of `time_us`: how long the bytes take with the links to themselves."""
+        n = len(spec.group) if spec.group else 1
+        steps, factor = steps_and_factor(spec.kind, n)
+        if steps == 0:
+            return 0.0
+        return factor * spec.nbytes / self.bandwidth(spec, level_of(spec.group, self.gpus_per_host))
+
     def bandwidth(self, spec: CollectiveSpec, level: str) -> float:
         """Bytes/us the collective's bottleneck sustains (see the module's assumptions)."""
         b = self.beta_bytes_per_us[level]
