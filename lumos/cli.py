@@ -50,7 +50,7 @@ def _scan_on_the_side(data: bytes):
 
     if not jit.compiled():
         return None
-    from lumos.trace.scanned import scan_document
+    from lumos.trace.scan import scan_document   # no numpy: it need not wait for the main thread's import
 
     return scan_document(data)
 

@@ -39,13 +39,24 @@ def _first_file(path: str) -> str | None:
     return None
 
 
+def gunzip(data: bytes) -> bytes:
+    """`gzip.decompress(data)` without its second pass over the output: zlib checks the member's
+    CRC as it inflates. Anything but one gzip member (then zero padding) is left to
+    `gzip.decompress`."""
+    inflate = zlib.decompressobj(wbits=31)
+    out = inflate.decompress(data)
+    if not inflate.eof or inflate.unused_data.lstrip(b"\0"):
+        return gzip.decompress(data)
+    return out
+
+
 def _read(path: str, out: dict, then) -> None:
     try:
         stamp = _stamp(path)
         with open(path, "rb") as fh:
             data = fh.read()
         if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+            data = gunzip(data)
     except (OSError, EOFError, zlib.error):
         return
     out["stamp"], out["data"] = stamp, data

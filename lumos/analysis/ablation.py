@@ -27,7 +27,6 @@ dropping the `sync` class removes them.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -47,8 +46,6 @@ from .replay import RankReplay, RunReplay, measured_breakdown, replay_graph, rep
 
 if TYPE_CHECKING:
     import pandas as pd
-
-log = logging.getLogger(__name__)
 
 RANDOM_FRACTIONS = (0.01, 0.05, 0.10)
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -197,7 +194,8 @@ def ablation_table(tables: Sequence[TraceTable], step=None, *, engine: str = "au
         row["wall_s"] = round(time.perf_counter() - t0, 3)
         rows.append(row)
         if time.monotonic() - last_log > 5.0:
-            log.info("ablation %s: %d/%d variants", label, len(rows), len(variants))
+            import logging   # here: a `lumos replay` never logs, and logging costs its start-up 3 ms
+            logging.getLogger(__name__).info("ablation %s: %d/%d variants", label, len(rows), len(variants))
             last_log = time.monotonic()
     out = pd.DataFrame(rows, columns=_COLUMNS)
     out["seed"] = out["seed"].astype("Int64")

@@ -38,7 +38,6 @@ from lumos.analysis.replay import ITERATION_KINDS, RunReplay, measured_breakdown
 from lumos.analysis.transfer import DURATION_KINDS
 from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
-from lumos.graph.run_graph import unmatched_lines
 from lumos.sim import SimulationError
 from lumos.trace import load_run
 
@@ -174,6 +173,7 @@ def run(args) -> int:
             print(f"joint replay of {len(tables)} ranks with {j['rendezvous']} cross-rank rendezvous: "
                   f"measured {j['measured']['iteration_us'] / 1e3:.3f} ms, replayed "
                   f"{j['replayed']['iteration_us'] / 1e3:.3f} ms, error {j['error_pct']:+.3f}%")
+            from lumos.graph.run_graph import unmatched_lines   # only here: a joint replay's, not every replay's
             paths = {int(t.rank): t.path for t in tables}
             for line in unmatched_lines({int(r): by for r, by in j["unmatched_comm"].items()}, paths):
                 print(f"  not matched: {line}")

@@ -7,11 +7,18 @@ falls back to the plain orjson path for anything the scanner flags as unusual.
 The scanning itself is C (`lumos/kernels/scan.c`, `json.h`; values nested deeper
 than 256 levels are left to orjson, which refuses beyond 1024); this module holds
 the fields it looks for, which the C code takes from here, and the calls.
+
+It needs no numpy (its buffers are anonymous maps, its tables bytes and arrays), and
+`lumos.trace` loads its own modules on first use, so the prefetch thread imports it and
+scans while the main thread is still importing numpy (`lumos.cli`); `scanned.py` then
+sees the buffers as numpy arrays, without a copy.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import mmap
+from array import array
+from typing import NamedTuple
 
 from lumos import jit
 
@@ -32,52 +39,85 @@ N_INT = F["Sequence number"] - I_FIRST + 1
 K_PH, K_ARGS = -2, -3  # event keys the scanner acts on itself
 
 
-def _key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+class Unusual(Exception):
+    """Something the scanned path does not decide itself: the plain path takes over."""
+
+
+class Scan(NamedTuple):
+    """The C passes over a document's bytes (`scan_document`): where each field of each "ph": "X"
+    event lies, its token type, plain integers read, and the span of the traceEvents array. The
+    buffers are flat: loc (cap + 1, N_FIELDS, 2) int64, args_ok (cap,) bool, typ (rows, N_FIELDS)
+    int8, iv (rows, N_INT) int64 (`scanned.py` shapes them)."""
+    rows: int
+    loc: memoryview
+    args_ok: memoryview
+    lo: int
+    hi: int
+    typ: memoryview
+    iv: memoryview
+
+
+def _key_table(keys: tuple[str, ...]) -> tuple[bytes, array]:
     raw = [k.encode() for k in keys]
-    table = np.zeros((len(raw), max(map(len, raw))), dtype=np.uint8)
-    for i, k in enumerate(raw):
-        table[i, :len(k)] = np.frombuffer(k, dtype=np.uint8)
-    return table, np.array([len(k) for k in raw], dtype=np.int64)
+    width = max(map(len, raw))
+    return b"".join(k.ljust(width, b"\0") for k in raw), array("q", map(len, raw))
 
 
-# the key tables the C scanner matches member names against
+# the key tables the C scanner matches member names against (rows of a flat table, NUL-padded)
 EVENT_TABLE, EVENT_LENS = _key_table(EVENT_KEYS + ("ph", "args"))
-EVENT_IDS = np.array(list(range(N_EVENT)) + [K_PH, K_ARGS], dtype=np.int64)
+EVENT_IDS = array("q", list(range(N_EVENT)) + [K_PH, K_ARGS])
 ARG_TABLE, ARG_LENS = _key_table(ARG_KEYS)
-TRACE_KEY = np.frombuffer(b"traceEvents", dtype=np.uint8)
+TRACE_KEY = b"traceEvents"
 
 
-def _scan(buf: np.ndarray, cap: int):
+HUGE = 1 << 22   # bytes from which numpy asks for huge pages too
+
+
+def _zeros(items: int, fmt: str) -> memoryview:
+    """A writable buffer of `items` zero items of struct format `fmt` (1 or 8 bytes), mapped, not
+    allocated: as with np.empty, a page costs only once it is written to. Private, and large ones
+    ask for huge pages as numpy's do (mmap's default, a shared map, made the scan of 35 MB a third
+    slower)."""
+    size = items * (8 if fmt == "q" else 1)
+    mapped = mmap.mmap(-1, max(size, 8), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # not shared memory
+    if size >= HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        mapped.madvise(mmap.MADV_HUGEPAGE)
+    return memoryview(mapped)[:size].cast(fmt)
+
+
+def _scan(buf, cap: int):
     """Validate the whole document and record where the fields of every "ph": "X" event lie
     (at most `cap` of them).
 
     Returns (ok, rows, loc, args_ok, events_lo, events_hi): loc[row, field] is the
     field's byte span (start -1: absent); events_lo:events_hi is the traceEvents array.
     """
-    loc = np.empty((cap + 1, N_FIELDS, 2), dtype=np.int64)  # one spare row for other events
-    args_ok = np.empty(cap, dtype=np.bool_)
+    loc = _zeros((cap + 1) * N_FIELDS * 2, "q")  # one spare row for other events
+    args_ok = _zeros(cap, "?")
     ok, rows, lo, hi = jit.kernels().scan(buf, cap, loc, args_ok, EVENT_TABLE, EVENT_LENS, EVENT_IDS, ARG_TABLE,
                                           ARG_LENS, TRACE_KEY, N_FIELDS, N_EVENT, K_PH, K_ARGS)
     return ok, rows, loc, args_ok, lo, hi
 
 
-def _classify(buf: np.ndarray, loc: np.ndarray, rows: int):
+def _classify(buf, loc, rows: int):
     """Token type of every recorded value, and the value of plain integers."""
-    typ = np.zeros((rows, N_FIELDS), dtype=np.int8)
-    iv = np.zeros((rows, N_INT), dtype=np.int64)
+    typ = _zeros(rows * N_FIELDS, "b")
+    iv = _zeros(rows * N_INT, "q")
     jit.kernels().classify(buf, loc, rows, typ, iv, I_FIRST)
     return typ, iv
 
 
-def _gather(buf: np.ndarray, lo, hi, sep: int, bracket: bool) -> np.ndarray:
-    """The byte spans buf[lo[k]:hi[k]] joined by `sep` (as one JSON array if `bracket`)."""
-    lo = np.ascontiguousarray(lo, dtype=np.int64)
-    hi = np.ascontiguousarray(hi, dtype=np.int64)
-    out = np.empty(int((hi - lo).sum()) + len(lo) + 2, dtype=np.uint8)
-    return out[:jit.kernels().gather(buf, lo, hi, sep, bool(bracket), out)]
-
-
-def count_byte(buf: np.ndarray, byte: int) -> int:
+def count_byte(buf, byte: int) -> int:
     """How many times `byte` occurs in `buf` (one pass in C; `bytes.count` of a 4-byte pattern
     takes several times longer)."""
     return jit.kernels().count_byte(buf, byte)
+
+
+def scan_document(data: bytes) -> Scan:
+    """The passes of `scanned.scanned_columns` that are C: they let go of the interpreter lock, so
+    `lumos.prefetch` runs them beside the process's start-up. Raises Unusual as it does."""
+    ok, rows, loc, args_ok, lo, hi = _scan(data, count_byte(data, ord("{")))  # every event opens with a brace
+    if not ok:
+        raise Unusual
+    typ, iv = _classify(data, loc, rows)
+    return Scan(rows, loc, args_ok, lo, hi, typ, iv)

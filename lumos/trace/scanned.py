@@ -9,21 +9,27 @@ decides instead.
 from __future__ import annotations
 
 import codecs
-from typing import NamedTuple
 
 import numpy as np
 import orjson
 
+from lumos import jit
+
 from . import schema
-from .scan import (F, I_FIRST, T_ABSENT, T_ARR, T_INT, T_NULL, T_NUM, T_OBJ, T_STR, T_STR_ESC, _classify, _gather, _scan,
-                   count_byte)
+from .scan import (F, I_FIRST, N_FIELDS, N_INT, T_ABSENT, T_ARR, T_INT, T_NULL, T_NUM, T_OBJ, T_STR, T_STR_ESC, Scan,
+                   Unusual, scan_document)
 
-
-class Unusual(Exception):
-    """Something the scanned path does not decide itself: the plain path takes over."""
-
+__all__ = ["Scan", "Unusual", "scan_document", "scanned_columns"]
 
 _GPU_CODES = np.array(sorted(set(schema.GPU_CATEGORIES) | {schema.SYNC, schema.GPU_ANNOTATION}), dtype=np.int8)
+
+
+def _gather(buf: np.ndarray, lo, hi, sep: int, bracket: bool) -> np.ndarray:
+    """The byte spans buf[lo[k]:hi[k]] joined by `sep` (as one JSON array if `bracket`)."""
+    lo = np.ascontiguousarray(lo, dtype=np.int64)
+    hi = np.ascontiguousarray(hi, dtype=np.int64)
+    out = np.empty(int((hi - lo).sum()) + len(lo) + 2, dtype=np.uint8)
+    return out[:jit.kernels().gather(buf, lo, hi, sep, bool(bracket), out)]
 
 
 def _values(buf, st, en, rows) -> list:
@@ -120,27 +126,12 @@ def _check_utf8(data: bytes) -> None:
         raise Unusual from None
 
 
-class Scan(NamedTuple):
-    """The C passes over a document's bytes (`scan_document`): where each field of each "ph": "X"
-    event lies, its token type, plain integers read, and the span of the traceEvents array."""
-    rows: int
-    loc: np.ndarray
-    args_ok: np.ndarray
-    lo: int
-    hi: int
-    typ: np.ndarray
-    iv: np.ndarray
-
-
-def scan_document(data: bytes) -> Scan:
-    """The passes of `scanned_columns` that are C: they let go of the interpreter lock, so
-    `lumos.prefetch` runs them beside the process's start-up. Raises Unusual as it does."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    ok, rows, loc, args_ok, lo, hi = _scan(buf, count_byte(buf, ord("{")))  # every event opens with a brace
-    if not ok:
-        raise Unusual
-    typ, iv = _classify(buf, loc, rows)
-    return Scan(rows, loc, args_ok, lo, hi, typ, iv)
+def _arrays(scan: Scan) -> tuple[np.ndarray, ...]:
+    """The scan's flat buffers as the numpy arrays they are (no copy)."""
+    args_ok = np.frombuffer(scan.args_ok, dtype=np.bool_)
+    loc = np.frombuffer(scan.loc, dtype=np.int64).reshape(-1, N_FIELDS, 2)
+    typ = np.frombuffer(scan.typ, dtype=np.int8).reshape(scan.rows, N_FIELDS)
+    return args_ok, loc, typ, np.frombuffer(scan.iv, dtype=np.int64).reshape(scan.rows, N_INT)
 
 
 def scanned_columns(data: bytes, scan: Scan | None = None) -> tuple[dict, dict, dict[str, int]]:
@@ -149,7 +140,10 @@ def scanned_columns(data: bytes, scan: Scan | None = None) -> tuple[dict, dict, 
     `scan_document(data)` (made here unless given). Raises Unusual where the plain path
     (`reader.parse_document`) must decide."""
     buf = np.frombuffer(data, dtype=np.uint8)
-    rows, loc, args_ok, lo, hi, typ, iv = scan_document(data) if scan is None else scan
+    scan = scan_document(data) if scan is None else scan
+    rows, lo, hi = scan.rows, scan.lo, scan.hi
+    args_ok, loc, typ, iv = _arrays(scan)
+    del scan
     _check_utf8(data)
     st, en = loc[:rows, :, 0], loc[:rows, :, 1]
     f = F["cat"]
