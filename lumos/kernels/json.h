@@ -1,6 +1,6 @@
 /* JSON tokens as lumos/trace/scan.py reads them: each function validates one token the way orjson
    would and returns its end, or -1 where the token is invalid or orjson's verdict is left to the
-   plain path. Included by scan.c only (static inline: called once per byte or token). */
+   plain path. Included by scan.c and decode.c (static inline: called once per byte or token). */
 
 #ifndef LUMOS_JSON_H
 #define LUMOS_JSON_H

@@ -9,6 +9,7 @@
 
      scan, classify, gather  scan.c      lumos/trace/scan.py (the plain path: orjson + parse_document)
      count_byte              scan.c      bytes.count
+     numbers, interned       decode.c    lumos/trace/scanned.py (_numbers_twin, _interned_twin)
      simulate                simulate.c  lumos/sim/compiled.py (lumos/sim/reference.py)
      longest_path            walks.c     lumos/sim/compiled.py (the benchmark's yardstick)
      walk                    walks.c     lumos/analysis/critical_walk.py (critical_path_reference)
@@ -57,11 +58,13 @@ PyObject *py_scan(PyObject *self, PyObject *args);
 PyObject *py_classify(PyObject *self, PyObject *args);
 PyObject *py_gather(PyObject *self, PyObject *args);
 PyObject *py_count_byte(PyObject *self, PyObject *args);
+PyObject *py_numbers(PyObject *self, PyObject *args);
+PyObject *py_interned(PyObject *self, PyObject *args);
 PyObject *py_simulate(PyObject *self, PyObject *args);
 PyObject *py_longest_path(PyObject *self, PyObject *args);
 PyObject *py_walk(PyObject *self, PyObject *args);
 PyObject *py_leaf_walk(PyObject *self, PyObject *args);
 extern const char scan_doc_str[], classify_doc[], gather_doc[], count_byte_doc[], simulate_doc[], longest_path_doc[], walk_doc[],
-    leaf_walk_doc[];
+    leaf_walk_doc[], numbers_doc[], interned_doc[];
 
 #endif

@@ -7,6 +7,8 @@ static PyMethodDef methods[] = {
     {"classify", py_classify, METH_VARARGS, classify_doc},
     {"gather", py_gather, METH_VARARGS, gather_doc},
     {"count_byte", py_count_byte, METH_VARARGS, count_byte_doc},
+    {"numbers", py_numbers, METH_VARARGS, numbers_doc},
+    {"interned", py_interned, METH_VARARGS, interned_doc},
     {"simulate", py_simulate, METH_VARARGS, simulate_doc},
     {"longest_path", py_longest_path, METH_VARARGS, longest_path_doc},
     {"walk", py_walk, METH_VARARGS, walk_doc},

@@ -12,7 +12,8 @@ Two ways in, one result:
 - `load_trace` scans the file's bytes with a compiled (C) JSON scanner that
   validates the whole document and records, for each kept event, where each
   needed field's value lies; the values are then decoded column by column
-  (batched through orjson where they are not plain integers). No per-event
+  (times and strings by C decoders, the rest batched through orjson where they
+  are not plain integers). No per-event
   Python object is ever built, so loading runs at about orjson's speed and
   its working memory is about the file's size, where a decoded document of
   dicts takes five to eight times that (`scanned.py`).

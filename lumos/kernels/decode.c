@@ -1,0 +1,257 @@
+/* The column decoding after the scan (lumos/trace/scanned.py `_numbers`, `_interned`): JSON numbers
+   straight into float64, and each distinct string of a field found once (a hash table of the raw
+   bytes), so that Python decodes a few hundred names instead of one per event. */
+
+#include "json.h"
+
+#if defined(__GLIBC__)
+#include <locale.h>
+#define HAVE_STRTOD_L 1
+static locale_t c_locale;   /* strtod in the "C" locale whatever the process set (made with the GIL held) */
+#endif
+
+/* Rows are read in order but far apart (a row of loc is n_fields * 16 bytes, its values lie anywhere in
+   the document): fetching a row's span AHEAD rows early, and its loc twice that, hides the misses
+   that made a cold pass three times slower than a warm one. */
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+#define AHEAD 16
+#define PREFETCH_ROWS(k)                                                                            \
+    do {                                                                                            \
+        if ((k) + 2 * AHEAD < k_at)                                                                 \
+            PREFETCH(&loc[(at[(k) + 2 * AHEAD] * n_fields + field) * 2]);                          \
+        if ((k) + AHEAD < k_at)                                                                     \
+            PREFETCH(b + loc[(at[(k) + AHEAD] * n_fields + field) * 2]);                            \
+    } while (0)
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The double of the JSON number b[i:e] (validated by the scanner, `number_end`), as orjson reads it
+   (correctly rounded); NaN, which no JSON number is, where it is left to orjson. A plain integer
+   (T_INT: at most 18 digits) is read as an integer first, as orjson does ("-0" is 0.0). */
+static double number_value(const uint8_t *b, int64_t i, int64_t e, int plain_int)
+{
+    int neg = b[i] == 45;
+    int64_t p = i + neg;
+    if (plain_int) {
+        int64_t v = 0;
+        for (; p < e; p++)
+            v = v * 10 + (b[p] - 48);
+        return (double)(neg ? -v : v);
+    }
+    /* the exact fast path (Clinger): a significand of at most 2^53 times or over 10^k, k <= 22, is one
+       correctly rounded operation on two exact doubles */
+    uint64_t w = 0;
+    int nd = 0, many = 0;
+    int64_t e10 = 0;
+    for (; p < e && 48 <= b[p] && b[p] <= 57; p++) {
+        if (w || b[p] != 48) {
+            if (nd < 19) {
+                w = w * 10 + (uint64_t)(b[p] - 48);
+                nd++;
+            } else {
+                many = 1;
+            }
+        }
+    }
+    if (p < e && b[p] == 46)
+        for (p++; p < e && 48 <= b[p] && b[p] <= 57; p++) {
+            if (w || b[p] != 48) {
+                if (nd < 19) {
+                    w = w * 10 + (uint64_t)(b[p] - 48);
+                    nd++;
+                } else {
+                    many = 1;
+                }
+            }
+            e10--;
+        }
+    if (p < e && (b[p] == 101 || b[p] == 69)) {
+        p++;
+        int eneg = b[p] == 45;
+        if (b[p] == 43 || b[p] == 45)
+            p++;
+        int64_t x = 0;
+        for (; p < e; p++)
+            if (x < 100000)
+                x = x * 10 + (b[p] - 48);
+        e10 += eneg ? -x : x;
+    }
+    if (!many && w <= ((uint64_t)1 << 53)) {
+        double d = (double)w;
+        if (w == 0)
+            return neg ? -0.0 : 0.0;
+        if (0 <= e10 && e10 <= 22)
+            return neg ? -(d * POW10[e10]) : d * POW10[e10];
+        if (-22 <= e10 && e10 < 0)
+            return neg ? -(d / POW10[-e10]) : d / POW10[-e10];
+    }
+#ifdef HAVE_STRTOD_L
+    char tmp[512];   /* the rest: glibc's strtod, correctly rounded too, on a NUL-terminated copy */
+    if (c_locale && e - i < (int64_t)sizeof tmp) {
+        memcpy(tmp, b + i, (size_t)(e - i));
+        tmp[e - i] = 0;
+        char *end;
+        double d = strtod_l(tmp, &end, c_locale);
+        if (end == tmp + (e - i))
+            return d;
+    }
+#endif
+    return NAN;
+}
+
+const char numbers_doc[] =
+"numbers(buf, loc, typ, n_fields, field, at, out) -> left\n\n"
+"scanned.py's `_numbers`: out[k] = the JSON number of field `field` of row at[k] (loc: at least\n"
+"(rows, n_fields, 2) int64 spans; typ: (rows, n_fields) int8 types), NaN where it is not T_INT or\n"
+"T_NUM or is left to orjson; returns how many are NaN.";
+
+PyObject *py_numbers(PyObject *self, PyObject *args)
+{
+    PyObject *buf_o, *loc_o, *typ_o, *at_o, *out_o;
+    Py_ssize_t n_fields, field;
+    if (!PyArg_ParseTuple(args, "OOOnnOO", &buf_o, &loc_o, &typ_o, &n_fields, &field, &at_o, &out_o))
+        return NULL;
+    Views vs = {.n = 0};
+    Py_ssize_t n, loc_len, typ_len, k_at, out_len;
+    ARR(b, const uint8_t, buf_o, U8, 0, &n);
+    ARR(loc, const int64_t, loc_o, I64, 0, &loc_len);
+    ARR(typ, const int8_t, typ_o, I8, 0, &typ_len);
+    ARR(at, const int64_t, at_o, I64, 0, &k_at);
+    ARR(out, double, out_o, F64, 1, &out_len);
+    Py_ssize_t rows = n_fields > 0 ? typ_len / n_fields : 0;
+    if (n_fields <= 0 || rows * n_fields != typ_len || loc_len < typ_len * 2 || field < 0 || field >= n_fields ||
+        out_len != k_at) {
+        PyErr_SetString(PyExc_ValueError, "lumos._kernels.numbers: array shapes do not match");
+        goto fail;
+    }
+    if (check_index(at, k_at, 0, rows, "at") < 0)
+        goto fail;
+#ifdef HAVE_STRTOD_L
+    if (!c_locale)
+        c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+#endif
+    Py_ssize_t left = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < k_at; k++) {
+        PREFETCH_ROWS(k);
+        int64_t r = at[k], i = loc[(r * n_fields + field) * 2], e = loc[(r * n_fields + field) * 2 + 1];
+        int8_t t = typ[r * n_fields + field];
+        double v = NAN;
+        if ((t == T_INT || t == T_NUM) && 0 <= i && i < e && e <= n)
+            v = number_value(b, i, e, t == T_INT);
+        left += v != v;
+        out[k] = v;
+    }
+    Py_END_ALLOW_THREADS
+    release(&vs);
+    return PyLong_FromSsize_t(left);
+fail:
+    release(&vs);
+    return NULL;
+}
+
+static inline uint64_t span_hash(const uint8_t *p, int64_t len)
+{
+    uint64_t h = 0x9E3779B97F4A7C15u ^ (uint64_t)len;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9u;
+        h ^= h >> 31;
+    }
+    uint64_t w = 0;
+    for (int64_t k = 0; k < len; k++)
+        w |= (uint64_t)p[k] << (8 * k);
+    h = (h ^ w) * 0x94D049BB133111EBu;
+    return h ^ (h >> 29);
+}
+
+const char interned_doc[] =
+"interned(buf, loc, typ, n_fields, field, at, codes, first) -> distinct\n\n"
+"scanned.py's `_interned`: codes[k] = which distinct string (as raw bytes, in order of first\n"
+"appearance) field `field` of row at[k] holds, -1 where it is no string (T_STR, T_STR_ESC);\n"
+"first[j] = the row (of loc, typ) where distinct string j first appears.";
+
+PyObject *py_interned(PyObject *self, PyObject *args)
+{
+    PyObject *buf_o, *loc_o, *typ_o, *at_o, *codes_o, *first_o;
+    Py_ssize_t n_fields, field;
+    if (!PyArg_ParseTuple(args, "OOOnnOOO", &buf_o, &loc_o, &typ_o, &n_fields, &field, &at_o, &codes_o, &first_o))
+        return NULL;
+    Views vs = {.n = 0};
+    Py_ssize_t n, loc_len, typ_len, k_at, codes_len, first_len;
+    ARR(b, const uint8_t, buf_o, U8, 0, &n);
+    ARR(loc, const int64_t, loc_o, I64, 0, &loc_len);
+    ARR(typ, const int8_t, typ_o, I8, 0, &typ_len);
+    ARR(at, const int64_t, at_o, I64, 0, &k_at);
+    ARR(codes, int32_t, codes_o, I32, 1, &codes_len);
+    ARR(first, int64_t, first_o, I64, 1, &first_len);
+    Py_ssize_t rows = n_fields > 0 ? typ_len / n_fields : 0;
+    if (n_fields <= 0 || rows * n_fields != typ_len || loc_len < typ_len * 2 || field < 0 || field >= n_fields ||
+        codes_len != k_at || first_len < k_at || k_at >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "lumos._kernels.interned: array shapes do not match");
+        goto fail;
+    }
+    if (check_index(at, k_at, 0, rows, "at") < 0)
+        goto fail;
+    for (Py_ssize_t k = 0; k < k_at; k++) {
+        int64_t r = at[k], i = loc[(r * n_fields + field) * 2], e = loc[(r * n_fields + field) * 2 + 1];
+        int8_t t = typ[r * n_fields + field];
+        if ((t == T_STR || t == T_STR_ESC) && !(0 <= i && i < e && e <= n)) {
+            PyErr_SetString(PyExc_ValueError, "lumos._kernels.interned: a span outside the buffer");
+            goto fail;
+        }
+    }
+    size_t size = 16;
+    while (size < 2 * (size_t)k_at)
+        size *= 2;
+    int32_t *slot = calloc(size, sizeof *slot);   /* distinct string + 1; 0: empty */
+    uint64_t *hashes = malloc(((size_t)k_at + 1) * sizeof *hashes);
+    if (!slot || !hashes) {
+        free(slot);
+        free(hashes);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    int32_t distinct = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < k_at; k++) {
+        PREFETCH_ROWS(k);
+        int64_t r = at[k], i = loc[(r * n_fields + field) * 2], e = loc[(r * n_fields + field) * 2 + 1];
+        int8_t t = typ[r * n_fields + field];
+        if (t != T_STR && t != T_STR_ESC) {
+            codes[k] = -1;
+            continue;
+        }
+        uint64_t h = span_hash(b + i, e - i);
+        size_t s = (size_t)h & (size - 1);
+        for (;; s = (s + 1) & (size - 1)) {
+            int32_t j = slot[s] - 1;
+            if (j < 0) {   /* new */
+                slot[s] = distinct + 1;
+                hashes[distinct] = h;
+                first[distinct] = r;
+                codes[k] = distinct++;
+                break;
+            }
+            int64_t fi = loc[(first[j] * n_fields + field) * 2], fe = loc[(first[j] * n_fields + field) * 2 + 1];
+            if (hashes[j] == h && fe - fi == e - i && memcmp(b + fi, b + i, (size_t)(e - i)) == 0) {
+                codes[k] = j;
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(slot);
+    free(hashes);
+    release(&vs);
+    return PyLong_FromLong(distinct);
+fail:
+    release(&vs);
+    return NULL;
+}
