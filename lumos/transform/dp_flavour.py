@@ -40,7 +40,8 @@ from lumos.trace import TraceTable, schema
 from lumos.trace.collectives import classify_name
 from lumos.trace.steps import select_step
 
-from .structure import ANN, innermost
+from .nesting import innermost
+from .structure import ANN
 
 FSDP2_RANGE = re.compile(r"^FSDP::(\w+?)(?: \((.*)\)| for (.+))?$")
 FSDP1_PREFIX = "FullyShardedDataParallel."

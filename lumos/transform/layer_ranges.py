@@ -17,7 +17,8 @@ import numpy as np
 
 from lumos.trace import TraceTable, schema
 
-from .structure import ANN, EMBEDDING_OPS, GEMM_OPS, P2P_OP, innermost
+from .nesting import innermost
+from .structure import ANN, EMBEDDING_OPS, GEMM_OPS, P2P_OP
 
 __all__ = ["P2P_OPS", "COPY_OPS", "OPTIMIZER_STEP", "Recovery", "Thread", "is_gemm", "is_backward",
            "has_layer_ranges", "op_threads", "op_groups", "op_range", "framing", "with_ranges"]

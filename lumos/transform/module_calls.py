@@ -25,7 +25,7 @@ import numpy as np
 from lumos.trace import TraceTable, schema
 
 from .layer_ranges import Recovery, framing, is_backward, is_gemm, op_groups, op_range, op_threads
-from .structure import innermost
+from .nesting import innermost
 
 MIN_GEMMS = 4
 _INSTANCE = re.compile(r"_\d+$")

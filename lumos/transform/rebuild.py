@@ -39,19 +39,25 @@ _INTRA, _INTER, _CROSS = int(EdgeClass.INTRA_THREAD), int(EdgeClass.INTER_THREAD
 _STREAM_WAIT, _DEVICE_WAIT = int(WaitKind.STREAM), int(WaitKind.DEVICE)
 
 MULTI_TENSOR_OPS = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
+_PHASE_CODE = {"forward": 0, "backward": 1}     # a new task's phase (2: optimizer, -1: other)
 
 
 class _Builder:
-    """Accumulates the new run graph's tasks, processors and edges."""
+    """Accumulates the new run graph's tasks, processors and edges. A copied block's columns that
+    are the base's own (name, kind, event, ...) are kept as its base tasks and read from the base
+    graph once for all blocks, in `_assemble`; the rest are kept per block."""
 
     def __init__(self, plan: Plan):
         self.g, self.st = plan.graph, plan.st
-        self.t_parts: dict[str, list] = defaultdict(list)
+        self.base_tasks: list = []             # per block: its base tasks
+        self.t_parts: dict[str, list] = defaultdict(list)   # per block: its columns that a copy changes
         self.m_parts: dict[str, list] = defaultdict(list)
-        self.e_src, self.e_dst, self.e_cls, self.e_lag = [], [], [], []
-        self._one: list[tuple] = []            # single edges not yet in e_*
+        self.fill: dict[str, list] = defaultdict(list)      # per block: a value all its tasks share
+        self.e_arrays: list[tuple] = []        # (singles before it, src, dst, cls, lag) of each edge array
+        self._one: list[tuple] = []            # single edges, in order
         self.procs: list[tuple] = []          # (kind, rank, key, name, role)
         self.proc_index: dict[tuple, int] = {}
+        self.placed: dict[tuple, tuple] = {}  # (block, rank) -> its tasks' processors and wait targets
         self.blocks: list[Block] = []
         self.n = 0
 
@@ -66,26 +72,40 @@ class _Builder:
             self.procs.append((int(kind), rank, pkey, name, int(role)))
         return p
 
+    def place(self, bi: int, rank: int, lay) -> tuple[np.ndarray, np.ndarray]:
+        """Processor of each task of a copy of block `bi` on `rank`, and each task's wait target
+        (the same for every copy there: made once, the processors in the order a copy first asks)."""
+        got = self.placed.get((bi, rank))
+        if got is None:
+            procs = np.array([self.proc(rank, k, r) for k, r in zip(lay.kinds, lay.roles)], np.int64)[lay.which]
+            wt = lay.wait_target.copy()
+            for k, role in lay.stream_waits:
+                wt[k] = self.proc(rank, _GPU, role)
+            wt[lay.device_waits] = rank
+            got = self.placed[(bi, rank)] = (procs, wt)
+        return got
+
     def edge(self, s, d, c, lag):
         """Edges s -> d (arrays, or one edge as scalars), in the order given."""
-        if np.ndim(s) == 0:
+        if not isinstance(s, np.ndarray):
             self._one.append((int(s), int(d), int(c), float(lag)))
             return
-        self._flush()
-        self.e_src.append(np.asarray(s, np.int64))
-        self.e_dst.append(np.asarray(d, np.int64))
-        self.e_cls.append(np.asarray(c, np.int8))
-        self.e_lag.append(np.asarray(lag, np.float64))
+        self.e_arrays.append((len(self._one), np.asarray(s, np.int64), np.asarray(d, np.int64),
+                              np.asarray(c, np.int8), np.asarray(lag, np.float64)))
 
-    def _flush(self) -> None:
-        """The single edges added since the last array, as arrays (the order is kept)."""
-        if self._one:
-            s, d, c, lag = zip(*self._one)
-            self.e_src.append(np.array(s, np.int64))
-            self.e_dst.append(np.array(d, np.int64))
-            self.e_cls.append(np.array(c, np.int8))
-            self.e_lag.append(np.array(lag, np.float64))
-            self._one = []
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """All edges (src, dst, class, lag) in the order they were added."""
+        s, d, c, lag = (zip(*self._one) if self._one else ((), (), (), ()))
+        one = (np.array(s, np.int64), np.array(d, np.int64), np.array(c, np.int8), np.array(lag, np.float64))
+        parts: list[list] = [[], [], [], []]
+        done = 0
+        for upto, *arrays in self.e_arrays:
+            for j in range(4):
+                parts[j] += [one[j][done:upto], arrays[j]]
+            done = upto
+        for j in range(4):
+            parts[j].append(one[j][done:])
+        return tuple(np.concatenate(p) for p in parts)
 
 
 def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
@@ -247,16 +267,16 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     mb = blk.mb if mb is None or blk.mb < 0 else mb
     T = blk.tasks
     n = len(T)
-    ids = b.n + np.arange(n, dtype=np.int64)
+    first_id = b.n
     lay = tm.layout(bi)
-    procs = np.array([b.proc(rank, k, r) for k, r in zip(lay.kinds, lay.roles)], np.int64)[lay.which]
+    procs, wt = b.place(bi, rank, lay)
     # external in-edges: last task on the same (kind, role) processor of this stage
-    (isrc, idst, icls, ilag), (ekind, erole, edst, ecls, elag) = tm.edges[bi]
+    isrc, idst, icls, ilag = tm.edges[bi][0]
     # a CPU capture's optimizer runs one loop of host ops per parameter tensor: its ops and the
     # host time between them grow with the parameters (a GPU run's grow in its kernels, below)
     host_scale = scale_params if scale_params is not None and tm.host_only and blk.kind == "optimizer" else None
     if len(isrc):
-        b.edge(ids[isrc], ids[idst], icls, ilag if host_scale is None else ilag * host_scale)
+        b.edge(first_id + isrc, first_id + idst, icls, ilag if host_scale is None else ilag * host_scale)
     joined = set()
     intra_lead = lead[0] if lead is not None else None
     if lead is not None and len(lead) > 2 and lead[2] and state["thread"] in (None, blk.thread_role):
@@ -265,14 +285,14 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         # here nothing hands off (a warm-up forward after a pipeline send and its synchronize), so
         # that host time follows the thread's own last task
         intra_lead = max(intra_lead or 0.0, lead[1])
-    for k in range(len(edst)):
-        src = state["last_on"].get((int(ekind[k]), int(erole[k])))
+    last_on = state["last_on"]
+    for ekind, erole, edst, ecls, lg in lay.external:
+        src = last_on.get((ekind, erole))
         if src is not None:
-            lg = elag[k]
-            if lead is not None and edst[k] == 0 and ecls[k] == _INTRA and intra_lead is not None:
+            if lead is not None and edst == 0 and ecls == _INTRA and intra_lead is not None:
                 lg = intra_lead
-            b.edge(src, ids[edst[k]], ecls[k], lg)
-            joined.add(int(edst[k]))
+            b.edge(src, first_id + edst, ecls, lg)
+            joined.add(edst)
     if lay.first_cpu >= 0:
         first_cpu = lay.first_cpu
         role = blk.thread_role
@@ -283,7 +303,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             # micro-batch's embedding) has no in-edge there; a replica still follows the
             # work before it on the thread
             lg = intra_lead if intra_lead is not None else 0.0
-            b.edge(src, ids[first_cpu], _INTRA, lg)
+            b.edge(src, first_id + first_cpu, _INTRA, lg)
         if prev is not None and prev != role:
             src = state["last_on"].get((_CPU, prev))
             if src is not None:
@@ -292,18 +312,21 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
                     lag = lead[1]
                 if lag is None:
                     lag = tm.handoff.get((prev, role), 0.0)
-                b.edge(src, ids[first_cpu], _INTER, lag)
+                b.edge(src, first_id + first_cpu, _INTER, lag)
         state["thread"] = role
     # tasks
-    ts = state["clock"] + (g.ts[T] - blk.start)
-    state["clock"] = float(ts.max() + g.dur[T][np.argmax(ts)]) if n else state["clock"]
-    dur = g.dur[T].copy()
+    clock = state["clock"]
+    ts = clock + lay.rel_ts
+    if n:
+        latest = int(np.argmax(ts))
+        state["clock"] = float(ts[latest] + lay.dur[latest])
+    dur = lay.dur.copy()
     if host_scale is not None:
         dur *= host_scale
-    coll = st.coll[T].copy()
-    group = st.group[T].copy()
-    nbytes = st.nbytes[T].copy()
-    dims = st.op_dims[T].copy()
+    coll = lay.coll     # read only
+    group = lay.group.copy() if lay.comm else lay.group
+    nbytes = lay.nbytes.copy() if dp_bytes is not None else lay.nbytes
+    dims = lay.dims.copy() if scale_params is not None else lay.dims
     if scale_params is not None:
         for k, t in enumerate(T):
             d = dims[k]
@@ -338,7 +361,7 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             group[k] = mp_group(rank, plan.tp, pp, plan.dp)
             dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(coll[k], nbytes[k], group[k]))
             c = state["counters"]
-            pairs[("mp", c[("mp",)])].append(int(ids[k]))
+            pairs[("mp", c[("mp",)])].append(first_id + k)
             c[("mp",)] += 1
     if p2p_ops is not None:
         p2p_k = sorted([k for k in comm_k if coll[k] in ("send", "recv")], key=lambda k: g.ts[T[k]])
@@ -354,53 +377,48 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             old = CollectiveSpec(kind, nbytes[k], group[k])
             group[k] = (min(rank, ranks[peer_stage]), max(rank, ranks[peer_stage]))
             dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(kind, nbytes[k], group[k]))
-            pairs[key].append(int(ids[k]))
-    wk = g.wait_kind[T].copy()
-    wt = g.wait_target[T].astype(np.int64).copy()
-    for k in np.flatnonzero(wk == _STREAM_WAIT):
-        p = wt[k]
-        wt[k] = b.proc(rank, _GPU, st.proc_role[p])
-    wt[wk == _DEVICE_WAIT] = rank
+            pairs[key].append(first_id + k)
+    b.base_tasks.append(T)
     parts = b.t_parts
-    parts["name"].append(g.name[T])
-    parts["kind"].append(g.kind[T])
     parts["proc"].append(procs)
     parts["dur"].append(dur)
     parts["ts"].append(ts)
-    parts["comm"].append(g.comm[T])
-    parts["in_step"].append(g.kind[T] == _GPU)
-    parts["rank"].append(np.full(n, rank, np.int32))
-    parts["wait_kind"].append(wk)
     parts["wait_target"].append(wt)
-    parts["event"].append(g.event[T])
-    parts["base_rank"].append(g.rank[T])
-    parts["layer"].append(np.full(n, layer, np.int32))
-    parts["phase"].append(np.full(n, {"forward": 0, "backward": 1}.get(blk.phase, 2 if blk.kind == "optimizer" else -1), np.int8))
+    fill = b.fill
+    fill["n"].append(n)
+    fill["rank"].append(rank)
+    fill["layer"].append(layer)
+    fill["phase"].append(_PHASE_CODE.get(blk.phase, 2 if blk.kind == "optimizer" else -1))
+    fill["block"].append(len(b.blocks))
     mp = b.m_parts
     mp["coll"].append(coll)
     mp["group"].append(group)
     mp["nbytes"].append(nbytes)
-    mp["op_name"].append(st.op_name[T])
     mp["op_dims"].append(dims)
-    mp["block"].append(np.full(n, len(b.blocks), np.int64))
     nb = Block(kind=blk.kind, phase=blk.phase, layer=layer, mb=mb, shape=blk.shape, rank=rank,
-               thread_role=blk.thread_role, tasks=ids, start=float(ts.min()) if n else 0.0)
+               thread_role=blk.thread_role, tasks=np.arange(first_id, first_id + n, dtype=np.int64),
+               start=float(clock + lay.rel_first) if n else 0.0)
     b.blocks.append(nb)
     # the block's last task on each processor becomes "last on" for the next block
     for key, k in lay.last:
-        state["last_on"][key] = b.n + k
+        last_on[key] = first_id + k
     b.n += n
 
 
 def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
-    b._flush()
     cat = np.concatenate
+    g = plan.graph
+    base = cat(b.base_tasks)      # each new task's base task
     tp = {k: cat(v) for k, v in b.t_parts.items()}
+    counts = np.array(b.fill["n"], np.int64)
     n = len(tp["dur"])
-    src = cat(b.e_src) if b.e_src else np.zeros(0, np.int64)
-    dst = cat(b.e_dst) if b.e_dst else np.zeros(0, np.int64)
-    cls = cat(b.e_cls) if b.e_cls else np.zeros(0, np.int8)
-    lag = cat(b.e_lag) if b.e_lag else np.zeros(0)
+    kind = g.kind[base]
+    tp.update(name=g.name[base], kind=kind, comm=g.comm[base], in_step=kind == _GPU,
+              wait_kind=g.wait_kind[base], event=g.event[base], base_rank=g.rank[base],
+              rank=np.repeat(np.array(b.fill["rank"], np.int32), counts),
+              layer=np.repeat(np.array(b.fill["layer"], np.int32), counts),
+              phase=np.repeat(np.array(b.fill["phase"], np.int8), counts))
+    src, dst, cls, lag = b.edges()
     # stream order = emission order on each stream
     stream_pos = np.full(n, -1, np.int32)
     gpu = np.flatnonzero(tp["kind"] == _GPU)
@@ -433,6 +451,7 @@ def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
     graph.summary = {"tasks": n, "edges": graph.edge_counts(), "predicted": True,
                      "base_event": tp["event"].astype(np.int64), "base_rank": tp["base_rank"].astype(np.int64)}
     mp = {k: cat(v) for k, v in b.m_parts.items()}
+    mp.update(op_name=plan.st.op_name[base], block=np.repeat(np.array(b.fill["block"], np.int64), counts))
     role = np.zeros(len(procs), np.int64)
     role[:] = [p[4] for p in procs]
     st = RunStructure(blocks=b.blocks, task_block=mp["block"], coll=mp["coll"], group=mp["group"],

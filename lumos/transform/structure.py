@@ -31,6 +31,8 @@ from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
 from lumos.trace.collectives import classify_rows
 
+from .launchers import by_correlation, launching_events, runtime_calls
+from .nesting import innermost
 from .suppliers.compute import GEMM_OPS, attention_bshd, gemm_mkn
 
 ANN = re.compile(r"^(?:layer_(\d+)|(embedding)|(head))/(forward|backward)/mb(\d+)$")
@@ -105,114 +107,82 @@ class RunStructure:
     recovery: list = field(default_factory=list)  # per rank: how its layers were found (`recover.py`)
 
 
-def innermost(table: TraceTable, cand: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
-               outermost: bool = False) -> np.ndarray:
-    """For each query (pid, tid, ts), the innermost (or outermost) candidate event containing ts; -1 if none."""
-    out = np.full(len(ts), -1, dtype=np.int64)
-    if not len(cand):
-        return out
-    key_c = table.pid[cand] * (1 << 32) + (table.tid[cand] & 0xFFFFFFFF)
-    key_q = pid * (1 << 32) + (tid & 0xFFFFFFFF)
-    for k in np.unique(key_q):
-        c = cand[key_c == k]
-        q = np.flatnonzero(key_q == k)
-        if not len(c):
-            continue
-        c = c[np.lexsort((-table.dur[c], table.ts[c]))]
-        cs, ce = table.ts[c], table.ts[c] + table.dur[c]
-        qo = q[np.argsort(ts[q], kind="stable")]
-        stack: list[int] = []
-        j = 0
-        for qi in qo:
-            t = ts[qi]
-            while j < len(c) and cs[j] <= t:
-                while stack and ce[stack[-1]] <= cs[j]:
-                    stack.pop()
-                stack.append(j)
-                j += 1
-            while stack and ce[stack[-1]] <= t:
-                stack.pop()
-            # the stack holds nested events containing t (outer first)
-            live = [s for s in stack if cs[s] <= t < ce[s]]
-            if live:
-                out[qi] = c[live[0] if outermost else live[-1]]
-    return out
-
-
 def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc: int,
                  proc_role: np.ndarray, coll: np.ndarray, tp_group_size: int | None) -> list[Block]:
     cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
     cev = graph.event[cpu]
-    names = table.name.astype(str)
     # a checkpointed layer's recomputed forward (`layer_{L}/recompute/mb{i}`, inside that layer's
     # backward range) is part of its backward: it is not a block of its own
-    ann_rows = np.flatnonzero((table.cat == schema.ANNOTATION) & ~np.char.startswith(names, "ProfilerStep#")
-                              & (np.char.find(names, "/recompute/") < 0))
+    ann_rows = np.flatnonzero(table.cat == schema.ANNOTATION)
+    ann_rows = ann_rows[[not n.startswith("ProfilerStep#") and "/recompute/" not in n
+                         for n in map(str, table.name[ann_rows])]]
     op_rows = np.flatnonzero(table.cat == schema.CPU_OP)
     ann = innermost(table, ann_rows, table.pid[cev], table.tid[cev], graph.ts[cpu])
     top = innermost(table, op_rows, table.pid[cev], table.tid[cev], graph.ts[cpu], outermost=True)
     # launcher of each GPU task: the CPU task with the same correlation id
-    corr_to_cpu = {}
-    for t, e in zip(cpu, cev):
-        if table.cat[e] == schema.RUNTIME and table.corr[e] >= 0:
-            corr_to_cpu[int(table.corr[e])] = int(t)
+    calls = runtime_calls(table, cev)
+    corr_to_cpu = dict(zip(table.corr[cev[calls]].tolist(), cpu[calls].tolist()))
+    # each thread's tasks in time order, cut where the enclosing range (or top-level op) changes; a
+    # cut back into a range still open (after a nested one) rejoins that range's block
+    threads = graph.proc[cpu]
+    _, first_seen, thread_of = np.unique(threads, return_index=True, return_inverse=True)
+    seen_rank = np.argsort(np.argsort(first_seen))     # threads in the order their first task comes
+    order = np.lexsort((graph.ts[cpu], seen_rank[thread_of.reshape(-1)]))
+    key = np.where(ann >= 0, ann, -2 - top)[order]     # ("ann", a) or ("op", top) as one number
+    cut = np.ones(len(order), bool)
+    cut[1:] = (key[1:] != key[:-1]) | (threads[order][1:] != threads[order][:-1])
     blocks: list[Block] = []
-    block_of, top_of = {}, {}
-    by_thread: dict[int, list[int]] = {}
-    for i, t in enumerate(cpu):
-        by_thread.setdefault(int(graph.proc[t]), []).append(i)
-    for p, idx in by_thread.items():
-        idx = sorted(idx, key=lambda i: graph.ts[cpu[i]])
-        prev_key, cur = None, None
-        open_ann: dict[int, Block] = {}     # annotation event -> its block, to rejoin after a nested range
-        for i in idx:
-            a = int(ann[i])
-            key = ("ann", a) if a >= 0 else ("op", int(top[i]))
-            if key != prev_key and a >= 0 and a in open_ann:
-                cur = open_ann[a]
-                prev_key = key
-            elif key != prev_key:
-                cur = Block(kind="glue", rank=int(table.rank), thread_role=int(proc_role[p]),
-                            start=float(graph.ts[cpu[i]]))
-                cur._members = []
-                cur._ann = table.name[a] if a >= 0 else None
-                cur._top = table.name[top[i]] if top[i] >= 0 else None
-                blocks.append(cur)
-                if a >= 0:
-                    open_ann[a] = cur
-                prev_key = key
-            cur._members.append(int(cpu[i]))
-            block_of[int(cpu[i])] = cur
-            top_of[int(cpu[i])] = int(top[i])
+    names: list[tuple] = []             # per block: its range's name, its top-level op's name
+    seg_block = []
+    open_ann: dict[tuple, int] = {}     # (thread, annotation event) -> its block, to rejoin after a nested range
+    for i in np.flatnonzero(cut).tolist():
+        o = int(order[i])
+        p, a = int(threads[o]), int(ann[o])
+        if a >= 0 and (p, a) in open_ann:
+            seg_block.append(open_ann[(p, a)])
+            continue
+        if a >= 0:
+            open_ann[(p, a)] = len(blocks)
+        seg_block.append(len(blocks))
+        blocks.append(Block(kind="glue", rank=int(table.rank), thread_role=int(proc_role[p]),
+                            start=float(graph.ts[cpu[o]])))
+        names.append((table.name[a] if a >= 0 else None, table.name[top[o]] if top[o] >= 0 else None))
+    cpu_block = np.empty(len(cpu), np.int64)
+    cpu_block[order] = np.asarray(seg_block, np.int64)[np.cumsum(cut) - 1]
+    top_of = dict(zip(cpu[order].tolist(), top[order].tolist()))
     gpu = tasks[graph.kind[tasks] == TaskKind.GPU]
-    for g in gpu:
-        launcher = corr_to_cpu.get(int(table.corr[graph.event[g]]), -1)
-        b = block_of.get(launcher)
-        if b is None:
-            b = blocks[0] if blocks else None
-        if b is not None:
-            b._members.append(int(g))
-    for b in blocks:
-        b.tasks = np.array(sorted(b._members, key=lambda t: (graph.kind[t], graph.ts[t])), dtype=np.int64)
-        m = ANN.match(b._ann) if b._ann else None
-        mb_ = BUCKET.match(b._ann) if b._ann else None
-        comm_kinds = [coll[t] for t in b.tasks if coll[t] is not None]
+    if blocks:     # a kernel whose launch is not on record goes with the first block
+        launcher = by_correlation(table.corr[cev[calls]], np.flatnonzero(calls), table.corr[graph.event[gpu]], -1)
+        gpu_block = np.where(launcher >= 0, cpu_block[launcher], 0)
+    else:
+        gpu, gpu_block = gpu[:0], np.zeros(0, np.int64)
+    # members of each block in the order they joined (its thread's tasks, then the kernels it
+    # launched), sorted by kind, then time
+    members = np.concatenate([cpu[order], gpu])
+    member_block = np.concatenate([cpu_block[order], gpu_block])
+    by_block = np.lexsort((np.arange(len(members)), graph.ts[members], graph.kind[members], member_block))
+    members = members[by_block]
+    bounds = np.searchsorted(member_block[by_block], np.arange(len(blocks) + 1))
+    for b, (b_ann, b_top), lo, hi in zip(blocks, names, bounds[:-1], bounds[1:]):
+        b.tasks = members[lo:hi]
+        m = ANN.match(b_ann) if b_ann else None
+        mb_ = BUCKET.match(b_ann) if b_ann else None
+        comm_kinds = [k for k in coll[b.tasks] if k is not None]
         if m:
             b.kind = "layer" if m.group(1) is not None else (m.group(2) or m.group(3))
             b.layer = int(m.group(1)) if m.group(1) is not None else -1
             b.phase, b.mb = m.group(4), int(m.group(5))
         elif mb_ and not comm_kinds:
             b.kind, b.layer = "bucket", int(mb_.group(1))
-        elif b._ann in OPTIMIZER or (b._ann or "").startswith("Optimizer.step#"):
+        elif b_ann in OPTIMIZER or (b_ann or "").startswith("Optimizer.step#"):
             b.kind = "optimizer"
-        elif b._top == P2P_OP:
+        elif b_top == P2P_OP:
             b.kind = "p2p"
             gt = [t for t in b.tasks if coll[t] in ("send", "recv")]
             gt.sort(key=lambda t: graph.ts[t])
             b.shape = tuple(coll[t] for t in gt)
         elif comm_kinds and all(k == "allreduce" for k in comm_kinds):
             b.kind = "dp"
-        del b._members, b._ann, b._top
     blocks = [part for b in blocks for part in _one_bucket_each(b, graph, coll, corr_to_cpu, table, top_of)]
     return sorted(blocks, key=lambda b: b.start)
 
@@ -449,28 +419,27 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
         _read_collectives(table, graph, tasks[gpu & graph.comm[tasks]], coll, group, nbytes)
         # the CPU op that launched each task: innermost cpu_op around its launcher
         cpu_ops = np.flatnonzero(table.cat == schema.CPU_OP)
-        corr_rt = {}
-        cpu_t = tasks[~gpu]
-        for t in cpu_t:
-            e = graph.event[t]
-            if table.cat[e] == schema.RUNTIME and table.corr[e] >= 0:
-                corr_rt[int(table.corr[e])] = e
-        launcher_ev = np.array([corr_rt.get(int(table.corr[e]), e) if g else e for e, g in zip(ev, gpu)])
+        launcher_ev = ev.copy()
+        launcher_ev[gpu] = launching_events(table, ev[~gpu], ev[gpu])
         inner = innermost(table, cpu_ops, table.pid[launcher_ev], table.tid[launcher_ev],
                            table.ts[launcher_ev])
-        for t, o in zip(tasks, inner):
-            if o >= 0:
-                op_name[t] = table.name[o]
-                op_dims[t] = _dims_of(table, o)
-                op_row[t] = o
+        hit = inner >= 0
+        rows, which = np.unique(inner[hit], return_inverse=True)
+        dims = np.empty(len(rows), dtype=object)
+        for i, o in enumerate(rows.tolist()):     # one tuple per op, shared by the tasks it launched
+            dims[i] = _dims_of(table, o)
+        op_name[tasks[hit]] = table.name[inner[hit]]
+        op_dims[tasks[hit]] = dims[which]
+        op_row[tasks[hit]] = inner[hit]
         rb = _rank_blocks(graph, table, tasks, 0, proc_role, coll, None)
         for b in rb:
             task_block[b.tasks] = len(blocks)
             blocks.append(b)
-        zero = np.flatnonzero((table.cat == schema.CPU_OP) & (table.name == "aten::zero_"))
+        zero = cpu_ops[table.name[cpu_ops] == "aten::zero_"]
         if len(zero) and table.input_dims[zero[0]]:
             stage_params[r] = float(table.input_dims[zero[0]][0][0])
-    kernel = (graph.kind == TaskKind.GPU) & ~np.char.startswith(graph.name.astype(str), "Mem")
+    kernel = graph.kind == TaskKind.GPU
+    kernel[kernel] = [not n.startswith("Mem") for n in map(str, graph.name[kernel])]
     paths = {r: t.path for r, t in by_rank.items()}
     if kernel.any():
         shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row, paths=paths)

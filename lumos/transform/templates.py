@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lumos.graph.model import EdgeClass, TaskKind
+from lumos.graph.model import EdgeClass, TaskKind, WaitKind
 
 from .plan import Plan
 from .sharded_glue import ShardedGlue
@@ -24,6 +24,7 @@ __all__ = ["Templates", "BlockLayout", "is_outlier"]
 
 _GPU, _CPU = int(TaskKind.GPU), int(TaskKind.CPU)
 _INTRA, _INTER, _CROSS = int(EdgeClass.INTRA_THREAD), int(EdgeClass.INTER_THREAD), int(EdgeClass.CROSS_RANK)
+_STREAM_WAIT, _DEVICE_WAIT = int(WaitKind.STREAM), int(WaitKind.DEVICE)
 
 
 class Templates:
@@ -70,38 +71,10 @@ class Templates:
         self.ranks = sorted({b.rank for b in st.blocks})
         self.host_only = not np.any(g.kind == _GPU)   # a CPU capture: the host does the work
         # per block: tasks, internal edges (local ids), external in-edges (by source processor)
-        keep = g.cls != _CROSS
-        src, dst = g.src[keep], g.dst[keep]
-        cls, lag = g.cls[keep], g.lag[keep]
-        blk = st.task_block
-        order = np.argsort(blk[dst], kind="stable")
-        bounds = np.searchsorted(blk[dst][order], np.arange(len(st.blocks) + 1))
-        self.edges = []
-        self.switch_lag = []     # lag of the hand-off into the block in the base (None: none)
-        self.lead_lag = []       # (intra-thread, inter-thread) lag into the block's first task
-        self.handoff_binds = []  # the hand-off (not program order) set the block's start in the base
         local = np.full(g.n_tasks, -1, np.int64)     # a task's index in its block
         for b in st.blocks:
             local[b.tasks] = np.arange(len(b.tasks))
-        for i, b in enumerate(st.blocks):
-            e = order[bounds[i]:bounds[i + 1]]
-            inside = blk[src[e]] == i
-            ei, ee = e[inside], e[~inside]
-            intra = (local[src[ei]], local[dst[ei]], cls[ei], lag[ei])
-            lead = local[dst[ee]] == 0
-            lead_intra = lag[ee[lead & (cls[ee] == _INTRA)]]
-            lead_inter = lag[ee[lead & (cls[ee] == _INTER)]]
-            self.lead_lag.append((float(lead_intra.max()) if len(lead_intra) else None,
-                                  float(lead_inter.max()) if len(lead_inter) else None))
-            into = ee[lead & ((cls[ee] == _INTRA) | (cls[ee] == _INTER))]
-            ready = g.ts[src[into]] + g.dur[src[into]] + lag[into]
-            self.handoff_binds.append(bool(len(into)) and cls[into[np.argmax(ready)]] == _INTER)
-            ext_ok = cls[ee] != _INTER
-            hand_lags = lag[ee[~ext_ok]]
-            self.switch_lag.append(float(hand_lags.max()) if len(hand_lags) else None)
-            ee = ee[ext_ok]
-            ext = (g.proc_kind[g.proc[src[ee]]], st.proc_role[g.proc[src[ee]]], local[dst[ee]], cls[ee], lag[ee])
-            self.edges.append((intra, ext))
+        self.edges, self.lead_lag, self.handoff_binds, self.switch_lag = _block_edges(g, st, local)
         # hand-off lags between threads, from the base's inter-thread edges
         it = np.flatnonzero(g.cls == _INTER)
         hand = defaultdict(list)
@@ -144,6 +117,7 @@ class Templates:
         # is an outlier among them: a one-off stall inside one block is kept once, where it happened,
         # never copied
         self.uses: dict[int, int] = defaultdict(int)
+        self._costs: dict[int, float] = {}
         self._pools: dict = {}
         self._layouts: dict = {}
         self._pool_stats: dict = {}
@@ -207,7 +181,7 @@ class Templates:
         a rebuild emits each base block many times)."""
         lay = self._layouts.get(bi)
         if lay is None:
-            lay = self._layouts[bi] = BlockLayout.of(self.plan, self.plan.st.blocks[bi])
+            lay = self._layouts[bi] = BlockLayout.of(self.plan, self.plan.st.blocks[bi], self.edges[bi][1])
         return lay
 
     def _stats(self, pool: np.ndarray) -> tuple[float, float]:
@@ -279,9 +253,13 @@ class Templates:
         return bi
 
     def _cost(self, bi: int) -> float:
-        """Host + device time of a block: its tasks' durations plus its internal (host) lags."""
-        return float(self.plan.graph.dur[self.plan.st.blocks[bi].tasks].sum()) + float(
-            np.clip(self.edges[bi][0][3], 0.0, None).sum())
+        """Host + device time of a block: its tasks' durations plus its internal (host) lags (once per
+        block: a replica of a first or last layer asks again at every use)."""
+        cost = self._costs.get(bi)
+        if cost is None:
+            cost = self._costs[bi] = float(self.plan.graph.dur[self.plan.st.blocks[bi].tasks].sum()) + float(
+                np.clip(self.edges[bi][0][3], 0.0, None).sum())
+        return cost
 
     def lead(self, rank: int, phase: str, mb: int, replica: bool):
         """Host lag before a step's first block: the base's own value, or a robust one for a replica;
@@ -301,6 +279,57 @@ class Templates:
         if stage == pp - 1 and pp > 1:
             return self.ranks[-1]
         return self.ranks[0]
+
+
+def _block_edges(g, st, local: np.ndarray) -> tuple[list, list, list, list]:
+    """Per block of the base: its internal edges (local ids) and its in-edges from outside (by source
+    processor, hand-offs between threads apart); the largest program-order and hand-off lags into
+    its first task; whether a hand-off (not program order) set its start; the largest hand-off lag
+    into it (None: none). Read for all blocks at once: edges grouped by block, then by which of
+    the three they are (inside, from outside, a hand-off), each group in the graph's edge order."""
+    keep = np.flatnonzero(g.cls != _CROSS)
+    blk = st.task_block
+    n = len(st.blocks)
+    to = blk[g.dst[keep]]
+    keep, to = keep[to >= 0], to[to >= 0]
+    src, dst, cls, lag = g.src[keep], g.dst[keep], g.cls[keep], g.lag[keep]
+    part = np.where(blk[src] == to, 0, np.where(cls == _INTER, 2, 1))
+    order = np.lexsort((part, to))            # stable: each group keeps the graph's edge order
+    src, dst, cls, lag, to, part = src[order], dst[order], cls[order], lag[order], to[order], part[order]
+    cuts = np.searchsorted(to * 3 + part, np.arange(3 * n + 1))
+    lsrc, ldst = local[src], local[dst]
+    kind, role = g.proc_kind[g.proc[src]], st.proc_role[g.proc[src]]
+    outside = part > 0
+    lead = outside & (ldst == 0)
+
+    def largest(mask, value):
+        """Per block, the largest `value` where `mask` (None where none), as np.max reads it."""
+        best = np.full(n, -np.inf)
+        np.maximum.at(best, to[mask], value[mask])
+        has = np.zeros(n, bool)
+        has[to[mask]] = True
+        return [float(v) if h else None for v, h in zip(best.tolist(), has.tolist())]
+
+    lead_intra = largest(lead & (cls == _INTRA), lag)
+    lead_inter = largest(lead & (cls == _INTER), lag)
+    switch = largest(part == 2, lag)
+    # the in-edge that last released the block's first task in the base (np.argmax: the first such)
+    into = np.flatnonzero(lead & ((cls == _INTRA) | (cls == _INTER)))
+    ready = g.ts[src[into]] + g.dur[src[into]] + lag[into]
+    top = np.full(n, -np.inf)
+    np.maximum.at(top, to[into], ready)
+    peak = top[to[into]]
+    first = into[(ready == peak) | (np.isnan(ready) & np.isnan(peak))]
+    first = first[np.lexsort((order[first], to[first]))]     # ties: the first in the graph's edge order
+    blocks_with, at = np.unique(to[first], return_index=True)
+    binds = np.zeros(n, bool)
+    binds[blocks_with] = cls[first[at]] == _INTER
+    edges = []
+    for i in range(n):
+        a, b, c = cuts[3 * i], cuts[3 * i + 1], cuts[3 * i + 2]
+        edges.append(((lsrc[a:b], ldst[a:b], cls[a:b], lag[a:b]),
+                      (kind[b:c], role[b:c], ldst[b:c], cls[b:c], lag[b:c])))
+    return edges, list(zip(lead_intra, lead_inter)), binds.tolist(), switch
 
 
 def is_outlier(x: float, pool, z: float = 3.5) -> bool:
@@ -331,16 +360,28 @@ def _median_block(rows: list) -> int:
 @dataclass
 class BlockLayout:
     """A base block's tasks by processor: the distinct (kind, role) pairs and each task's index into
-    them, the last task (by start) on each, its collectives and its first CPU task."""
+    them, the last task (by start) on each, its collectives and its first CPU task; and the columns
+    a copy starts from (read once here: a rebuild copies each base block many times)."""
     kinds: list
     roles: list
     which: np.ndarray
     last: list          # ((kind, role), local index of the last task there)
     comm: list          # local indices of the collective tasks
     first_cpu: int      # local index of the first CPU task, -1: none
+    rel_ts: np.ndarray = None     # each task's start after the block's
+    rel_first: float = 0.0        # the earliest of them
+    dur: np.ndarray = None
+    group: np.ndarray = None      # the run structure's columns of the block's tasks
+    nbytes: np.ndarray = None
+    dims: np.ndarray = None
+    coll: np.ndarray = None       # read only: shared by every copy
+    stream_waits: list = None     # (local index, role of the stream it waits for)
+    device_waits: np.ndarray = None   # local indices of the tasks that wait for their whole device
+    wait_target: np.ndarray = None
+    external: list = None         # in-edges from outside: (kind, role, local dst, class, lag)
 
     @classmethod
-    def of(cls, plan: Plan, blk) -> "BlockLayout":
+    def of(cls, plan: Plan, blk, external=None) -> "BlockLayout":
         g, st = plan.graph, plan.st
         T = blk.tasks
         pk = g.proc_kind[g.proc[T]].astype(np.int64)
@@ -352,7 +393,16 @@ class BlockLayout:
         for k in np.argsort(g.ts[T], kind="stable").tolist():
             last[pairs[k]] = k
         cpu = np.flatnonzero(g.kind[T] == _CPU)
+        coll = st.coll[T]
+        rel_ts = g.ts[T] - blk.start
+        wk, wt = g.wait_kind[T], g.wait_target[T].astype(np.int64)
+        stream = np.flatnonzero(wk == _STREAM_WAIT)
         return cls(kinds=[u[0] for u in uniq], roles=[u[1] for u in uniq],
                    which=np.array([index[p] for p in pairs], np.int64), last=list(last.items()),
-                   comm=[k for k, c in enumerate(st.coll[T]) if c is not None],
-                   first_cpu=int(cpu[0]) if len(cpu) else -1)
+                   comm=[k for k, c in enumerate(coll) if c is not None],
+                   first_cpu=int(cpu[0]) if len(cpu) else -1,
+                   rel_ts=rel_ts, rel_first=float(rel_ts.min()) if len(T) else 0.0, dur=g.dur[T],
+                   group=st.group[T], nbytes=st.nbytes[T], dims=st.op_dims[T], coll=coll,
+                   stream_waits=list(zip(stream.tolist(), st.proc_role[wt[stream]].tolist())),
+                   device_waits=np.flatnonzero(wk == _DEVICE_WAIT), wait_target=wt,
+                   external=list(zip(*(x.tolist() for x in external))) if external is not None else None)

@@ -26,6 +26,8 @@ Assumptions (NCCL ring algorithms, bandwidth-bound):
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,9 +89,16 @@ _FLOAT_12 = re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?(?:[eE][-+]?\d+)?|\.\d[\d
 
 
 def _plain_yaml(text: str) -> dict:
+    """The document, a copy of the one parse of this text per process (a prediction reads the profile
+    for the collectives, the memory model and the clocks; the caller may change its copy)."""
+    return copy.deepcopy(_parsed_yaml(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_yaml(text: str) -> dict:
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):   # libyaml's parser where PyYAML has it
         pass
 
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))

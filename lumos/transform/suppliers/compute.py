@@ -214,8 +214,14 @@ def fit_compute(samples: list[tuple[ComputeSpec, float]], sms: int = 0) -> Compu
     """Fixed part per class from (spec, measured duration) samples of the base trace; `sms` > 0
     turns the GEMM wave model on."""
     by: dict[str, dict[float, list[float]]] = {}
+    known: dict[ComputeSpec, float] = {}   # a trace repeats a few shapes thousands of times
     for spec, dur in samples:
-        w = work(spec)
+        try:
+            w = known[spec]
+        except KeyError:
+            w = known[spec] = work(spec)
+        except TypeError:      # Input Dims holding a list: no key, worked out each time
+            w = work(spec)
         if w > 0:
             by.setdefault(op_class(spec.op), {}).setdefault(w, []).append(float(dur))
     fixed = {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0}
