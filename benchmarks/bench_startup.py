@@ -1,6 +1,6 @@
 """Whole-process times of `lumos replay` and `lumos predict` against HTA and against the floor (issue 33).
 
-    python benchmarks/bench_startup.py [--repeat 5] [--hta-python PY] [--before CHECKOUT] [TRACE ...]
+    python benchmarks/bench_startup.py [--repeat 5] [--hta-python PY] [--before CHECKOUT] [--csv FILE] [TRACE ...]
     python benchmarks/bench_startup.py --kernels
     python benchmarks/bench_startup.py --predict-only [--repeat 7] [--before CHECKOUT]
 
@@ -19,6 +19,9 @@ so that machine load hits them alike; the ratios are of medians from the same ru
   against the floor the issue names: a process that starts Python, imports numpy and numba
   and reads (gunzips) the same base files.
 
+`--csv FILE` also writes the rows (the README's start-up claim reads benchmarks/startup_vs_hta.csv,
+written by `python benchmarks/bench_startup.py --csv benchmarks/startup_vs_hta.csv`).
+
 `--kernels` prints, in one process, what each C kernel and its plain twin take on each trace.
 
 Default traces: the four largest shipped real ones (measured on hardware by their authors) and
@@ -28,6 +31,7 @@ the emulated GPT-3 175B 8x4x8 rank 0 (EMULATED).
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
 import math
 import os
@@ -130,10 +134,32 @@ def events_and_mb(trace: Path) -> tuple[int, float]:
     return data.count(b'"ph"'), len(data) / 1e6
 
 
-def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | None) -> None:
+def write_csv(rows: list[dict], path: Path) -> None:
+    """The rows, written to a temporary name and renamed (a half-written file is never left)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+def row(command: str, trace: str, m: dict, reference: str, emulated: bool, events: int = 0, mb: float = 0.0) -> dict:
+    ref = m.get(reference, float("nan"))
+    return {"command": command, "trace": trace, "events": events, "mb_json": round(mb, 1),
+            "emulated": emulated, "lumos_s": round(m["auto"], 3), "never_s": round(m["never"], 3),
+            "before_s": round(m.get("before", float("nan")), 3), "reference": reference,
+            "reference_s": round(ref, 3),
+            "reference_over_lumos": round(ref / m["auto"], 2), "lumos_over_reference": round(m["auto"] / ref, 2),
+            "cpus": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
+
+
+def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | None) -> list[dict]:
     print("| trace | events | MB of JSON | lumos replay s | LUMOS_JIT=never s |"
           + (" before s |" if before else "") + " HTA load + critical path s | HTA / lumos |")
     print("|---|---|---|---|---|" + ("---|" if before else "") + "---|---|")
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for trace in traces:
             alone = Path(tmp) / trace.stem.replace(".json", "")
@@ -158,9 +184,12 @@ def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | 
             else:
                 cells += [f"{m['hta']:.2f}", f"{m['hta'] / m['auto']:.1f}x"]
             print("| " + " | ".join(cells) + " |", flush=True)
+            rows.append(row("replay", trace.parent.name + "/" + trace.name, m, "hta" if hta else "none",
+                            CACHE in trace.parents, n, mb))
+    return rows
 
 
-def predict_row(repeat: int, before: str | None) -> None:
+def predict_row(repeat: int, before: str | None) -> dict:
     base = CACHE / "gpt3_15b_2x2x4"
     files = sorted(str(f) for f in base.glob("rank*.json.gz"))
     args = ["predict", str(base), "--tp", "2", "--pp", "8", "--dp", "8"]
@@ -178,6 +207,7 @@ def predict_row(repeat: int, before: str | None) -> None:
         cells.append(f"{m['before']:.2f}")
     cells += [f"{m['floor']:.2f}", f"{m['auto'] / m['floor']:.2f}x"]
     print("| " + " | ".join(cells) + " |")
+    return row("predict 15B 2x2x4 -> 2x8x8", "gpt3_15b_2x2x4", m, "floor", True)
 
 
 def best_of(fn, repeat: int = 3) -> float:
@@ -228,10 +258,13 @@ def main() -> int:
     ap.add_argument("--before", default=None, metavar="CHECKOUT", help="also time an earlier checkout's lumos")
     ap.add_argument("--kernels", action="store_true", help="each C kernel against its plain twin instead")
     ap.add_argument("--predict-only", action="store_true", help="only the `lumos predict` row (no HTA, no replays)")
+    ap.add_argument("--csv", type=Path, default=None, metavar="FILE", help="also write the rows to this CSV")
     args = ap.parse_args()
     if args.predict_only:
         emulated_traces()
-        predict_row(args.repeat, args.before)
+        rows = [predict_row(args.repeat, args.before)]
+        if args.csv:
+            write_csv(rows, args.csv)
         return 0
     traces = args.traces or [*DEFAULT_REAL, *[t for t in emulated_traces() if "175b" in str(t)]]
     if args.kernels:
@@ -240,9 +273,11 @@ def main() -> int:
     hta = None if args.no_hta else hta_python(args.hta_python)
     print(f"# bench_startup: {len(traces)} traces, median of {args.repeat} whole processes each, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}\n")
-    replay_rows(traces, args.repeat, hta, args.before)
+    rows = replay_rows(traces, args.repeat, hta, args.before)
     emulated_traces()   # the predict base
-    predict_row(args.repeat, args.before)
+    rows.append(predict_row(args.repeat, args.before))
+    if args.csv:
+        write_csv(rows, args.csv)
     return 0
 
 

@@ -62,6 +62,7 @@ class Sources:
     tables: Path = Path("results/tables")
     benchmarks: Path = Path("results/default/benchmarks")
     paper_errors: Path = Path("resources/measurements/lumos_fig7/paper_prediction_errors.csv")
+    startup: Path = Path("benchmarks/startup_vs_hta.csv")
 
 
 class MissingTable(FileNotFoundError):
@@ -339,6 +340,35 @@ def speed(src: Sources) -> Cells:
             ("replay_real", "replay_h200", str(src.benchmarks / "replay")))
 
 
+def _trace_name(path: str) -> str:
+    """`hta/trace_diff__control__control.json.gz` -> trace_diff; `gpt3_175b_8x4x8/rank0.json.gz` ->
+    gpt3_175b_8x4x8 rank0."""
+    parts = path.split("/")
+    stem = parts[-1].split("__")[0].split(".")[0]
+    return f"{parts[-2]} {stem}" if stem.startswith("rank") and len(parts) > 1 else stem
+
+
+def startup(src: Sources) -> Cells:
+    """benchmarks/startup_vs_hta.csv (`python benchmarks/bench_startup.py --csv FILE`, committed: HTA is
+    not a dependency, so the pipeline cannot time it): command, trace, mb_json, emulated, lumos_s,
+    reference, reference_s (HTA 0.5.0's load + critical path, or the floor process), medians of whole
+    processes interleaved in one run; cpus, load_average."""
+    df = _read(src.startup)
+    rep = df[df["command"] == "replay"]
+    hta = ["fails" if math.isnan(r) else f"{r:.2f} s ({x:.1f}x)"
+           for r, x in zip(rep["reference_s"], rep["reference_over_lumos"])]
+    ours = ", ".join(f"{_trace_name(t)} ({mb:.0f} MB{', EMULATED' if e else ''}) {s:.2f} s"
+                     for t, mb, e, s in zip(rep["trace"], rep["mb_json"], rep["emulated"], rep["lumos_s"]))
+    pred = df[df["command"] != "replay"]
+    if len(pred):
+        p = pred.iloc[-1]
+        ours += (f"; `lumos predict` {p['command'].removeprefix('predict ')} {p['lumos_s']:.2f} s, "
+                 f"{p['lumos_s'] / p['reference_s']:.2f}x its floor (start Python, import numpy and numba, read the base)")
+    return (f"`lumos replay` {ours}", "HTA 0.5.0, load + critical path, same run: " + " / ".join(hta),
+            f"measured on this machine ({int(df['cpus'].iloc[0])} CPU cores, medians of whole processes)",
+            (str(src.startup),))
+
+
 CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     # (claim, its function, the table named when its file is missing)
     ("Replay of real traces (unchanged iteration)", replay, "replay_real"),
@@ -352,6 +382,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Prediction vs hardware (published runs)", endtoend, "endtoend"),
     ("Prediction intervals: do they hold?", coverage, "coverage"),
     ("Speed: the pipeline's replay job, whole process", speed, "replay_real"),
+    ("Start-up against HTA: one trace, whole process", startup, "benchmarks/startup_vs_hta.csv"),
 )
 
 

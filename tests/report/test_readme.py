@@ -106,7 +106,16 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
     paper = d / "paper_errors.csv"
     paper.write_text("# the peer's errors, a fixture\n" + PAPER_HEADER +
                      "DP,d,0.5,1.5,,group,range\nPP,p,,4,,group,bound\nall nine,d p dp,,,2.5,overall,mean\n")
-    return H.Sources(tables, bench, paper)
+    # start-up: 12.0x on a real trace, HTA failing on another, 20.0x on an emulated rank; predict 2.00x its floor
+    startup = d / "startup.csv"
+    pd.DataFrame({"command": ["replay"] * 3 + ["predict 15B 2x2x4 -> 2x8x8"],
+                  "trace": ["hta/big__control.json.gz", "kineto/old.1.pt.trace.json.gz", "c/rank0.json.gz", "b"],
+                  "mb_json": [34.8, 35.2, 30.2, 0.0], "emulated": [False, False, True, True],
+                  "lumos_s": [0.3, 0.31, 0.5, 0.6], "reference": ["hta"] * 3 + ["floor"],
+                  "reference_s": [3.6, float("nan"), 10.0, 0.3], "reference_over_lumos": [12.0, float("nan"), 20.0, 0.5],
+                  "cpus": [2] * 4, "load_average": [0.1] * 4}
+                 ).to_csv(startup, index=False)
+    return H.Sources(tables, bench, paper, startup)
 
 
 EXPECTED = {
@@ -148,6 +157,10 @@ EXPECTED = {
     "Speed: the pipeline's replay job, whole process": (
         "2 real traces (180 tasks) in 1.50 s; 2 H200 traces (2,500 tasks) in 3.00 s",
         "dPRO-style, same traces: 2.25 s / 4.50 s"),
+    "Start-up against HTA: one trace, whole process": (
+        "`lumos replay` big (35 MB) 0.30 s, old (35 MB) 0.31 s, c rank0 (30 MB, EMULATED) 0.50 s; `lumos predict` "
+        "15B 2x2x4 -> 2x8x8 0.60 s, 2.00x its floor (start Python, import numpy and numba, read the base)",
+        "HTA 0.5.0, load + critical path, same run: 3.60 s (12.0x) / fails / 10.00 s (20.0x)"),
 }
 
 
