@@ -23,8 +23,8 @@ from lumos.transform.speed import compute_kernels
 from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
-from .nic_sharing import share_nics
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
+from .nic_sharing import share_nics
 from .peer_waits import apply_peer_waits, holds_base_tasks, read_peer_waits, resolve_mode, settle
 from .run_replay import critical_rank, run_breakdown
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import json
 import sys
 from pathlib import Path
 
+from lumos import collector
 from lumos.analysis import COMPONENTS
 from lumos.errors import UserError
 from lumos.transform.fsdp_strategy import STRATEGIES
@@ -153,22 +152,8 @@ def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", 
 
 
 def run(args) -> int:
-    with _without_cycle_collection():
+    with collector.paused():   # its ~10^5 op shapes, blocks and edges are freed by reference counting
         return _run(args)
-
-
-@contextlib.contextmanager
-def _without_cycle_collection():
-    """A prediction makes some 10^5 small objects (op shapes, blocks, edges) that reference counting
-    frees; the cycle collector's passes over them (some 200 in one `lumos predict`, freeing under a
-    thousand objects) took ~5% of the command. It runs again once the prediction is made."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _run(args) -> int:

@@ -31,17 +31,15 @@ The scanner (`scan.py`) compiles in about 7 s the first time (cached in `__pycac
 
 from __future__ import annotations
 
-import gc
 import gzip
 import os
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from lumos import jit, prefetch
+from lumos import collector, jit, prefetch
 
 from . import schema
 from .errors import TraceError, format_counts
@@ -181,24 +179,11 @@ def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int], unmodelled
     return table
 
 
-@contextmanager
-def _gc_paused():
-    """Decoding builds many acyclic containers; the cycle collector would re-scan them
-    over and over (it doubles orjson's own time on a 35 MB trace)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def load_trace(path: str | os.PathLike) -> TraceTable:
     """Load one rank's trace. Raises TraceError naming the file and the problem."""
     path = Path(path)
     data, scan = _read_trace_file(path)
-    with _gc_paused():
+    with collector.paused():
         if jit.compiled():
             from . import scanned
             try:
