@@ -114,7 +114,9 @@ def shared_durations(start: np.ndarray, dur: np.ndarray, transfer: np.ndarray, s
 def share_nics(plan: Plan, graph, sched, replay: Callable) -> tuple:
     """(graph, schedule) with the newly crossing transfers shared out, replayed to the fixed point
     (`graph.summary['nic_sharing']` says how much); the inputs themselves where none ran beside another."""
-    tasks, transfer, slowed = plan.memo.get("nic_crossing") or plan.memo.setdefault("nic_crossing", crossing(plan))
+    if "nic_crossing" not in plan.memo:
+        plan.memo["nic_crossing"] = crossing(plan)
+    tasks, transfer, slowed = plan.memo["nic_crossing"]
     if not slowed.any():
         return graph, sched
     base = graph.dur[tasks]

@@ -30,6 +30,23 @@ static locale_t c_locale;   /* strtod in the "C" locale whatever the process set
 static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+/* The digits from b[p] on, into the significand *w: at most 19 of them after its leading zeros
+   (*nd counts them; *many is set when more follow). Returns where the digits end. */
+static int64_t significand_digits(const uint8_t *b, int64_t p, int64_t e, uint64_t *w, int *nd, int *many)
+{
+    for (; p < e && 48 <= b[p] && b[p] <= 57; p++) {
+        if (*w || b[p] != 48) {
+            if (*nd < 19) {
+                *w = *w * 10 + (uint64_t)(b[p] - 48);
+                (*nd)++;
+            } else {
+                *many = 1;
+            }
+        }
+    }
+    return p;
+}
+
 /* The double of the JSON number b[i:e] (validated by the scanner, `number_end`), as orjson reads it
    (correctly rounded); NaN, which no JSON number is, where it is left to orjson. A plain integer
    (T_INT: at most 18 digits) is read as an integer first, as orjson does ("-0" is 0.0). */
@@ -48,28 +65,12 @@ static double number_value(const uint8_t *b, int64_t i, int64_t e, int plain_int
     uint64_t w = 0;
     int nd = 0, many = 0;
     int64_t e10 = 0;
-    for (; p < e && 48 <= b[p] && b[p] <= 57; p++) {
-        if (w || b[p] != 48) {
-            if (nd < 19) {
-                w = w * 10 + (uint64_t)(b[p] - 48);
-                nd++;
-            } else {
-                many = 1;
-            }
-        }
+    p = significand_digits(b, p, e, &w, &nd, &many);
+    if (p < e && b[p] == 46) {
+        int64_t q = significand_digits(b, p + 1, e, &w, &nd, &many);
+        e10 -= q - (p + 1);   /* each fraction digit scales the significand by 10 */
+        p = q;
     }
-    if (p < e && b[p] == 46)
-        for (p++; p < e && 48 <= b[p] && b[p] <= 57; p++) {
-            if (w || b[p] != 48) {
-                if (nd < 19) {
-                    w = w * 10 + (uint64_t)(b[p] - 48);
-                    nd++;
-                } else {
-                    many = 1;
-                }
-            }
-            e10--;
-        }
     if (p < e && (b[p] == 101 || b[p] == 69)) {
         p++;
         int eneg = b[p] == 45;
