@@ -1,20 +1,27 @@
 """Whole-process times of `lumos replay` and `lumos predict` against HTA and against the floor (issue 33).
 
-    python benchmarks/bench_startup.py [--repeat 5] [--hta-python PY] [--before CHECKOUT] [--csv FILE] [TRACE ...]
+    python benchmarks/bench_startup.py [--repeat 5] [--env-python PY] [--before CHECKOUT] [--csv FILE] [TRACE ...]
     python benchmarks/bench_startup.py --kernels
     python benchmarks/bench_startup.py --predict-only [--repeat 7] [--before CHECKOUT]
 
 Every figure is a median of `--repeat` whole processes, the commands of one trace interleaved
 so that machine load hits them alike; the ratios are of medians from the same run.
 
+Every process runs in the benchmark's own environment, HTA installed beside lumos (the issue's
+terms): `--env-python`, or a venv made on first use under the temp dir (`pip install
+HolisticTraceAnalysis==0.5.0 'pandas<3' 'numpy<2.3'`, then `pip install -e` this checkout under
+the same pins; pandas 3 breaks HTA 0.5.0). Both commands then start the same interpreter with the
+same site-packages. Until 2026-12-06 lumos ran under the interpreter that runs this script while
+HTA ran in a bare venv; where that interpreter's site-packages add work to every start-up (this
+sandbox's adds a `.pth` importing certifi, ~30 ms), lumos alone paid for it. `lumos_here_s` keeps
+that figure: `lumos replay` under the interpreter running this script.
+
 - `lumos replay TRACE` as a user runs it (`LUMOS_JIT` unset: the C kernels, `lumos.jit`), the
   same with `LUMOS_JIT=never` (their plain-Python twins), and with `--before` a checkout of an
   earlier commit (run from that checkout, `PYTHONPATH=CHECKOUT`; its numba cache, where it has
   one, is filled by the untimed first run).
 - HTA 0.5.0 (HolisticTraceAnalysis): `TraceAnalysis(trace_dir)` then
-  `critical_path_analysis(rank, "ProfilerStep", None)`, the trace alone in a directory, in
-  HTA's own environment: `--hta-python` or a venv made on first use under the temp dir
-  (`pip install HolisticTraceAnalysis==0.5.0 'pandas<3' 'numpy<2.3'`; pandas 3 breaks HTA 0.5.0).
+  `critical_path_analysis(rank, "ProfilerStep", None)`, the trace alone in a directory.
 - `lumos predict` GPT-3 15B 2x2x4 -> 2x8x8 from the emulated base (`benchmarks/emulated.py`)
   against the floor the issue names: a process that starts Python, imports numpy and numba
   and reads (gunzips) the same base files.
@@ -53,8 +60,9 @@ DEFAULT_REAL = [
     REAL / "hta" / "nccl_parser_config__nccl_data.json.gz",
     REAL / "kineto" / "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
 ]
-HTA_ENV = Path(tempfile.gettempdir()) / "lumos-bench-hta"
-HTA_PINS = ["HolisticTraceAnalysis==0.5.0", "pandas<3", "numpy<2.3"]
+BENCH_ENV = Path(tempfile.gettempdir()) / "lumos-bench-env"
+PINS = ["pandas<3", "numpy<2.3"]   # HTA 0.5.0 breaks under pandas 3
+HTA = "HolisticTraceAnalysis==0.5.0"
 HTA_SCRIPT = """
 import sys, time
 t0 = time.perf_counter()
@@ -77,14 +85,20 @@ for f in sys.argv[1:]:
 """
 
 
-def hta_python(given: str | None) -> str:
+def bench_python(given: str | None) -> str:
+    """The python of the benchmark's environment (HTA and this checkout installed), made if need be."""
     if given:
         return given
-    py = HTA_ENV / "bin" / "python"
+    py = BENCH_ENV / "bin" / "python"
     if not py.exists():
-        print(f"(making HTA's environment in {HTA_ENV})", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(HTA_ENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *HTA_PINS], check=True)
+        print(f"(making the benchmark's environment in {BENCH_ENV})", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_ENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", HTA, *PINS], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(ROOT), *PINS], check=True)
+    where = subprocess.run([py, "-c", "import lumos; print(lumos.__file__)"], capture_output=True, text=True)
+    if Path(where.stdout.strip()).resolve().parent != ROOT / "lumos":
+        raise SystemExit(f"{py} imports lumos from {where.stdout.strip() or '(nowhere)'}, not from {ROOT}: "
+                         f"`{py} -m pip install -e {ROOT}` there first")
     return str(py)
 
 
@@ -112,8 +126,11 @@ def env_with(**extra) -> dict:
     return env
 
 
-def lumos_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lumos.cli", *args]
+PYTHON = sys.executable   # the benchmark environment's, once main() has made it
+
+
+def lumos_cmd(*args: str, python: str | None = None) -> list[str]:
+    return [python or PYTHON, "-m", "lumos.cli", *args]
 
 
 def medians(variants: dict[str, tuple[list[str], dict]], repeat: int) -> dict[str, float]:
@@ -149,16 +166,17 @@ def row(command: str, trace: str, m: dict, reference: str, emulated: bool, event
     ref = m.get(reference, float("nan"))
     return {"command": command, "trace": trace, "events": events, "mb_json": round(mb, 1),
             "emulated": emulated, "lumos_s": round(m["auto"], 3), "never_s": round(m["never"], 3),
-            "before_s": round(m.get("before", float("nan")), 3), "reference": reference,
+            "before_s": round(m.get("before", float("nan")), 3),
+            "lumos_here_s": round(m.get("here", float("nan")), 3), "reference": reference,
             "reference_s": round(ref, 3),
             "reference_over_lumos": round(ref / m["auto"], 2), "lumos_over_reference": round(m["auto"] / ref, 2),
             "cpus": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
 
 
-def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | None) -> list[dict]:
-    print("| trace | events | MB of JSON | lumos replay s | LUMOS_JIT=never s |"
+def replay_rows(traces: list[Path], repeat: int, hta: bool, before: str | None) -> list[dict]:
+    print("| trace | events | MB of JSON | lumos replay s | LUMOS_JIT=never s | under this script's python s |"
           + (" before s |" if before else "") + " HTA load + critical path s | HTA / lumos |")
-    print("|---|---|---|---|---|" + ("---|" if before else "") + "---|---|")
+    print("|---|---|---|---|---|---|" + ("---|" if before else "") + "---|---|")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for trace in traces:
@@ -166,15 +184,16 @@ def replay_rows(traces: list[Path], repeat: int, hta: str | None, before: str | 
             alone.mkdir()
             (alone / trace.name).symlink_to(trace)
             variants = {"auto": (lumos_cmd("replay", str(trace)), env_with()),
-                        "never": (lumos_cmd("replay", str(trace)), env_with(LUMOS_JIT="never"))}
+                        "never": (lumos_cmd("replay", str(trace)), env_with(LUMOS_JIT="never")),
+                        "here": (lumos_cmd("replay", str(trace), python=sys.executable), env_with())}
             if before:
                 variants["before"] = (lumos_cmd("replay", str(trace)), env_with(PYTHONPATH=before))
             if hta:
-                variants["hta"] = ([hta, "-W", "ignore", "-c", HTA_SCRIPT, str(alone)], env_with())
+                variants["hta"] = ([PYTHON, "-W", "ignore", "-c", HTA_SCRIPT, str(alone)], env_with())
             m = medians(variants, repeat)
             n, mb = events_and_mb(trace)
             label = trace.parent.name + "/" + trace.name[:44] + (" (EMULATED)" if CACHE in trace.parents else "")
-            cells = [label, f"{n:,}", f"{mb:.1f}", f"{m['auto']:.2f}", f"{m['never']:.2f}"]
+            cells = [label, f"{n:,}", f"{mb:.1f}", f"{m['auto']:.2f}", f"{m['never']:.2f}", f"{m['here']:.2f}"]
             if before:
                 cells.append(f"{m['before']:.2f}")
             if not hta:
@@ -195,7 +214,7 @@ def predict_row(repeat: int, before: str | None) -> dict:
     args = ["predict", str(base), "--tp", "2", "--pp", "8", "--dp", "8"]
     variants = {"auto": (lumos_cmd(*args), env_with()),
                 "never": (lumos_cmd(*args), env_with(LUMOS_JIT="never")),
-                "floor": ([sys.executable, "-c", FLOOR_SCRIPT, *files], env_with())}
+                "floor": ([PYTHON, "-c", FLOOR_SCRIPT, *files], env_with())}
     if before:
         variants["before"] = (lumos_cmd(*args), env_with(PYTHONPATH=before))
     m = medians(variants, repeat)
@@ -253,13 +272,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--hta-python", default=None, help="python of an environment with HTA installed")
+    ap.add_argument("--env-python", "--hta-python", default=None,
+                    help="python of an environment with HTA 0.5.0 and this checkout installed")
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out")
     ap.add_argument("--before", default=None, metavar="CHECKOUT", help="also time an earlier checkout's lumos")
     ap.add_argument("--kernels", action="store_true", help="each C kernel against its plain twin instead")
     ap.add_argument("--predict-only", action="store_true", help="only the `lumos predict` row (no HTA, no replays)")
     ap.add_argument("--csv", type=Path, default=None, metavar="FILE", help="also write the rows to this CSV")
     args = ap.parse_args()
+    global PYTHON
+    if not args.kernels:
+        PYTHON = bench_python(args.env_python)
     if args.predict_only:
         emulated_traces()
         rows = [predict_row(args.repeat, args.before)]
@@ -270,10 +293,9 @@ def main() -> int:
     if args.kernels:
         kernels(traces, args.repeat)
         return 0
-    hta = None if args.no_hta else hta_python(args.hta_python)
     print(f"# bench_startup: {len(traces)} traces, median of {args.repeat} whole processes each, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}\n")
-    rows = replay_rows(traces, args.repeat, hta, args.before)
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, python {PYTHON}\n")
+    rows = replay_rows(traces, args.repeat, not args.no_hta, args.before)
     emulated_traces()   # the predict base
     rows.append(predict_row(args.repeat, args.before))
     if args.csv:

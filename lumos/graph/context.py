@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lumos.lean_numpy import unique
 from lumos.trace import schema
 from lumos.trace.table import TraceTable
 
@@ -127,7 +128,7 @@ class BuildContext:
         """Where runtime calls share a correlation id (a tracer that reuses ids), each
         op's launcher is the last of them that started by the op's start (clock tolerance
         CLOCK_TOL_US), else the first: never a call made after the op ran."""
-        reused = np.unique(ids[:-1][ids[1:] == ids[:-1]])
+        reused = unique(ids[:-1][ids[1:] == ids[:-1]])
         for g in gpu[np.isin(self.corr[gpu], reused)]:
             calls = by_id[ids == self.corr[g]]           # by start, earliest first
             k = int(np.searchsorted(self.ts[calls], self.ts[g] + CLOCK_TOL_US, side="right")) - 1
@@ -151,7 +152,7 @@ class BuildContext:
     def last_on_streams(self, procs: np.ndarray, which: str, t: np.ndarray) -> np.ndarray:
         """`last_on_stream` for many queries (-1 where the processor is -1)."""
         out = np.full(len(procs), -1, dtype=np.int64)
-        for p in np.unique(procs[procs >= 0]):
+        for p in unique(procs[procs >= 0]):
             q = np.flatnonzero(procs == p)
             k = np.searchsorted(self._suffix_min_of(which, int(p)), t[q], side="right") - 1
             out[q[k >= 0]] = self.proc_tasks[p][k[k >= 0]]
@@ -160,7 +161,7 @@ class BuildContext:
     def first_launched_after_many(self, procs: np.ndarray, t: np.ndarray) -> np.ndarray:
         """`first_launched_after` for many queries (-1 where the processor is -1)."""
         out = np.full(len(procs), -1, dtype=np.int64)
-        for p in np.unique(procs[procs >= 0]):
+        for p in unique(procs[procs >= 0]):
             q = np.flatnonzero(procs == p)
             k = np.searchsorted(self._prefix_max_of("launch", int(p)), t[q], side="left")
             ops = self.proc_tasks[p]

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos import jit
+from lumos.lean_numpy import unique
 from lumos.trace import schema
 from lumos.trace.steps import Step
 from lumos.trace.table import TraceTable
@@ -64,7 +65,7 @@ def unlaunched_reasons(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """Per GPU row: 0 when a runtime call in the trace carries its correlation id, else the
     code of the reason there is none (REASON_KEYS). Correlation ids are positive: CUPTI
     numbers from 1, and 0 is what roctracer writes for a kernel it could not correlate."""
-    runtime_ids = np.unique(table.corr[(table.cat == schema.RUNTIME) & (table.corr > 0)])
+    runtime_ids = unique(table.corr[(table.cat == schema.RUNTIME) & (table.corr > 0)])
     corr = table.corr[rows]
     out = np.zeros(len(rows), dtype=np.int8)
     missing = (corr > 0) & ~np.isin(corr, runtime_ids)
@@ -179,13 +180,13 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
                      "tasks, user annotations included")
     if step is None:
         w0, w1 = float(table.ts.min()), float(table.end.max())
-        cpu_pids = np.unique(table.pid[cpu_mask])
+        cpu_pids = unique(table.pid[cpu_mask])
     else:
         w0, w1 = step.start, step.end
         cpu_pids = np.array([step.pid])
         in_time = cpu_mask & (table.ts >= w0) & (table.ts < w1)
         if not np.any(in_time & (table.pid == step.pid)) and np.any(in_time):
-            cpu_pids = np.unique(table.pid[in_time])
+            cpu_pids = unique(table.pid[in_time])
             notes.append(f"{step.label} is annotated on pid {step.pid}, which has no CPU op or runtime call "
                          f"in it; CPU tasks taken from pid {', '.join(map(str, cpu_pids.tolist()))}")
     in_win = cpu_mask & (table.ts >= w0) & (table.ts < w1) & np.isin(table.pid, cpu_pids)
@@ -206,7 +207,7 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     gpu_rows = np.flatnonzero(table.is_gpu())
     why = unlaunched_reasons(table, gpu_rows)
     runtime_in_win = in_win & (table.cat == schema.RUNTIME)
-    step_corr = np.unique(table.corr[runtime_in_win])
+    step_corr = unique(table.corr[runtime_in_win])
     step_corr = step_corr[step_corr > 0]
     launched_here = np.isin(table.corr[gpu_rows], step_corr)
     if step is None:
@@ -219,7 +220,7 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     if len(step_ops):
         last_end = float(table.end[step_ops].max())
         # Launched after the window: the next iteration's work, not ours.
-        later_corr = np.unique(table.corr[(table.cat == schema.RUNTIME) & (table.ts >= w1)])
+        later_corr = unique(table.corr[(table.cat == schema.RUNTIME) & (table.ts >= w1)])
         other = gpu_rows[~launched_here]
         carry = other[(table.end[other] > w0) & (table.ts[other] < last_end)
                       & ~np.isin(table.corr[other], later_corr)]

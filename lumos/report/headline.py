@@ -352,7 +352,8 @@ def startup(src: Sources) -> Cells:
     """benchmarks/startup_vs_hta.csv (`python benchmarks/bench_startup.py --csv FILE`, committed: HTA is
     not a dependency, so the pipeline cannot time it): command, trace, mb_json, emulated, lumos_s,
     reference, reference_s (HTA 0.5.0's load + critical path, or the floor process), medians of whole
-    processes interleaved in one run; cpus, load_average."""
+    processes interleaved in one run, every process started by the benchmark environment's python;
+    cpus, load_average."""
     df = _read(src.startup)
     rep = df[df["command"] == "replay"]
     hta = ["fails" if math.isnan(r) else f"{r:.2f} s ({x:.1f}x)"
@@ -365,7 +366,8 @@ def startup(src: Sources) -> Cells:
         ours += (f"; `lumos predict` {p['command'].removeprefix('predict ')} {p['lumos_s']:.2f} s, "
                  f"{p['lumos_s'] / p['reference_s']:.2f}x its floor (start Python, import numpy and numba, read the base)")
     return (f"`lumos replay` {ours}", "HTA 0.5.0, load + critical path, same run: " + " / ".join(hta),
-            f"measured on this machine ({int(df['cpus'].iloc[0])} CPU cores, medians of whole processes)",
+            f"measured on this machine ({int(df['cpus'].iloc[0])} CPU cores, medians of whole processes, "
+            "lumos and HTA installed in one environment)",
             (str(src.startup),))
 
 

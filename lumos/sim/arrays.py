@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos.graph.model import EdgeClass, Graph, TaskKind
+from lumos.lean_numpy import unique
 
 
 @dataclass
@@ -60,7 +61,7 @@ def prepare(graph: Graph) -> SimArrays:
     ranks = graph.proc_rank[stream_procs].astype(np.int64)
     max_rank = int(max(graph.proc_rank.max(initial=0), graph.rank.max(initial=0))) + 1
     rank_index = np.full(max_rank + 1, -1, dtype=np.int64)
-    uniq = np.unique(ranks)
+    uniq = unique(ranks)
     rank_index[uniq] = np.arange(len(uniq))
     rank_streams_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
     order_r = np.argsort(ranks, kind="stable")

@@ -84,21 +84,22 @@ FLOW_CATEGORIES = frozenset({"ac2g", "async_cpu_to_gpu", "async"})
 # `ncclDevKernel_<Coll>...`, `ncclDevKernel_SendRecv` and `ncclDevKernel_Generic` (coalesced calls, >= 2.19);
 # RCCL keeps NCCL's names; MSCCL's are `mscclKernel_<op>_<type>_<proto>`. What kind of call a kernel runs
 # is read in `lumos.trace.collectives`, with the ops that launched it.
-_COMM_KERNEL = re.compile(
-    r"^(void )?(nccl(Dev)?Kernel_|ncclKernel|msccl(pp)?Kernel|nccl::|c10d::|.*all_?reduce|.*all_?gather|"
-    r".*reduce_?scatter|.*all_?to_?all|.*SendRecv|cross_device_reduce|.*one_shot_all_reduce|"
-    r".*two_shot_all_reduce|.*userbuffers|.*multimem_all_reduce)", re.IGNORECASE)
+_COMM_KERNEL_PREFIX = re.compile(
+    r"^(void )?(nccl(Dev)?Kernel_|ncclKernel|msccl(pp)?Kernel|nccl::|c10d::|cross_device_reduce)", re.IGNORECASE)
+# anywhere in the name (one_shot_, two_shot_ and multimem_all_reduce, userbuffers' kernels, ...): searched
+# for, not matched after `.*`, which backtracks through a long GEMM kernel name
+_COMM_KERNEL_WORD = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|SendRecv|userbuffers",
+                               re.IGNORECASE)
 
 
 def is_comm_kernel(name: str) -> bool:
     """NCCL/RCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`, `ncclDevKernel_Generic`), MSCCL's
     (`mscclKernel_*`) and other known collective kernels."""
-    return bool(_COMM_KERNEL.match(name))
+    return bool(_COMM_KERNEL_PREFIX.match(name) or _COMM_KERNEL_WORD.search(name))
 
 
 def comm_kernel_mask(names) -> np.ndarray:
-    """`is_comm_kernel` per row, decided once per distinct name: the pattern's `.*` alternatives
-    backtrack through a long GEMM kernel name (~20 us a row), and a run holds few distinct names."""
+    """`is_comm_kernel` per row, decided once per distinct name (a run holds few)."""
     names = np.asarray(names, dtype=object)
     lookup = {n: is_comm_kernel(n) for n in set(names.tolist())}
     return np.fromiter(map(lookup.__getitem__, names.tolist()), dtype=bool, count=len(names))

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from lumos.lean_numpy import median
+
 from . import schema
 from .errors import TraceError
 from .table import TraceTable
@@ -79,9 +81,9 @@ def _stub_reason(table: TraceTable, steps: list[Step], k: int) -> str | None:
     if work_events(table, s) == 0:
         return f"{s.label} ({(s.end - s.start) / 1e3:.3f} ms) holds no CPU op, runtime call or annotation"
     others = [o.end - o.start for j, o in enumerate(steps) if j != k]
-    if k == len(steps) - 1 and others and s.end - s.start < STUB_FRACTION * float(np.median(others)):
+    if k == len(steps) - 1 and others and s.end - s.start < STUB_FRACTION * median(others):
         return (f"{s.label} ({(s.end - s.start) / 1e3:.3f} ms) is the last step and shorter than "
-                f"{STUB_FRACTION:.0%} of the others' median ({float(np.median(others)) / 1e3:.3f} ms): cut short")
+                f"{STUB_FRACTION:.0%} of the others' median ({median(others) / 1e3:.3f} ms): cut short")
     return None
 
 

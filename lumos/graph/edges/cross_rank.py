@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lumos.lean_numpy import unique
+
 from ..model import EdgeClass, Graph, TaskKind
 
 __all__ = ["P2P", "CommOp", "match_key", "match_ops", "add_rendezvous"]
@@ -89,7 +91,7 @@ def add_rendezvous(graph: Graph, groups: list[list[int]], set_durations: bool = 
     src_in = np.asarray(graph.src)
     dst_in = np.asarray(graph.dst)
     in_edges: dict[int, np.ndarray] = {}
-    member_ids = np.unique(np.concatenate([np.asarray(g) for g in groups]))
+    member_ids = unique(np.concatenate([np.asarray(g) for g in groups]))
     order = np.argsort(dst_in, kind="stable")
     sorted_dst = dst_in[order]
     lo = np.searchsorted(sorted_dst, member_ids, side="left")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lumos.lean_numpy import unique
 from lumos.trace import schema
 
 from ..context import BuildContext, EdgeList
@@ -61,7 +62,7 @@ class _ThreadHistory:
     def _by_thread(ctx, calls, payload) -> dict:
         out: dict[int, tuple] = {}
         keys = ctx.thread_key[calls]
-        for k in np.unique(keys):
+        for k in unique(keys):
             sel = keys == k
             order = np.argsort(ctx.ts[calls[sel]], kind="stable")
             out[int(k)] = (ctx.ts[calls[sel]][order], payload[sel][order])
@@ -162,7 +163,7 @@ def _graph_branches(ctx: BuildContext, out: EdgeList) -> None:
     ops = np.flatnonzero(ctx.is_gpu & np.isin(ctx.launcher, graph_calls))
     prev_on_stream = _prev_on_stream(ctx)
     by_launch: dict[int, np.ndarray] = {}
-    for call in np.unique(ctx.launcher[ops]):
+    for call in unique(ctx.launcher[ops]):
         mine = ops[ctx.launcher[ops] == call]
         by_launch[int(call)] = mine[np.argsort(ctx.end[mine], kind="stable")]
     for g in ops:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lumos.lean_numpy import unique
 from lumos.trace import schema
 
 from ..context import BuildContext, EdgeList
@@ -113,7 +114,7 @@ def sync_edges(ctx: BuildContext) -> SyncResult:
                 wait_kind[v] = WaitKind.STREAM
                 wait_target[v] = proc
         elif name in schema.DEVICE_SYNC_CALLS:
-            devices = np.unique(ctx.device[gpu])
+            devices = unique(ctx.device[gpu])
             if len(devices):
                 wait_kind[v] = WaitKind.DEVICE
                 wait_target[v] = int(devices[0])

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lumos.lean_numpy import median_by_key
 from lumos.trace import schema
 
 from ..context import BuildContext, EdgeList
@@ -114,12 +115,11 @@ def stalled_calls(ctx: BuildContext, out: WaitResult, skip: set[int], enq: np.nd
     if not len(runtime):
         return
     names = ctx.name[runtime]
-    med = {n: float(np.median(ctx.dur[runtime[names == n]])) for n in set(names.tolist())}
     gpu = np.flatnonzero(ctx.is_gpu)
     order = gpu[np.argsort(ctx.end[gpu], kind="stable")]
     ends = ctx.end[order]
     exempt = schema.STREAM_SYNC_CALLS | schema.DEVICE_SYNC_CALLS | schema.EVENT_SYNC_CALLS | schema.POLLING_CALLS
-    m_of = np.fromiter(map(med.__getitem__, names.tolist()), dtype=np.float64, count=len(names))
+    m_of = median_by_key(names.astype(str), ctx.dur[runtime])
     d_of = ctx.dur[runtime].astype(np.float64)
     long = ~(d_of < STALL_FACTOR * m_of) & ~(d_of - m_of < STALL_MIN_EXCESS_US)
     long &= ~np.isin(names, list(exempt)) & ~np.isin(runtime, np.fromiter(skip, dtype=np.int64, count=len(skip)))
