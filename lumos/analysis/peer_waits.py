@@ -39,7 +39,7 @@ from lumos.graph.model import TaskKind
 from lumos.transform.plan import Plan
 from lumos.transform.suppliers import CollectiveSpec
 
-__all__ = ["PEER_WAIT_MODES", "PeerWaits", "resolve_mode", "holds_base_tasks", "read_peer_waits",
+__all__ = ["PEER_WAIT_MODES", "TRANSFER_CAPS", "PeerWaits", "resolve_mode", "holds_base_tasks", "read_peer_waits",
            "apply_peer_waits", "settle"]
 
 PEER_WAIT_MODES = ("auto", "additive", "anchored")
@@ -72,24 +72,41 @@ def _spec(plan: Plan, t: int) -> CollectiveSpec:
     return CollectiveSpec(plan.st.coll[t], plan.st.nbytes[t], plan.st.group[t])
 
 
-def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray) -> PeerWaits:
-    """Split the base's DP collectives and find their anchors; `start`/`end`: the base's replay."""
+TRANSFER_CAPS = ("class", "shape")
+
+
+def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray, cap: str = "class") -> PeerWaits:
+    """Split the base's DP collectives and find their anchors; `start`/`end`: the base's replay.
+
+    `cap="shape"` (not the default; `benchmarks/peer_wait_split.py` compares the two) caps each
+    class's median at the lowest class median of its shape on the rank (message and group size: the
+    same bytes over the same links), for a class whose every occurrence waits: an FSDP base's last
+    reduce-scatters, on a seed where a peer replica was slower, sit at 3-4x the model while the
+    all-gathers of the same shape sit at 1.0-1.1."""
+    if cap not in TRANSFER_CAPS:
+        raise ValueError(f"cap must be one of {', '.join(TRANSFER_CAPS)}, got {cap!r}")
     g = plan.graph
     dp = np.flatnonzero((plan.role == "dp") & g.comm).astype(np.int64)
     dp = dp[[len(plan.st.group[t]) > 1 and plan.st.coll[t] not in ("send", "recv") for t in dp]]
     model = np.array([plan.collectives.time_us(_spec(plan, t)) for t in dp.tolist()])
     ratio = np.where(model > 0, g.dur[dp] / np.where(model > 0, model, 1.0), 1.0)
-    cap = np.full(len(dp), np.inf)
+    limit = np.full(len(dp), np.inf)
     keys = [(int(g.rank[t]), plan.st.coll[t], float(plan.st.nbytes[t]), len(plan.st.group[t])) for t in dp.tolist()]
     members: dict = {}
     for i, k in enumerate(keys):
         members.setdefault(k, []).append(i)
     for idx in members.values():
         if len(idx) >= MIN_CLASS:
-            cap[idx] = np.median(ratio[idx])
-    split = np.isfinite(cap) & (model > 0)
-    dp, ratio, cap, model = dp[split], ratio[split], cap[split], model[split]
-    transfer = np.minimum(ratio, cap)
+            limit[idx] = np.median(ratio[idx])
+    if cap == "shape":
+        shape = [(k[0], k[2], k[3]) for k in keys]
+        lowest: dict = {}
+        for sh, m in zip(shape, limit.tolist()):
+            lowest[sh] = min(lowest.get(sh, np.inf), m)
+        limit = np.where(np.isfinite(limit), np.minimum(limit, [lowest[sh] for sh in shape]), limit)
+    split = np.isfinite(limit) & (model > 0)
+    dp, ratio, limit, model = dp[split], ratio[split], limit[split], model[split]
+    transfer = np.minimum(ratio, limit)
     wait = np.maximum(g.dur[dp] - model * transfer, 0.0)
     anchors = np.full(len(dp), -1, dtype=np.int64)
     offsets = np.zeros(len(dp))

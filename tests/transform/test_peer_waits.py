@@ -171,3 +171,42 @@ def test_auto_anchors_a_sharded_base_on_a_dp_change_and_keeps_the_waits_where_th
     assert "peer_waits" not in rebuilt
     assert rebuilt["predicted"] == predict(tables, {"pp": 4}, plan=plan, peer_waits="additive")["predicted"]
     assert any(n.startswith("peer waits additive: auto anchors a sharded base's waits only") for n in rebuilt["notes"])
+
+
+def test_a_shape_cap_takes_the_transfer_from_the_least_waiting_class_of_the_same_shape(tmp_path):
+    """cap='shape' (benchmarks/peer_wait_split.py): a class's transfer part is at most the lowest class
+    median of its (rank, message, group size). Every reduce-scatter of one shape made to wait 500 us
+    more: by class, the wait hides in the class median and the transfer part grows; by shape, the
+    transfer stays at the all-gathers' of that shape and the 500 us are wait. 12 layers: 6
+    reduce-scatters of a layer's shape per rank, enough for a class."""
+    assert lumos_main(["emulate", "model=tiny", "model.num_layers=12", "parallel.tp=2", "parallel.pp=2",
+                       "parallel.dp=4", "seed=0", "training.dp_sharding=fsdp", f"out={tmp_path}", "progress=false",
+                       "--quiet"]) == 0
+    plan = base_plan(load_run(tmp_path))
+    g = plan.graph
+    t = np.flatnonzero((plan.role == "dp") & g.comm)
+    keys = [(int(g.rank[x]), plan.st.coll[x], float(plan.st.nbytes[x]), len(plan.st.group[x])) for x in t]
+    shapes = {}
+    for k in set(keys):
+        shapes.setdefault((k[0], k[2], k[3]), set()).add(k[1])
+    shape = next(sh for sh, kinds in sorted(shapes.items()) if {"allgather", "reduce_scatter"} <= kinds)
+    rs = t[[k == (shape[0], "reduce_scatter", shape[1], shape[2]) for k in keys]]
+    ag = t[[k == (shape[0], "allgather", shape[1], shape[2]) for k in keys]]
+    assert len(rs) >= 5 and len(ag) >= 5
+    _, sched, _ = simulate_plan(plan)
+    before = read_peer_waits(plan, sched.start, sched.end, cap="shape")
+    g.dur[rs] += 500.0
+    _, sched, _ = simulate_plan(plan)
+    by_class = read_peer_waits(plan, sched.start, sched.end)
+    by_shape = read_peer_waits(plan, sched.start, sched.end, cap="shape")
+    model = np.array([plan.collectives.time_us(CollectiveSpec(plan.st.coll[x], plan.st.nbytes[x], plan.st.group[x]))
+                      for x in by_shape.tasks])
+    np.testing.assert_allclose(model * by_shape.transfer + by_shape.wait_us, g.dur[by_shape.tasks], rtol=0, atol=1e-9)
+    at = np.isin(by_shape.tasks, rs)
+    ag_median = np.median(g.dur[ag] / model[np.isin(by_shape.tasks, ag)])
+    assert np.all(by_shape.transfer[at] <= ag_median + 1e-12)
+    assert by_class.transfer[at].max() > 1.5 * ag_median        # the class median carries the wait
+    np.testing.assert_allclose(by_shape.wait_us[at] - before.wait_us[np.isin(before.tasks, rs)], 500.0, atol=1e-6)
+    np.testing.assert_allclose(by_shape.wait_us[~at], before.wait_us[~np.isin(before.tasks, rs)], rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="cap must be one of class, shape"):
+        read_peer_waits(plan, sched.start, sched.end, cap="kind")
