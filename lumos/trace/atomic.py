@@ -1,7 +1,8 @@
 """Atomic file output: write to a temporary name beside the target, then rename.
 
 A crash or an interrupted pipeline job never leaves a half-written result under
-the final name.
+the final name. (`tempfile` is imported on the first write: with `random` it is a few ms of every
+`lumos replay` that writes nothing.)
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -18,6 +18,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", compresslevel: int = 
     """Open a temporary file next to `path`; rename it over `path` on success.
 
     A `.gz` path is gzip-compressed at `compresslevel` (1: fastest, for bulk output)."""
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
