@@ -81,7 +81,7 @@ def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray, cap: str = "
     `cap="shape"` (not the default; `benchmarks/peer_wait_split.py` compares the two) caps each
     class's median at the lowest class median of its shape on the rank (message and group size: the
     same bytes over the same links), for a class whose every occurrence waits: an FSDP base's last
-    reduce-scatters, on a seed where a peer replica was slower, sit at 3-4x the model while the
+    reduce-scatters, on a seed where a peer replica was slower, sit at 2-3.6x the model while the
     all-gathers of the same shape sit at 1.0-1.1."""
     if cap not in TRANSFER_CAPS:
         raise ValueError(f"cap must be one of {', '.join(TRANSFER_CAPS)}, got {cap!r}")
