@@ -57,12 +57,8 @@ def scaled_settle(factor: float):
 
 def dp_collectives(plan) -> tuple[np.ndarray, np.ndarray, list[tuple]]:
     """The DP collectives `read_peer_waits` splits, their measured / model ratio, and their class keys."""
-    g = plan.graph
-    dp = np.flatnonzero((plan.role == "dp") & g.comm)
-    dp = dp[[len(plan.st.group[t]) > 1 and plan.st.coll[t] not in ("send", "recv") for t in dp]]
-    model = np.array([plan.collectives.time_us(peer_waits._spec(plan, t)) for t in dp.tolist()])
-    keys = [(int(g.rank[t]), plan.st.coll[t], float(plan.st.nbytes[t]), len(plan.st.group[t])) for t in dp.tolist()]
-    return dp, g.dur[dp] / model, keys
+    dp, model, keys = peer_waits.dp_collectives(plan)
+    return dp, plan.graph.dur[dp] / model, keys
 
 
 def main() -> None:

@@ -39,8 +39,8 @@ from lumos.graph.model import TaskKind
 from lumos.transform.plan import Plan
 from lumos.transform.suppliers import CollectiveSpec
 
-__all__ = ["PEER_WAIT_MODES", "TRANSFER_CAPS", "PeerWaits", "resolve_mode", "holds_base_tasks", "read_peer_waits",
-           "apply_peer_waits", "settle"]
+__all__ = ["PEER_WAIT_MODES", "TRANSFER_CAPS", "PeerWaits", "resolve_mode", "holds_base_tasks", "dp_collectives",
+           "read_peer_waits", "apply_peer_waits", "settle"]
 
 PEER_WAIT_MODES = ("auto", "additive", "anchored")
 MIN_CLASS = 5          # occurrences a class needs before its median tells transfer from waiting
@@ -75,6 +75,17 @@ def _spec(plan: Plan, t: int) -> CollectiveSpec:
 TRANSFER_CAPS = ("class", "shape")
 
 
+def dp_collectives(plan: Plan) -> tuple[np.ndarray, np.ndarray, list[tuple]]:
+    """The base's DP collectives over more than one rank (no send/recv), the model's time of each (us)
+    and each one's class (rank, kind, message bytes, group size)."""
+    g = plan.graph
+    dp = np.flatnonzero((plan.role == "dp") & g.comm).astype(np.int64)
+    dp = dp[[len(plan.st.group[t]) > 1 and plan.st.coll[t] not in ("send", "recv") for t in dp]]
+    model = np.array([plan.collectives.time_us(_spec(plan, t)) for t in dp.tolist()])
+    keys = [(int(g.rank[t]), plan.st.coll[t], float(plan.st.nbytes[t]), len(plan.st.group[t])) for t in dp.tolist()]
+    return dp, model, keys
+
+
 def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray, cap: str = "class") -> PeerWaits:
     """Split the base's DP collectives and find their anchors; `start`/`end`: the base's replay.
 
@@ -86,12 +97,9 @@ def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray, cap: str = "
     if cap not in TRANSFER_CAPS:
         raise ValueError(f"cap must be one of {', '.join(TRANSFER_CAPS)}, got {cap!r}")
     g = plan.graph
-    dp = np.flatnonzero((plan.role == "dp") & g.comm).astype(np.int64)
-    dp = dp[[len(plan.st.group[t]) > 1 and plan.st.coll[t] not in ("send", "recv") for t in dp]]
-    model = np.array([plan.collectives.time_us(_spec(plan, t)) for t in dp.tolist()])
+    dp, model, keys = dp_collectives(plan)
     ratio = np.where(model > 0, g.dur[dp] / np.where(model > 0, model, 1.0), 1.0)
     limit = np.full(len(dp), np.inf)
-    keys = [(int(g.rank[t]), plan.st.coll[t], float(plan.st.nbytes[t]), len(plan.st.group[t])) for t in dp.tolist()]
     members: dict = {}
     for i, k in enumerate(keys):
         members.setdefault(k, []).append(i)

@@ -27,6 +27,22 @@ static locale_t c_locale;   /* strtod in the "C" locale whatever the process set
             PREFETCH(b + loc[(at[(k) + AHEAD] * n_fields + field) * 2]);                            \
     } while (0)
 
+/* The scan's location of `field` in row r: its span [*i, *e) in the buffer and its JSON type
+   (loc: (rows, n_fields, 2) spans, typ: (rows, n_fields) types, flat). */
+static inline int8_t field_span(const int64_t *loc, const int8_t *typ, int64_t r, Py_ssize_t n_fields,
+                                Py_ssize_t field, int64_t *i, int64_t *e)
+{
+    *i = loc[(r * n_fields + field) * 2];
+    *e = loc[(r * n_fields + field) * 2 + 1];
+    return typ[r * n_fields + field];
+}
+
+/* Whether loc/typ of these lengths hold whole rows of n_fields fields, `field` among them. */
+static inline int field_layout_ok(Py_ssize_t n_fields, Py_ssize_t field, Py_ssize_t typ_len, Py_ssize_t loc_len)
+{
+    return n_fields > 0 && typ_len % n_fields == 0 && loc_len >= typ_len * 2 && 0 <= field && field < n_fields;
+}
+
 static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
@@ -125,7 +141,7 @@ PyObject *py_numbers(PyObject *self, PyObject *args)
     ARR(at, const int64_t, at_o, I64, 0, &k_at);
     ARR(out, double, out_o, F64, 1, &out_len);
     Py_ssize_t rows = n_fields > 0 ? typ_len / n_fields : 0;
-    if (n_fields <= 0 || rows * n_fields != typ_len || loc_len < typ_len * 2 || field < 0 || field >= n_fields ||
+    if (!field_layout_ok(n_fields, field, typ_len, loc_len) ||
         out_len != k_at) {
         PyErr_SetString(PyExc_ValueError, "lumos._kernels.numbers: array shapes do not match");
         goto fail;
@@ -140,8 +156,8 @@ PyObject *py_numbers(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < k_at; k++) {
         PREFETCH_ROWS(k);
-        int64_t r = at[k], i = loc[(r * n_fields + field) * 2], e = loc[(r * n_fields + field) * 2 + 1];
-        int8_t t = typ[r * n_fields + field];
+        int64_t r = at[k], i, e;
+        int8_t t = field_span(loc, typ, r, n_fields, field, &i, &e);
         double v = NAN;
         if ((t == T_INT || t == T_NUM) && 0 <= i && i < e && e <= n)
             v = number_value(b, i, e, t == T_INT);
@@ -193,7 +209,7 @@ PyObject *py_interned(PyObject *self, PyObject *args)
     ARR(codes, int32_t, codes_o, I32, 1, &codes_len);
     ARR(first, int64_t, first_o, I64, 1, &first_len);
     Py_ssize_t rows = n_fields > 0 ? typ_len / n_fields : 0;
-    if (n_fields <= 0 || rows * n_fields != typ_len || loc_len < typ_len * 2 || field < 0 || field >= n_fields ||
+    if (!field_layout_ok(n_fields, field, typ_len, loc_len) ||
         codes_len != k_at || first_len < k_at || k_at >= INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "lumos._kernels.interned: array shapes do not match");
         goto fail;
@@ -201,8 +217,8 @@ PyObject *py_interned(PyObject *self, PyObject *args)
     if (check_index(at, k_at, 0, rows, "at") < 0)
         goto fail;
     for (Py_ssize_t k = 0; k < k_at; k++) {
-        int64_t r = at[k], i = loc[(r * n_fields + field) * 2], e = loc[(r * n_fields + field) * 2 + 1];
-        int8_t t = typ[r * n_fields + field];
+        int64_t r = at[k], i, e;
+        int8_t t = field_span(loc, typ, r, n_fields, field, &i, &e);
         if ((t == T_STR || t == T_STR_ESC) && !(0 <= i && i < e && e <= n)) {
             PyErr_SetString(PyExc_ValueError, "lumos._kernels.interned: a span outside the buffer");
             goto fail;
@@ -223,8 +239,8 @@ PyObject *py_interned(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < k_at; k++) {
         PREFETCH_ROWS(k);
-        int64_t r = at[k], i = loc[(r * n_fields + field) * 2], e = loc[(r * n_fields + field) * 2 + 1];
-        int8_t t = typ[r * n_fields + field];
+        int64_t r = at[k], i, e;
+        int8_t t = field_span(loc, typ, r, n_fields, field, &i, &e);
         if (t != T_STR && t != T_STR_ESC) {
             codes[k] = -1;
             continue;
@@ -240,7 +256,8 @@ PyObject *py_interned(PyObject *self, PyObject *args)
                 codes[k] = distinct++;
                 break;
             }
-            int64_t fi = loc[(first[j] * n_fields + field) * 2], fe = loc[(first[j] * n_fields + field) * 2 + 1];
+            int64_t fi, fe;
+            field_span(loc, typ, first[j], n_fields, field, &fi, &fe);
             if (hashes[j] == h && fe - fi == e - i && memcmp(b + fi, b + i, (size_t)(e - i)) == 0) {
                 codes[k] = j;
                 break;

@@ -119,8 +119,8 @@ def stalled_calls(ctx: BuildContext, out: WaitResult, skip: set[int], enq: np.nd
     order = gpu[np.argsort(ctx.end[gpu], kind="stable")]
     ends = ctx.end[order]
     exempt = schema.STREAM_SYNC_CALLS | schema.DEVICE_SYNC_CALLS | schema.EVENT_SYNC_CALLS | schema.POLLING_CALLS
-    m_of = median_by_key(names.astype(str), ctx.dur[runtime])
     d_of = ctx.dur[runtime].astype(np.float64)
+    m_of = median_by_key(names.astype(str), d_of)
     long = ~(d_of < STALL_FACTOR * m_of) & ~(d_of - m_of < STALL_MIN_EXCESS_US)
     long &= ~np.isin(names, list(exempt)) & ~np.isin(runtime, np.fromiter(skip, dtype=np.int64, count=len(skip)))
     for c in runtime[long]:   # the calls that took far longer than their name's median
