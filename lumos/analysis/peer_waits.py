@@ -86,14 +86,15 @@ def dp_collectives(plan: Plan) -> tuple[np.ndarray, np.ndarray, list[tuple]]:
     return dp, model, keys
 
 
-def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray, cap: str = "class") -> PeerWaits:
+def read_peer_waits(plan: Plan, start: np.ndarray, end: np.ndarray, cap: str = "shape") -> PeerWaits:
     """Split the base's DP collectives and find their anchors; `start`/`end`: the base's replay.
 
-    `cap="shape"` (not the default; `benchmarks/peer_wait_split.py` compares the two) caps each
-    class's median at the lowest class median of its shape on the rank (message and group size: the
-    same bytes over the same links), for a class whose every occurrence waits: an FSDP base's last
-    reduce-scatters, on a seed where a peer replica was slower, sit at 2-3.6x the model while the
-    all-gathers of the same shape sit at 1.0-1.1."""
+    `cap="shape"` caps each class's median at the lowest class median of its shape on the rank
+    (message and group size: the same bytes over the same links), for a class whose every occurrence
+    waits: an FSDP base's last reduce-scatters, where a peer replica was slower, sit at 2-3.6x the
+    model while the all-gathers of the same shape sit at 1.0-1.1. `cap="class"` (each class's own
+    median) carried that wait as transfer into the target's re-timing (`benchmarks/peer_wait_split.py`
+    and `benchmarks/peer_standins.py` compare the two)."""
     if cap not in TRANSFER_CAPS:
         raise ValueError(f"cap must be one of {', '.join(TRANSFER_CAPS)}, got {cap!r}")
     g = plan.graph

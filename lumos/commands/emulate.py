@@ -14,7 +14,7 @@ def register(subparsers) -> None:
                         "write per-rank Kineto traces",
         description="Emulate (not measure) one training iteration. Hydra-style overrides, e.g. "
                     "model=gpt3_15b parallel.tp=2 parallel.pp=2 parallel.dp=4 seed=3 out=DIR "
-                    "[ranks=stage|all] [trace.legacy=true] [emulator.granularity=coarse]")
+                    "[ranks=stage|all [write_ranks=stage]] [trace.legacy=true] [emulator.granularity=coarse]")
     p.add_argument("overrides", nargs="*", help="key=value overrides of config/emulate.yaml")
     p.add_argument("--calibrate", nargs="?", const="table", choices=("table", "vtrain", "fig7", "selene", "all"),
                    default=None,

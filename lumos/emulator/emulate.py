@@ -153,6 +153,9 @@ def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
                              f"{sorted(map(str, fabric.pending))[:5]})")
     step_end = max(max(e for _, e, *_ in rec.cpu) for rec in recorders.values())
     config = OmegaConf.to_container(cfg, resolve=True)
+    if s.write_ranks == "stage":   # every rank emulated, the stage ranks kept: exact waits, small output
+        ranks = topo.stage_reps()
+        recorders = {r: recorders[r] for r in ranks}
     return EmulationResult(settings=s, config=config, ranks=ranks,
                            stage_of_rank={r: topo.coords(r)[0] for r in ranks}, recorders=recorders,
                            iteration_us=round(step_end, 3), wall_s=time.perf_counter() - t_wall, topo=topo,

@@ -42,6 +42,7 @@ class Settings:
     knobs: SimpleNamespace  # emulator/default.yaml, then cluster.emulator, then training.emulator
     progress: str
     training: SimpleNamespace = None   # training/*.yaml: recompute, DP all-reduce placement, schedule
+    write_ranks: str = "emulated"      # emulated: a trace per emulated rank; stage: the stage ranks only
 
     @property
     def world_size(self) -> int:
@@ -164,6 +165,9 @@ def from_config(cfg: DictConfig) -> Settings:
     ranks = str(c.get("ranks", "stage"))
     if ranks not in ("stage", "all"):
         raise SettingsError(f"ranks must be 'stage' or 'all', got {ranks!r}")
+    write_ranks = str(c.get("write_ranks", "emulated"))
+    if write_ranks not in ("emulated", "stage"):
+        raise SettingsError(f"write_ranks must be 'emulated' or 'stage', got {write_ranks!r}")
     shape = ModelShape(name=str(m["name"]), num_layers=int(m["num_layers"]), hidden=int(m["hidden"]),
                        ffn_hidden=int(m["ffn_hidden"]), num_heads=int(m["num_heads"]),
                        head_dim=int(m["head_dim"]), vocab_size=int(m["vocab_size"]),
@@ -173,4 +177,5 @@ def from_config(cfg: DictConfig) -> Settings:
     return Settings(model=shape, tp=tp, pp=pp, dp=dp, seed=int(c.get("seed", 0)), ranks=ranks,
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
                     base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
-                    knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training))
+                    knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training),
+                    write_ranks=write_ranks)

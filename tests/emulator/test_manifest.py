@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from lumos.emulator import emulate
+from lumos.emulator.emulate import write_result
+from lumos.emulator.settings import SettingsError
 
 
 def test_manifest_content(tiny_run):
@@ -35,6 +38,29 @@ def test_all_ranks_on_request():
         ends[rank] = sorted(e for s, e, _c, n, sid, *_ in r.recorders[rank].gpu if sid == 20)
     assert len(ends[0]) == len(ends[1])
     assert max(abs(a - b) for a, b in zip(ends[0], ends[1])) < 1e-6
+
+
+
+def test_every_rank_emulated_writes_the_stage_ranks_with_their_real_peers(tmp_path):
+    """ranks=all write_ranks=stage: the same emulation as ranks=all (rank 0's and rank 4's events and
+    the iteration alike), only the stage ranks kept; an FSDP run, whose gathers wait for real peers."""
+    args = ["model=tiny", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "training.dp_sharding=fsdp",
+            "seed=2", "ranks=all"]
+    every = emulate(args, progress=False)
+    kept = emulate(args + ["write_ranks=stage"], progress=False)
+    assert kept.ranks == [0, 4] and sorted(kept.recorders) == [0, 4]
+    assert kept.stage_of_rank == {0: 0, 4: 1}
+    assert kept.iteration_us == every.iteration_us
+    for r in (0, 4):
+        assert kept.events(r) == every.events(r)
+    stand_ins = emulate(args[:-1], progress=False)
+    assert stand_ins.ranks == [0, 4] and stand_ins.events(0) != kept.events(0)
+    write_result(kept, tmp_path)
+    m = orjson.loads((tmp_path / "manifest.json").read_bytes())
+    assert m["ranks"] == [0, 4] and m["config"]["write_ranks"] == "stage" and m["config"]["ranks"] == "all"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "rank0.json.gz", "rank4.json.gz"]
+    with pytest.raises(SettingsError, match="write_ranks must be 'emulated' or 'stage', got 'some'"):
+        emulate(args + ["write_ranks=some"], progress=False)
 
 
 def test_metadata(tiny_docs):

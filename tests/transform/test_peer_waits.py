@@ -174,7 +174,7 @@ def test_auto_anchors_a_sharded_base_on_a_dp_change_and_keeps_the_waits_where_th
 
 
 def test_a_shape_cap_takes_the_transfer_from_the_least_waiting_class_of_the_same_shape(tmp_path):
-    """cap='shape' (benchmarks/peer_wait_split.py): a class's transfer part is at most the lowest class
+    """cap='shape' (the default; benchmarks/peer_wait_split.py): a class's transfer part is at most the lowest class
     median of its (rank, message, group size). Every reduce-scatter of one shape made to wait 500 us
     more: by class, the wait hides in the class median and the transfer part grows; by shape, the
     transfer stays at the all-gathers' of that shape and the 500 us are wait. 12 layers: 6
@@ -194,11 +194,11 @@ def test_a_shape_cap_takes_the_transfer_from_the_least_waiting_class_of_the_same
     ag = t[[k == (shape[0], "allgather", shape[1], shape[2]) for k in keys]]
     assert len(rs) >= 5 and len(ag) >= 5
     _, sched, _ = simulate_plan(plan)
-    before = read_peer_waits(plan, sched.start, sched.end, cap="shape")
+    before = read_peer_waits(plan, sched.start, sched.end)
     g.dur[rs] += 500.0
     _, sched, _ = simulate_plan(plan)
-    by_class = read_peer_waits(plan, sched.start, sched.end)
-    by_shape = read_peer_waits(plan, sched.start, sched.end, cap="shape")
+    by_class = read_peer_waits(plan, sched.start, sched.end, cap="class")
+    by_shape = read_peer_waits(plan, sched.start, sched.end)   # the default
     model = np.array([plan.collectives.time_us(CollectiveSpec(plan.st.coll[x], plan.st.nbytes[x], plan.st.group[x]))
                       for x in by_shape.tasks])
     np.testing.assert_allclose(model * by_shape.transfer + by_shape.wait_us, g.dur[by_shape.tasks], rtol=0, atol=1e-9)

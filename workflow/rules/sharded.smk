@@ -31,6 +31,12 @@ def sharded_targets():
     return {**SHARDED_MODES, **SHARDED_STRATEGIES}
 
 
+def sharded_ranks():
+    """Emulate overrides of every sharded run: every rank (each collective waits for its real peers),
+    the stage ranks' traces written; or the default statistical stand-ins."""
+    return ["ranks=all", "write_ranks=stage"] if SHARDED.get("ranks", "all") == "all" else []
+
+
 def sharded_seeds():
     return list(range(int(SHARDED.get("seeds", 1))))
 
@@ -72,14 +78,16 @@ for _mode, _targets in sharded_targets().items():
     rule:
         name: f"emulate_sharded_{_mode}"
         input:
-            config=hydra_inputs("emulate", sharded_base().emulate_overrides() + [f"training.dp_sharding={_mode}"]),
+            config=hydra_inputs("emulate", sharded_base().emulate_overrides() + [f"training.dp_sharding={_mode}"]
+                                + sharded_ranks()),
         output:
             manifest=[f"{R}/emulated_sharded/{_mode}/{label}/seed{{seed}}/manifest.json" for label in _labels],
             resolved=[f"{R}/emulated_sharded/{_mode}/{label}/seed{{seed}}/config.resolved.yaml" for label in _labels],
         params:
             runs=list(_labels),
             overrides=lambda w, mode=_mode: [job_overrides("emulate", run.emulate_overrides()
-                                                           + [f"training.dp_sharding={mode}", f"seed={w.seed}"])
+                                                           + [f"training.dp_sharding={mode}", f"seed={w.seed}"]
+                                                           + sharded_ranks())
                                              for run in sharded_runs(mode).values()],
         log:
             f"{R}/logs/emulate_sharded/{_mode}/seed{{seed}}.log",
