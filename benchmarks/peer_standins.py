@@ -2,14 +2,15 @@
 "Stand-in peers against every rank emulated").
 
     python benchmarks/peer_standins.py [--mode fsdp|zero1|none] [--seeds 0 1 2] [--targets 2x2x8 ...]
-                                       [--out DIR] [--workers 2]
+                                       [--set KEY=VALUE ...] [--out DIR] [--workers 2]
 
 By default (`ranks=stage`) the emulator runs one rank per pipeline stage and lets statistical stand-ins
 play its TP and DP peers. `ranks=all write_ranks=stage` runs every rank (each collective waits for its
 real peers) and writes the same stage ranks' traces. For each seed this emulates the 15B 2x2x4 base and
 each target both ways, predicts each target from the base of the same way and seed (`lumos predict`'s
 defaults) and prints the emulated iterations and the prediction errors side by side, then the mean,
-the mean |error| and the sd over seeds of each.
+the mean |error| and the sd over seeds of each. `--set` adds emulate overrides to every run, e.g.
+`emulator.granularity=fine` (`auto` turns an emulation of many ranks coarse, every rank counted).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def _shape(label: str) -> tuple[int, int, int]:
 def _emulate(job: tuple) -> tuple:
     from lumos.emulator.emulate import emulate, write_result
 
-    mode, way, label, seed, out = job
+    mode, way, label, seed, out, extra = job
     tp, pp, dp = _shape(label)
     res = emulate(["model=gpt3_15b", f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}",
-                   f"training.dp_sharding={mode}", f"seed={seed}", *WAYS[way]], progress=False)
+                   f"training.dp_sharding={mode}", f"seed={seed}", *WAYS[way], *extra], progress=False)
     write_result(res, out)
     return job, res.iteration_us / 1e3, res.wall_s
 
@@ -53,6 +54,7 @@ def main() -> None:
     ap.add_argument("--mode", default="fsdp", help="training.dp_sharding of every run (none: Megatron DP)")
     ap.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
     ap.add_argument("--targets", nargs="+", default=["2x2x8", "2x2x16", "2x2x32"])
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="emulate overrides of every run")
     ap.add_argument("--out", type=Path, default=Path("/tmp/lumos-peer-standins"))
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
@@ -60,8 +62,8 @@ def main() -> None:
     dirs = {(w, lab, s): args.out / args.mode / w.replace(" ", "_") / lab / f"seed{s}"
             for w in WAYS for lab in labels for s in args.seeds}
     with ProcessPoolExecutor(args.workers) as pool:
-        emulated = {(w, lab, s): (it, wall) for (_, w, lab, s, _), it, wall in
-                    pool.map(_emulate, [(args.mode, w, lab, s, d) for (w, lab, s), d in dirs.items()])}
+        emulated = {(w, lab, s): (it, wall) for (_, w, lab, s, _, _), it, wall in
+                    pool.map(_emulate, [(args.mode, w, lab, s, d, args.set) for (w, lab, s), d in dirs.items()])}
         jobs = [(w, t, s, dirs[(w, "2x2x4", s)], dirs[(w, t, s)]) for w in WAYS for t in args.targets
                 for s in args.seeds]
         errors = {(w, t, s): e for (w, t, s, _, _), e, _ in pool.map(_predict, jobs)}

@@ -33,8 +33,11 @@ def sharded_targets():
 
 def sharded_ranks():
     """Emulate overrides of every sharded run: every rank (each collective waits for its real peers),
-    the stage ranks' traces written; or the default statistical stand-ins."""
-    return ["ranks=all", "write_ranks=stage"] if SHARDED.get("ranks", "all") == "all" else []
+    the stage ranks' traces written, at the fine granularity of a stage-rank run (`auto` counts every
+    emulated rank and could turn a large target coarse); or the default statistical stand-ins."""
+    if SHARDED.get("ranks", "all") != "all":
+        return []
+    return ["ranks=all", "write_ranks=stage", "emulator.granularity=fine"]
 
 
 def sharded_seeds():
