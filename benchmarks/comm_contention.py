@@ -83,9 +83,9 @@ def main() -> None:
         share, dur = under_comm(gpu_kernels(run))
         print(f"  DP {dp:>2}: compute kernels {len(dur)}, {dur.sum() / 1e3:.1f} ms in all, "
               f"{(share * dur).sum() / 1e3:.1f} ms of it under a communication kernel")
-    events = [e for e in gpu_kernels(runs[4]) if not e["name"].startswith("nccl")]
-    share, dur = under_comm(gpu_kernels(runs[4]))
-    names = [e["name"] for e in events if e["dur"] > 0]
+    events = gpu_kernels(runs[4])
+    share, dur = under_comm(events)
+    names = [e["name"] for e in events if not e["name"].startswith("nccl") and e["dur"] > 0]
     ratios = []
     for n in sorted(set(names)):
         idx = np.array([i for i, x in enumerate(names) if x == n])
