@@ -22,41 +22,31 @@ from pathlib import Path
 
 import numpy as np
 
+from lumos.intervals import intersection_length, union
+
 QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
          "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]
 
 
-def under_comm(events: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """Per compute kernel, the share of its span under some communication kernel, and its duration."""
-    comm = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("nccl"))
-    merged: list[list[float]] = []
-    for s, e in comm:
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    m = np.array(merged) if merged else np.zeros((0, 2))
-    share, dur = [], []
-    for e in events:
-        if e["name"].startswith("nccl") or e["dur"] <= 0:
-            continue
-        a, b = e["ts"], e["ts"] + e["dur"]
-        ov, i = 0.0, int(np.searchsorted(m[:, 1], a))
-        while i < len(m) and m[i, 0] < b:
-            ov += min(b, m[i, 1]) - max(a, m[i, 0])
-            i += 1
-        share.append(ov / e["dur"])
-        dur.append(e["dur"])
-    return np.array(share), np.array(dur)
+def kernels(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rank 0's GPU kernels: (name, start, duration, is communication)."""
+    from lumos.trace import load_trace
+    from lumos.trace.schema import KERNEL, comm_kernel_mask
+
+    t = load_trace(run / "rank0.json.gz")
+    k = t.cat == KERNEL
+    return t.name[k], t.ts[k], t.dur[k], comm_kernel_mask(t.name[k])
 
 
-def gpu_kernels(run: Path) -> list[dict]:
-    import gzip
-
-    import orjson
-
-    doc = orjson.loads(gzip.open(run / "rank0.json.gz").read())
-    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+def under_comm(start: np.ndarray, dur: np.ndarray, comm: np.ndarray) -> np.ndarray:
+    """Per compute kernel (`~comm`), the share of its span under some communication kernel."""
+    cs, ce = union(start[comm], start[comm] + dur[comm])
+    share = np.zeros(int((~comm).sum()))
+    for i, (a, d) in enumerate(zip(start[~comm].tolist(), dur[~comm].tolist())):
+        if d > 0:
+            j = int(np.searchsorted(ce, a))
+            share[i] = intersection_length((np.array([a]), np.array([a + d])), (cs[j:], ce[j:])) / d
+    return share
 
 
 def main() -> None:
@@ -80,16 +70,16 @@ def main() -> None:
     print(f"rank 0, FSDP 15B 2x2xDP, every rank emulated, {'noisy' if args.noisy else 'every random draw off'} "
           f"(EMULATED)")
     for dp, run in runs.items():
-        share, dur = under_comm(gpu_kernels(run))
+        _, start, dur, comm = kernels(run)
+        share, dur = under_comm(start, dur, comm), dur[~comm]
         print(f"  DP {dp:>2}: compute kernels {len(dur)}, {dur.sum() / 1e3:.1f} ms in all, "
               f"{(share * dur).sum() / 1e3:.1f} ms of it under a communication kernel")
-    events = gpu_kernels(runs[4])
-    share, dur = under_comm(events)
-    names = [e["name"] for e in events if not e["name"].startswith("nccl") and e["dur"] > 0]
+    names, start, dur, comm = kernels(runs[4])
+    share, names, dur = under_comm(start, dur, comm), names[~comm], dur[~comm]
     ratios = []
-    for n in sorted(set(names)):
-        idx = np.array([i for i, x in enumerate(names) if x == n])
-        clear, under = dur[idx][share[idx] < 0.05], dur[idx][share[idx] > 0.95]
+    for n in sorted(set(names.tolist())):
+        idx = names == n
+        clear, under = dur[idx & (share < 0.05)], dur[idx & (share > 0.95)]
         if len(clear) >= 5 and len(under) >= 5:
             ratios.append(float(np.median(under) / np.median(clear)))
     if ratios:
