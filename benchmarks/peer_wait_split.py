@@ -7,9 +7,11 @@
 (class: rank, kind, message, group size) times the model's time, and the rest as waiting for peers.
 Where every occurrence of a class waits, the median is a wait too. Part 1 prints, per seed, the ratio
 measured / model of rank 0's all-gathers and reduce-scatters (quantiles over the iteration): on
-some seeds every reduce-scatter of the last micro-batch waits 1-3 ms for the slowest replica, so its
-class median is 2-3.6x the model while the all-gathers of the same message and group sit at
-1.0-1.1. The transfer part then carries the wait and grows with the model's time at the target's DP.
+some seeds every reduce-scatter of the last micro-batch waits for the slowest replica, so its
+class median is 1.24-2.17x the model (seeds 0, 4, 6, 7, 9 of the every-rank runs; 2-3.6x on the
+stand-in runs before `sharded.ranks: all`) while the all-gathers of the same message and group sit at
+1.03-1.09. With `cap="class"` the transfer part carries the wait and grows with the model's time at
+the target's DP.
 
 Part 2 predicts DP x2, x4 and x8 from every seed's base twice: with `cap="class"` and as shipped,
 `cap="shape"`: each class's transfer capped at the lowest class median among the rank's DP
