@@ -9,9 +9,10 @@ Emulates the 15B FSDP base (2x2x4) and its DP targets with every rank emulated a
 rank 0 of each run prints the compute kernels' total time and how much of it ran under a
 communication kernel. For the base it also prints, per kernel name with at least 5 occurrences
 both ways, the median duration of the occurrences that ran wholly under a communication kernel over
-that of those that ran wholly clear of one: the slowdown a predictor could fit on the base trace
-alone. Last, `lumos predict BASE --dp D --actual TARGET` per target, its compute time
-(exposed + overlapped) beside the target's.
+that of those that ran wholly clear of one: the slowdown a predictor can fit on the base trace
+alone. Last, `lumos predict BASE --dp D --actual TARGET --contention off|fit` per target, its
+compute time (exposed + overlapped) beside the target's: without the slowdown and with the one
+`lumos.transform.suppliers.contention` fits on the base.
 """
 
 from __future__ import annotations
@@ -88,13 +89,17 @@ def main() -> None:
               f"median {statistics.median(ratios):.3f} ({near} within 0.01 of it), range {min(ratios):.3f}-"
               f"{max(ratios):.3f} (a name that covers several shapes mixes them)")
     base = load_run(runs[4])
-    for dp in args.dp:
-        doc = predict(base, {"dp": dp}, actual_tables=load_run(runs[dp]))
-        p, m = doc["predicted"], doc["measured"]
-        pc = (p["exposed_compute_us"] + p["overlapped_us"]) / 1e3
-        mc = (m["exposed_compute_us"] + m["overlapped_us"]) / 1e3
-        print(f"  predict --dp {dp}: error {doc['error_pct']:+.2f}%, iteration {p['iteration_us'] / 1e3:.1f} vs "
-              f"{m['iteration_us'] / 1e3:.1f} ms, compute (exposed + overlapped) {pc:.1f} vs {mc:.1f} ms")
+    for contention in ("off", "fit"):
+        for dp in args.dp:
+            doc = predict(base, {"dp": dp}, actual_tables=load_run(runs[dp]), contention=contention)
+            p, m = doc["predicted"], doc["measured"]
+            pc = (p["exposed_compute_us"] + p["overlapped_us"]) / 1e3
+            mc = (m["exposed_compute_us"] + m["overlapped_us"]) / 1e3
+            fit = doc["contention"]
+            said = f"slowdown {fit['slowdown']:.3f} from {fit['kernels']} kernels" if contention == "fit" else "off"
+            print(f"  predict --dp {dp} --contention {contention} ({said}): error {doc['error_pct']:+.2f}%, "
+                  f"iteration {p['iteration_us'] / 1e3:.1f} vs {m['iteration_us'] / 1e3:.1f} ms, "
+                  f"compute (exposed + overlapped) {pc:.1f} vs {mc:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ The model, a fluid share per GPU (each transfer in flight gets 1/n of the NIC):
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from typing import Callable
 
@@ -31,10 +30,9 @@ from lumos.transform.plan import Plan
 from lumos.transform.suppliers import CollectiveSpec
 from lumos.transform.suppliers.collectives import level_of
 
-__all__ = ["crossing", "shared_durations", "share_nics"]
+from .fixed_point import Effect, replay_to_fixed_point
 
-TOLERANCE_US = 0.5     # the replays stop when no shared duration moves by more
-MAX_ROUNDS = 30
+__all__ = ["crossing", "shared_durations", "nic_effect", "share_nics"]
 
 
 def crossing(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,34 +109,33 @@ def shared_durations(start: np.ndarray, dur: np.ndarray, transfer: np.ndarray, s
     return out
 
 
-def share_nics(plan: Plan, graph, sched, replay: Callable) -> tuple:
-    """(graph, schedule) with the newly crossing transfers shared out, replayed to the fixed point
-    (`graph.summary['nic_sharing']` says how much); the inputs themselves where none ran beside another."""
+def nic_effect(plan: Plan, graph):
+    """The newly crossing transfers as a schedule-dependent effect (`fixed_point.Effect`), or None
+    where no transfer of the plan crosses hosts only in the target."""
     if "nic_crossing" not in plan.memo:
         plan.memo["nic_crossing"] = crossing(plan)
     tasks, transfer, slowed = plan.memo["nic_crossing"]
     if not slowed.any():
-        return graph, sched
+        return None
     base = graph.dur[tasks]
     ranks = graph.rank[tasks]
-    shared = base
-    for rounds in range(1, MAX_ROUNDS + 1):
+    procs = graph.proc[tasks]
+
+    def durations(sched) -> np.ndarray:
         new = base.copy()
         for r in np.unique(ranks):
             m = ranks == r
-            new[m] = shared_durations(sched.start[tasks[m]], base[m], transfer[m], slowed[m], graph.proc[tasks[m]])
-        moved = float(np.max(np.abs(new - shared)))
-        if rounds == 1 and moved <= TOLERANCE_US:
-            return graph, sched     # nothing ran beside another: the replay stands
-        shared = new
-        dur = graph.dur.copy()
-        dur[tasks] = shared
-        graph_now = dataclasses.replace(graph, dur=dur)
-        sched = replay(graph_now)
-        if moved <= TOLERANCE_US:
-            break
-    graph_now.summary = dict(graph.summary, nic_sharing={
-        "slowed": int(np.count_nonzero(shared > base + 1e-9)), "of": int(slowed.sum()),
-        "added_ms": round(float(np.sum(shared - base)) / 1e3, 3), "replays": rounds,
-        "settled": moved <= TOLERANCE_US})
-    return graph_now, sched
+            new[m] = shared_durations(sched.start[tasks[m]], base[m], transfer[m], slowed[m], procs[m])
+        return new
+
+    def summary(shared: np.ndarray) -> dict:
+        return {"slowed": int(np.count_nonzero(shared > base + 1e-9)), "of": int(slowed.sum()),
+                "added_ms": round(float(np.sum(shared - base)) / 1e3, 3)}
+
+    return Effect("nic_sharing", tasks, base, durations, summary)
+
+
+def share_nics(plan: Plan, graph, sched, replay: Callable) -> tuple:
+    """(graph, schedule) with the newly crossing transfers shared out, replayed to the fixed point
+    (`graph.summary['nic_sharing']` says how much); the inputs themselves where none ran beside another."""
+    return replay_to_fixed_point(graph, sched, [nic_effect(plan, graph)], replay)

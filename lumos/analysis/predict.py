@@ -24,7 +24,9 @@ from lumos.transform.recover import summary as structure_summary
 from lumos.transform.whatif import base_plan, memory_of, transform
 
 from .breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
-from .nic_sharing import share_nics
+from .contention import contention_effect
+from .fixed_point import replay_to_fixed_point
+from .nic_sharing import nic_effect
 from .peer_waits import apply_peer_waits, holds_base_tasks, read_peer_waits, resolve_mode, settle
 from .run_replay import critical_rank, run_breakdown
 
@@ -35,10 +37,12 @@ KEYS = METRICS
 
 def simulate_plan(plan: Plan, engine: str = "auto"):
     """Replay a plan's graph (its pending rendezvous joined, the transfers that newly cross hosts
-    sharing their NIC: `nic_sharing`); the graph, schedule and run breakdown."""
+    sharing their NIC: `nic_sharing`, compute kernels slowed by the communication beside them:
+    `contention`); the graph, schedule and run breakdown."""
     graph = add_rendezvous(plan.graph, plan.pairs, set_durations=False) if plan.pairs else plan.graph
     sched = simulate(graph, engine=engine)
-    graph, sched = share_nics(plan, graph, sched, lambda g: simulate(g, engine=engine))
+    graph, sched = replay_to_fixed_point(graph, sched, [nic_effect(plan, graph), contention_effect(plan, graph)],
+                                         lambda g: simulate(g, engine=engine))
     return graph, sched, run_breakdown(graph, sched.start, sched.end)
 
 
@@ -80,7 +84,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
             memory: dict | None = None, microbatch_rule: str = "auto", samples: int = 0, seed: int = 0,
             gemm_efficiency: str = "waves", plan: Plan | None = None, clocks: str = "auto",
             host: str = "median", kernels: str = "median", fsdp_strategy: str | None = None,
-            recordings: Sequence[Sequence[TraceTable]] = (), peer_waits: str = "auto") -> dict:
+            recordings: Sequence[Sequence[TraceTable]] = (), peer_waits: str = "auto",
+            contention: str = "fit") -> dict:
     """Predicted run-level breakdown for `target` ({tp, pp, dp, layers, hidden, ffn}; None = as base).
 
     With `actual_tables`, also the measured breakdown and the errors (JSON shape of `lumos predict`).
@@ -103,7 +108,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     """
     if plan is None:
         plan = base_plan(base_tables, step=step, gemm_efficiency=gemm_efficiency, host=host, kernels=kernels,
-                         recordings=recordings)
+                         recordings=recordings, contention=contention)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
     mode = resolve_mode(plan, peer_waits)
     waits = _peer_waits(plan, mode, engine)
@@ -159,6 +164,14 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
                             f"target ran beside another on their GPU's NIC, {ns['added_ms']} ms longer in all "
                             f"({ns['replays']} replays{'' if ns['settled'] else ', not settled'}; "
                             "lumos.analysis.nic_sharing)")
+    doc["contention"] = {**plan.contention.as_dict(), **{k: v for k, v in graph.summary.get("contention", {}).items()
+                                                         if k in ("added_ms", "replays", "settled")}}
+    if plan.contention.active:
+        cn = doc["contention"]
+        doc["notes"].append(f"compute under communication: the base's kernels ran {cn['slowdown']:.1%} slower wholly "
+                            f"under a communication kernel (median over {cn['kernels']} kernels); the target's "
+                            f"overlap adds {cn.get('added_ms', 0.0)} ms of compute to their time alone "
+                            f"({cn.get('replays', 0)} replays; lumos.transform.suppliers.contention)")
     if peer_waits == "auto" and plan.sharding and waits is None:
         doc["notes"].append("peer waits additive: auto anchors a sharded base's waits only where the target keeps "
                             "the base's tasks (a change of DP or speed alone); this one rebuilds them")

@@ -60,6 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the kernel that released each bucket, the transfer re-timed; for a change of DP or "
                         "speed alone) or auto (default: anchored for a sharded base where the target keeps its "
                         "tasks, else additive); lumos/analysis/peer_waits.py")
+    p.add_argument("--contention", choices=("fit", "off"), default="fit",
+                   help="compute kernels slowed by the communication kernels beside them: fit (default: the "
+                        "slowdown the base's own kernels show under communication, taken out of their durations "
+                        "and put back by the target's overlap in the replay; nothing where the base shows none) "
+                        "or off (the base's durations as measured); lumos/transform/suppliers/contention.py")
     p.add_argument("--other-recordings", "--host-from", dest="recordings", nargs="+", default=[], metavar="RUN",
                    help="other recordings of the base's configuration (trace files or directories, the same "
                         "ranks): their profiled steps join the medians of --host and --kernels and the host "
@@ -138,16 +143,17 @@ def _base_tables(path: str):
 
 
 def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", kernels: str = "median",
-                   recordings=()):
+                   recordings=(), contention: str = "fit"):
     from lumos.trace import load_run
     from lumos.transform.whatif import base_plan
 
     _base_tables(path)
     plans = _LAST_BASE["plans"]
-    which = (step, gemm_efficiency, host, kernels, tuple(_run_key(r) or r for r in recordings))
+    which = (step, gemm_efficiency, host, kernels, tuple(_run_key(r) or r for r in recordings), contention)
     if which not in plans:
         plans[which] = base_plan(_LAST_BASE["tables"], step=step, gemm_efficiency=gemm_efficiency, host=host,
-                                 kernels=kernels, recordings=[load_run(r) for r in recordings])
+                                 kernels=kernels, recordings=[load_run(r) for r in recordings],
+                                 contention=contention)
     return _LAST_BASE["tables"], plans[which]
 
 
@@ -166,7 +172,7 @@ def _run(args) -> int:
         if args.dp is not None and (args.dp_calibration or _one_rank_fsdp_base(args)):
             return _run_from_one_rank(args)
         base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.kernels,
-                                    args.recordings)
+                                    args.recordings, args.contention)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
@@ -181,7 +187,7 @@ def _run(args) -> int:
                       memory=memory_overrides(args),
                       samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
                       clocks=args.clocks, host=args.host, kernels=args.kernels,
-                      fsdp_strategy=args.fsdp_strategy, peer_waits=args.peer_waits)
+                      fsdp_strategy=args.fsdp_strategy, peer_waits=args.peer_waits, contention=args.contention)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}

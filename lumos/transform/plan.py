@@ -16,6 +16,7 @@ from lumos.graph.model import Graph
 
 from .structure import ModelShape, RunStructure
 from .suppliers import AlphaBeta, ComputeModel
+from .suppliers.contention import NO_CONTENTION, Contention
 
 
 @dataclass
@@ -42,6 +43,9 @@ class Plan:
     # (role, kind) of the collectives whose group spanned hosts in the base: their measured times
     # hold their share of the NIC (lumos.analysis.nic_sharing)
     base_crossing: frozenset = frozenset()
+    # compute kernels' slowdown under communication, fitted on the base (suppliers/contention.py);
+    # the graph's compute durations are then their time alone, put back by lumos.analysis.contention
+    contention: Contention = NO_CONTENTION
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)

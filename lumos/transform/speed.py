@@ -26,7 +26,11 @@ NOT_COMPUTE = ("Memcpy HtoD", "Memcpy DtoH", "Memcpy PtoP", "Memcpy HtoH")
 
 def compute_kernels(plan: Plan) -> np.ndarray:
     """Per task: a GPU kernel that runs on the SMs (not a collective, not a copy over PCIe / NVLink)."""
-    g, st = plan.graph, plan.st
+    return compute_mask(plan.graph, plan.st)
+
+
+def compute_mask(g, st) -> np.ndarray:
+    """`compute_kernels` of a graph and its structure, before they are a plan."""
     coll = np.array([c is not None for c in st.coll], dtype=bool)
     copy_op = np.array([str(n).startswith(NOT_COMPUTE) for n in g.name], dtype=bool)
     return (g.kind == TaskKind.GPU) & ~g.comm.astype(bool) & ~coll & ~copy_op

@@ -28,9 +28,10 @@ from .schedule import layers_per_stage
 from .structure import find_structure
 from .suppliers import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from .suppliers.collectives import level_of, load_profile
+from .suppliers.contention import CONTENTION_MODES, NO_CONTENTION, base_shares, fit_contention
 from .micro_batch import change_micro_batch
 from .microbatch_count import target_microbatches
-from .speed import change_speed
+from .speed import change_speed, compute_mask
 from .tp import change_tp
 from .width import change_width
 
@@ -45,14 +46,18 @@ STEP_MODES = ("median", "step")
 
 def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = None,
               gemm_efficiency: str = "waves", host: str = "median", kernels: str = "median",
-              recordings: Sequence[Sequence[TraceTable]] = ()) -> Plan:
+              recordings: Sequence[Sequence[TraceTable]] = (), contention: str = "fit") -> Plan:
     """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it.
     `gemm_efficiency`: 'waves' (GEMMs re-timed by the wave model where the kernel names a tile) or
     'flops' (by the FLOP ratio alone); `suppliers/compute.py`. `host`: 'median' (each CPU task and
     program-order gap the median over the rank's profiled steps, `lumos.graph.profiled_steps`) or 'step'
     (the selected step's own); `kernels` the same for every kernel but collectives (before the suppliers
     are fitted on them). `recordings`: other recordings of the base's configuration, whose profiled
-    steps join the medians (and, for host work, the interval's draw)."""
+    steps join the medians (and, for host work, the interval's draw). `contention`: 'fit' (compute kernels
+    timed as they would run alone, the slowdown under communication the base shows put back in each
+    replay: `suppliers/contention.py`) or 'off' (the measured durations as they are)."""
+    if contention not in CONTENTION_MODES:
+        raise ValueError(f"contention must be one of {', '.join(CONTENTION_MODES)}, got {contention!r}")
     if gemm_efficiency not in ("waves", "flops"):
         raise ValueError(f"gemm_efficiency must be 'waves' or 'flops', got {gemm_efficiency!r}")
     check_steps(tables, host, kernels, recordings)
@@ -68,6 +73,7 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
     st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
     st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
+    slowdown = alone_under_comm(graph, st, found) if contention == "fit" else NO_CONTENTION
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
     coll_model = fit_alpha_beta(samples, profile)
@@ -82,7 +88,20 @@ def base_plan(tables: Sequence[TraceTable], step=None, profile: dict | None = No
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
-                base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host))
+                base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown)
+
+
+def alone_under_comm(graph, st, tables: Sequence[TraceTable]):
+    """The slowdown the base's compute kernels show under communication (`suppliers/contention.py`),
+    with each kernel's duration set, in place, to its time alone: the suppliers fitted next and every
+    transform see durations free of the base's overlap, and the replay puts back the target's."""
+    tasks = np.flatnonzero(compute_mask(graph, st) & (graph.event >= 0))
+    dur, share = base_shares(graph, tables, tasks)
+    keys = np.array([f"{graph.name[t]}|{st.op_dims[t]}" for t in tasks.tolist()], dtype=object)
+    fitted = fit_contention(keys, dur, share)
+    if fitted.active:
+        graph.dur[tasks] = fitted.alone(graph.dur[tasks], share)
+    return fitted
 
 
 def crossing_kinds(st, role: np.ndarray, gpus_per_host: int) -> frozenset:

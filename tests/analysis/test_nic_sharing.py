@@ -12,12 +12,7 @@ from hypothesis import strategies as hs
 import lumos.analysis.predict as predict_module
 from lumos.analysis.nic_sharing import crossing, shared_durations
 from lumos.analysis.predict import predict
-from lumos.emulator import emulate, write_result
-from lumos.trace import load_run
 from lumos.transform.whatif import base_plan, transform
-
-QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
-         "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]
 
 
 def _shared(starts, durs, transfers, slowed, streams):
@@ -60,18 +55,6 @@ def test_sharing_only_lengthens_the_slowed_ones_and_one_stream_shares_nothing(ro
     assert np.all(out <= dur + transfer.sum() + 1e-6)
 
 
-@pytest.fixture(scope="module")
-def quiet_fsdp(tmp_path_factory):
-    """A 15B FSDP base inside hosts (TP 2, PP 2, DP 4) and DP 16 across four hosts, no noise."""
-    out = {}
-    for dp in (4, 16):
-        d = tmp_path_factory.mktemp(f"fsdp_dp{dp}")
-        write_result(emulate(["model=gpt3_15b", "parallel.tp=2", "parallel.pp=2", f"parallel.dp={dp}",
-                              "training.dp_sharding=fsdp", "seed=0", *QUIET], progress=False), d)
-        out[dp] = load_run(d)
-    return out
-
-
 def test_the_gathers_and_reduce_scatters_newly_cross_hosts_and_the_pipeline_sends_do_not(quiet_fsdp):
     plan = base_plan(quiet_fsdp[4])
     assert plan.base_crossing == {("pp", "send"), ("pp", "recv")}
@@ -88,9 +71,9 @@ def test_the_gathers_and_reduce_scatters_newly_cross_hosts_and_the_pipeline_send
 
 def test_fsdp_dp16_from_a_quiet_base_within_2_percent_with_the_nic_shared_and_7_percent_short_without(
         quiet_fsdp, monkeypatch):
-    plan = base_plan(quiet_fsdp[4])
+    plan = base_plan(quiet_fsdp[4], contention="off")   # NIC sharing alone: tests/analysis/test_contention.py
     shared = predict(quiet_fsdp[4], {"dp": 16}, plan=plan, actual_tables=quiet_fsdp[16])
-    monkeypatch.setattr(predict_module, "share_nics", lambda plan, graph, sched, replay: (graph, sched))
+    monkeypatch.setattr(predict_module, "nic_effect", lambda plan, graph: None)
     alone = predict(quiet_fsdp[4], {"dp": 16}, plan=plan, actual_tables=quiet_fsdp[16])
     assert alone["error_pct"] == pytest.approx(-7.0, abs=0.5)
     assert shared["error_pct"] == pytest.approx(-1.5, abs=0.5)
