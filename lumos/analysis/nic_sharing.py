@@ -16,13 +16,13 @@ The model, a fluid share per GPU (each transfer in flight gets 1/n of the NIC):
   only those whose (role, kind) stayed inside a host in the base are slowed: a transfer that
   crossed hosts in the base has its own sharing in its measured time, so it only takes a share;
 - the starts come from a replay, the shared durations change the replay, so it is replayed again
-  until no duration moves by more than half a microsecond.
+  until no duration moves by more than half a microsecond, together with the compute slowed under
+  communication (`fixed_point.py`), which moves the starts this reads.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Callable
 
 import numpy as np
 
@@ -30,9 +30,9 @@ from lumos.transform.plan import Plan
 from lumos.transform.suppliers import CollectiveSpec
 from lumos.transform.suppliers.collectives import level_of
 
-from .fixed_point import Effect, replay_to_fixed_point
+from .fixed_point import Effect
 
-__all__ = ["crossing", "shared_durations", "nic_effect", "share_nics"]
+__all__ = ["crossing", "shared_durations", "nic_effect"]
 
 
 def crossing(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,8 +134,3 @@ def nic_effect(plan: Plan, graph):
 
     return Effect("nic_sharing", tasks, base, durations, summary)
 
-
-def share_nics(plan: Plan, graph, sched, replay: Callable) -> tuple:
-    """(graph, schedule) with the newly crossing transfers shared out, replayed to the fixed point
-    (`graph.summary['nic_sharing']` says how much); the inputs themselves where none ran beside another."""
-    return replay_to_fixed_point(graph, sched, [nic_effect(plan, graph)], replay)

@@ -169,7 +169,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, global_batch: int |
     if plan.contention.active:
         cn = doc["contention"]
         doc["notes"].append(f"compute under communication: the base's kernels ran {cn['slowdown']:.1%} slower wholly "
-                            f"under a communication kernel (median over {cn['kernels']} kernels); the target's "
+                            f"under a communication kernel (weighted median over {cn['kernels']} kernels); the target's "
                             f"overlap adds {cn.get('added_ms', 0.0)} ms of compute to their time alone "
                             f"({cn.get('replays', 0)} replays; lumos.transform.suppliers.contention)")
     if peer_waits == "auto" and plan.sharding and waits is None:
