@@ -4,11 +4,15 @@ while an NCCL kernel runs (config/emulator/default.yaml, compute.comm_slowdown).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from lumos.analysis.contention import replay_shares
 from lumos.analysis.predict import predict, simulate_plan
+from lumos.cli import main as lumos_main
 from lumos.transform.speed import compute_kernels
 from lumos.transform.whatif import base_plan
 
@@ -47,3 +51,20 @@ def test_fsdp_dp16_reads_within_half_a_percent_with_the_slowdown_and_1_3_percent
     assert any(n.startswith("compute under communication: the base's kernels ran 12.0% slower") for n in on["notes"])
     assert off["contention"] == {"mode": "off", "slowdown": 0.0, "kernels": 0, "ratio_p10_p50_p90": []}
     assert not any(n.startswith("compute under communication") for n in off["notes"])
+
+
+def test_the_cli_flag_turns_it_off_and_the_document_says_what_was_fitted(quiet_fsdp, capsys):
+    base = str(Path(quiet_fsdp[4][0].path).parent)
+    docs = {}
+    for mode in ("fit", "off"):
+        assert lumos_main(["predict", base, "--dp", "16", "--contention", mode, "--format", "json"]) == 0
+        docs[mode] = json.loads(capsys.readouterr().out)
+    assert docs["fit"]["contention"]["slowdown"] == pytest.approx(0.12, abs=1e-4)
+    assert docs["fit"]["contention"]["kernels"] == 18 and docs["fit"]["contention"]["settled"]
+    assert docs["off"]["contention"]["mode"] == "off" and "added_ms" not in docs["off"]["contention"]
+    # the slowdown put back makes the DP 16 iteration 12.3 ms longer
+    longer = docs["fit"]["predicted"]["iteration_us"] - docs["off"]["predicted"]["iteration_us"]
+    assert longer == pytest.approx(12_319, abs=500)
+    with pytest.raises(SystemExit):
+        lumos_main(["predict", base, "--dp", "16", "--contention", "always"])
+    assert "invalid choice: 'always'" in capsys.readouterr().err
