@@ -3,6 +3,7 @@ a sharded DP prediction's miss it is (EMULATED; issue 32's remaining bias, docs/
 "Sharded data parallelism").
 
     python benchmarks/comm_contention.py [--out DIR] [--dp 8 32] [--noisy]
+    python benchmarks/comm_contention.py --real
 
 Emulates the 15B FSDP base (2x2x4) and its DP targets with every rank emulated and, unless
 `--noisy`, every random draw off (kernel and collective jitter, rank slowness, stragglers), then for
@@ -12,7 +13,8 @@ both ways, the median duration of the occurrences that ran wholly under a commun
 that of those that ran wholly clear of one: the slowdown a predictor can fit on the base trace
 alone. Last, `lumos predict BASE --dp D --actual TARGET --contention off|fit` per target, its
 compute time (exposed + overlapped) beside the target's: without the slowdown and with the one
-`lumos.transform.suppliers.contention` fits on the base.
+`lumos.transform.suppliers.contention` fits on the base. `--real`: that fit on each public
+multi-GPU trace of `resources/traces/real` (HTA's A100/V100 ranks, PARAM's eight V100 DLRM ranks).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lumos.intervals import intersection_length, union
+from lumos.transform.suppliers.contention import share_under
 
 QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
          "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]
@@ -41,13 +43,32 @@ def kernels(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 def under_comm(start: np.ndarray, dur: np.ndarray, comm: np.ndarray) -> np.ndarray:
     """Per compute kernel (`~comm`), the share of its span under some communication kernel."""
-    cs, ce = union(start[comm], start[comm] + dur[comm])
-    share = np.zeros(int((~comm).sum()))
-    for i, (a, d) in enumerate(zip(start[~comm].tolist(), dur[~comm].tolist())):
-        if d > 0:
-            j = int(np.searchsorted(ce, a))
-            share[i] = intersection_length((np.array([a]), np.array([a + d])), (cs[j:], ce[j:])) / d
-    return share
+    return share_under(start[~comm], start[~comm] + dur[~comm], start[comm], start[comm] + dur[comm])
+
+
+def real_traces() -> None:
+    """The fit on the public multi-GPU traces (measured on hardware), keyed by kernel name: their
+    layers are not annotated, so `base_plan` (which keys by name and Input Dims) cannot read them."""
+    from lumos.graph.model import TaskKind
+    from lumos.graph.run_graph import build_run_graph
+    from lumos.trace import load_trace
+    from lumos.transform.suppliers.contention import base_shares, fit_contention
+
+    real = Path(__file__).resolve().parents[1] / "resources" / "traces" / "real"
+    paths = sorted((real / "hta").glob("*.json.gz")) + sorted((real / "param" / "dlrm_8rank" / "kineto").glob("*.gz"))
+    print("public multi-GPU traces, one rank each, kernels keyed by name (MEASURED ON HARDWARE)")
+    for path in paths:
+        t = load_trace(path)
+        g = build_run_graph([t])
+        if not g.comm.any():
+            continue
+        tasks = np.flatnonzero((g.kind == TaskKind.GPU) & ~g.comm.astype(bool) & (g.event >= 0)
+                               & np.array([not str(n).startswith("Mem") for n in g.name]))
+        dur, share = base_shares(g, [t], tasks)
+        fit = fit_contention(np.array([str(n) for n in g.name[tasks]], dtype=object), dur, share)
+        print(f"  {path.parent.name}/{path.name}: {len(tasks)} compute kernels, {int((share >= 0.99).sum())} wholly "
+              f"under communication; {fit.kernels} kernels read both ways (ratios "
+              f"{', '.join(f'{r:.2f}' for r in fit.ratios) or '-'}): slowdown {fit.slowdown:.3f}")
 
 
 def main() -> None:
@@ -59,7 +80,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/lumos-comm-contention"))
     ap.add_argument("--dp", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--noisy", action="store_true", help="keep the emulator's random draws")
+    ap.add_argument("--real", action="store_true", help="the fit on the public multi-GPU traces instead")
     args = ap.parse_args()
+    if args.real:
+        real_traces()
+        return
     runs = {}
     for dp in [4, *args.dp]:
         out = args.out / f"fsdp_2x2x{dp}"

@@ -17,9 +17,10 @@ floored at 0; 0 where fewer than `MIN_KERNELS` kernels show both (a single-GPU b
 communication never overlaps compute).
 
 Seen in traces: our emulator slows compute by 12% under NCCL and its traces read 1.12
-(`python benchmarks/comm_contention.py`); on hardware, HTA's public A100 rank (trace_diff control,
-`resources/traces/real/hta`) has 4 kernels of 10 us or more both ways, by name, at 1.45-2.45x (a
-slowdown of 1.0), and PARAM's V100 DLRM ranks none (tests/transform/test_contention.py). Applied in
+(`python benchmarks/comm_contention.py`); on hardware, by name, HTA's public A100 ranks
+(`resources/traces/real/hta`) read 1.0 (trace_diff control: 4 kernels of 10 us or more both ways,
+1.45-2.45x), 0.052 (nccl_parser_config: 4 kernels, 0.60-3.49x) and nothing (one rank, and PARAM's
+eight V100 DLRM ranks: no such kernel; `python benchmarks/comm_contention.py --real`). Applied in
 `lumos.analysis.contention`.
 """
 
