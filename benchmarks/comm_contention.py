@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lumos.transform.suppliers.contention import share_under
+from lumos.intervals import share_under
 
 QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
          "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]

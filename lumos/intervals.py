@@ -59,3 +59,24 @@ def inside(t: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     out = np.zeros(len(t), dtype=bool)
     out[ok] = t[ok] <= e[k[ok]]
     return out
+
+
+def busy_until(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time of disjoint sorted intervals (s, e) before each time in t."""
+    done_len = np.concatenate([[0.0], np.cumsum(e - s)])
+    k = np.searchsorted(s, t, side="left")  # intervals that started before t
+    last = np.maximum(k - 1, 0)
+    partial = np.where(k > 0, np.clip(np.minimum(t, e[last]) - s[last], 0.0, None), 0.0)
+    return done_len[last] + partial
+
+
+def share_under(start: np.ndarray, end: np.ndarray, other_start: np.ndarray, other_end: np.ndarray) -> np.ndarray:
+    """Per interval [start, end), the share of it under the union of the other intervals (0 for an
+    empty one)."""
+    s, e = union(np.asarray(other_start, dtype=np.float64), np.asarray(other_end, dtype=np.float64))
+    if len(s) == 0 or len(start) == 0:
+        return np.zeros(len(start))
+    span = end - start
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = (busy_until(s, e, end) - busy_until(s, e, start)) / span
+    return np.where(span > 0, np.clip(share, 0.0, 1.0), 0.0)

@@ -95,16 +95,7 @@ def duty_cycle(start, end, is_gpu, in_step, bin_us: float = 1000.0) -> np.ndarra
         return np.zeros(0)
     s, e = intervals.union(*intervals.clip(start[is_gpu], end[is_gpu], lo, hi))
     edges = np.append(np.arange(lo, hi, bin_us), hi)
-    return np.diff(_busy_until(s, e, edges)) / np.diff(edges)
-
-
-def _busy_until(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Busy time of disjoint sorted intervals (s, e) before each time in t."""
-    done_len = np.concatenate([[0.0], np.cumsum(e - s)])
-    k = np.searchsorted(s, t, side="left")  # intervals that started before t
-    last = np.maximum(k - 1, 0)
-    partial = np.where(k > 0, np.clip(np.minimum(t, e[last]) - s[last], 0.0, None), 0.0)
-    return done_len[last] + partial
+    return np.diff(intervals.busy_until(s, e, edges)) / np.diff(edges)
 
 
 def relative_error_pct(predicted: float, actual: float) -> float | None:

@@ -20,13 +20,18 @@ from .fixed_point import Effect
 __all__ = ["replay_shares", "contention_effect"]
 
 
-def replay_shares(graph, start: np.ndarray, end: np.ndarray, tasks: np.ndarray) -> np.ndarray:
-    """Share of each of `tasks`' replayed span under a replayed communication kernel of its rank."""
+def rank_groups(graph, tasks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per rank of `tasks`: (positions in `tasks`, that rank's communication kernels)."""
     comm = np.flatnonzero(graph.comm.astype(bool) & (graph.kind == TaskKind.GPU))
+    return [(np.flatnonzero(graph.rank[tasks] == r), comm[graph.rank[comm] == r])
+            for r in np.unique(graph.rank[tasks]).tolist()]
+
+
+def replay_shares(graph, start: np.ndarray, end: np.ndarray, tasks: np.ndarray, groups=None) -> np.ndarray:
+    """Share of each of `tasks`' replayed span under a replayed communication kernel of its rank
+    (`groups`: `rank_groups(graph, tasks)`, made once where the shares are read every round)."""
     share = np.zeros(len(tasks))
-    for r in np.unique(graph.rank[tasks]).tolist():
-        mine = np.flatnonzero(graph.rank[tasks] == r)
-        c = comm[graph.rank[comm] == r]
+    for mine, c in groups if groups is not None else rank_groups(graph, tasks):
         t = tasks[mine]
         share[mine] = share_under(start[t], end[t], start[c], end[c])
     return share
@@ -42,9 +47,10 @@ def contention_effect(plan: Plan, graph):
         plan.memo["compute_kernels"] = np.flatnonzero(compute_kernels(plan))
     tasks = plan.memo["compute_kernels"]
     alone = graph.dur[tasks]
+    groups = rank_groups(graph, tasks)
 
     def durations(sched) -> np.ndarray:
-        return c.beside(alone, replay_shares(graph, sched.start, sched.end, tasks))
+        return c.beside(alone, replay_shares(graph, sched.start, sched.end, tasks, groups))
 
     def summary(now: np.ndarray) -> dict:
         return {**c.as_dict(), "added_ms": round(float(np.sum(now - alone)) / 1e3, 3)}

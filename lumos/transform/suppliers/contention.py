@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lumos.intervals import union
+from lumos.intervals import share_under
 
 __all__ = ["Contention", "CONTENTION_MODES", "fit_contention", "share_under", "base_shares", "NO_CONTENTION"]
 
@@ -67,25 +67,6 @@ class Contention:
 
 
 NO_CONTENTION = Contention(0.0, mode="off")
-
-
-def share_under(start: np.ndarray, end: np.ndarray, comm_start: np.ndarray, comm_end: np.ndarray) -> np.ndarray:
-    """Per interval [start, end), the share of it under the union of the communication intervals."""
-    cs, ce = union(np.asarray(comm_start, dtype=np.float64), np.asarray(comm_end, dtype=np.float64))
-    if len(cs) == 0 or len(start) == 0:
-        return np.zeros(len(start))
-    cum = np.concatenate(([0.0], np.cumsum(ce - cs)))
-
-    def covered(x: np.ndarray) -> np.ndarray:      # communication time in (-inf, x]
-        j = np.searchsorted(cs, x, side="right") - 1
-        jj = np.maximum(j, 0)
-        part = np.clip(x - cs[jj], 0.0, ce[jj] - cs[jj])
-        return np.where(j >= 0, cum[jj] + part, 0.0)
-
-    span = end - start
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = (covered(end) - covered(start)) / span
-    return np.where(span > 0, np.clip(share, 0.0, 1.0), 0.0)
 
 
 def fit_contention(keys: np.ndarray, dur: np.ndarray, share: np.ndarray) -> Contention:
