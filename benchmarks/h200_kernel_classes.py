@@ -6,7 +6,8 @@ For each target (default: layers_2x, width_1.5x, width_2x, mbs_8), the base plan
 (`lumos.transform.whatif.transform`, before the sustained-clock factor `lumos predict` applies) against
 the mean of the target's measured profiled steps (both recordings): summed kernel time per class
 (GEMM, attention, optimizer, memcpy/memset, other) and per kernel name. GEMMs whose shape changed
-are the ones to read: a target whose shapes stay (more layers) shows the clock alone.
+are the ones to read: a target whose shapes stay (more layers) shows the clock alone. The means mix
+profiled steps at different clocks; `benchmarks/h200_clock_steps.py` takes them one step at a time.
 
 Also, per GEMM kernel of the base, the time per wave x k (`suppliers.compute.gemm_waves`): how a
 tile's cost moves with k and the wave count inside the base's own shapes.
