@@ -10,7 +10,7 @@ and warm-up iterations at the measured period, then the profiled ones), measured
 predicted for GEMMs and for every kernel, the clock model's slowdown for that step (the
 prediction's factor times its `step_levels` entry), and what is left after it. A step in the boost
 part (model 1.000) shows the shape laws alone; a step whose measured ratio jumps while the model's
-does not is a clock dip the calibration runs did not show. About 20 s.
+does not is a clock dip the calibration runs did not show. About 30 s.
 """
 
 from __future__ import annotations
