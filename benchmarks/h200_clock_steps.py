@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_host import FLAGS, H200  # noqa: E402
+from h200_host import H200, predict_args  # noqa: E402
 from h200_kernel_classes import kernel_class  # noqa: E402
 
 
@@ -60,8 +60,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for label in args.targets:
         t = cfg["targets"][label]
-        kw = {FLAGS[f]: int(v) for f, v in zip(t["flags"][::2], t["flags"][1::2])}
-        target = {k: kw.pop(k) for k in ("layers", "hidden", "ffn") if k in kw}
+        target, kw = predict_args(t["flags"])
         pred_gemm, pred_all = kernel_ms(transform(plan, **target, **kw).graph)
         clock = predict(base, target, plan=plan, **kw)["clock"]
         name = f"{label}{' (calibration)' if label in calib else ''}"

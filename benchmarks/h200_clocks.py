@@ -84,13 +84,13 @@ def main() -> None:
 def predictions(calib: set) -> None:
     from omegaconf import OmegaConf
 
+    from h200_host import predict_args   # beside this script
+
     from lumos.analysis.predict import measured_steps, predict
     from lumos.config import config_dir
     from lumos.trace import load_run
 
     cfg = OmegaConf.to_container(OmegaConf.load(config_dir() / "config.yaml"))["h200"]
-    keys = {"--layers": "layers", "--hidden": "hidden", "--ffn": "ffn", "--micro-batch": "micro_batch",
-            "--global-batch": "global_batch"}
     print("4. what-ifs, error % against the measured mean: --clocks off -> recorded (calibration targets marked *)")
     for b in cfg["bases"]:
         tables = load_run(H200 / b)
@@ -98,8 +98,7 @@ def predictions(calib: set) -> None:
         for label, t in cfg["targets"].items():
             if not t["flags"]:
                 continue
-            kw = {keys[f]: int(v) for f, v in zip(t["flags"][::2], t["flags"][1::2])}
-            target = {k: kw.pop(k) for k in ("layers", "hidden", "ffn") if k in kw}
+            target, kw = predict_args(t["flags"])
             measured = np.mean([s["iteration_us"] for d in sorted(H200.glob(f"{t['config']}_r*"))
                                 for s in measured_steps(d)])
             row = []

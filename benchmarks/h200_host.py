@@ -27,6 +27,13 @@ FLAGS = {"--layers": "layers", "--hidden": "hidden", "--ffn": "ffn", "--micro-ba
          "--global-batch": "global_batch"}
 
 
+def predict_args(flags: list) -> tuple[dict, dict]:
+    """A target's `lumos predict` flags (config `h200.targets.*.flags`) as `predict`'s `target` dict and
+    its keyword arguments."""
+    kw = {FLAGS[f]: int(v) for f, v in zip(flags[::2], flags[1::2])}
+    return {k: kw.pop(k) for k in ("layers", "hidden", "ffn") if k in kw}, kw
+
+
 def main() -> None:
     from omegaconf import OmegaConf
 
@@ -50,8 +57,7 @@ def main() -> None:
     calib = set(cfg.get("clock_calibration", []))
     errors = {(b, h): {} for b in bases for h in ("step", "median")}
     for label, t in cfg["targets"].items():
-        kw = {FLAGS[f]: int(v) for f, v in zip(t["flags"][::2], t["flags"][1::2])}
-        target = {k: kw.pop(k) for k in ("layers", "hidden", "ffn") if k in kw}
+        target, kw = predict_args(t["flags"])
         measured = np.array([s["iteration_us"] for d in sorted(H200.glob(f"{t['config']}_r*"))
                              for s in measured_steps(d)])
         mean = measured.mean()
