@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from lumos.graph.model import TaskKind
+from lumos.intervals import share_under
 from lumos.transform.plan import Plan
 from lumos.transform.speed import compute_kernels
-from lumos.transform.suppliers.contention import share_under
 
 from .fixed_point import Effect
 

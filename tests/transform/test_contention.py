@@ -13,10 +13,9 @@ from hypothesis import strategies as hs
 
 from lumos.graph.model import TaskKind
 from lumos.graph.run_graph import build_run_graph
-from lumos.intervals import intersection_length, union
+from lumos.intervals import intersection_length, share_under, union
 from lumos.trace import load_run, load_trace
-from lumos.transform.suppliers.contention import (Contention, base_shares, fit_contention, share_under,
-                                                  weighted_median)
+from lumos.transform.suppliers.contention import Contention, base_shares, fit_contention, weighted_median
 from lumos.transform.whatif import base_plan
 
 ROOT = Path(__file__).resolve().parents[2] / "resources" / "traces"

@@ -32,7 +32,7 @@ import numpy as np
 
 from lumos.intervals import share_under
 
-__all__ = ["Contention", "CONTENTION_MODES", "fit_contention", "share_under", "base_shares", "NO_CONTENTION"]
+__all__ = ["Contention", "CONTENTION_MODES", "fit_contention", "base_shares", "NO_CONTENTION"]
 
 CONTENTION_MODES = ("fit", "off")
 MIN_EACH = 3          # occurrences of a kernel wholly under and wholly clear of communication
