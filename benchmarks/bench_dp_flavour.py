@@ -1,4 +1,4 @@
-"""What reading a base's data-parallel flavour costs a prediction (`lumos.transform.dp_flavour`).
+"""What reading a base's data-parallel flavour costs a prediction (`lumos.model.dp_flavour`).
 
 `lumos predict` reads every base rank's flavour before it builds a plan, so this is on every
 prediction's path. Run by hand (not part of the test suite), after the pipeline has emulated its
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
     from lumos.trace import load_run
-    from lumos.transform.dp_flavour import find_dp_flavour
+    from lumos.model.dp_flavour import find_dp_flavour
 
     for run in args.runs:
         if not Path(run).exists():

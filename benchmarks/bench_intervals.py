@@ -17,20 +17,16 @@ traces are EMULATED, not measured on hardware.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from lumos.analysis.spread import lag_keys, task_keys  # noqa: E402
-from lumos.analysis.uncertainty import (DEFAULT_SAMPLES, fit_tables, monte_carlo, other_iterations,  # noqa: E402
+from lumos.analysis.spread import lag_keys, task_keys
+from lumos.analysis.uncertainty import (DEFAULT_SAMPLES, fit_tables, monte_carlo, other_iterations,
                                         summarize)
-from lumos.graph import build_graph  # noqa: E402
-from lumos.trace import load_trace  # noqa: E402
+from lumos.graph import build_graph
+from lumos.trace import load_trace
 
+ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "resources" / "traces" / "real"
 MULTI_STEP = [REAL / "param" / "resnet_1gpu" / "resnet_kineto.json.gz",
               REAL / "hta" / "negative_queue_length_values_check__rank0.json.gz",
@@ -156,7 +152,7 @@ def main() -> None:
         return
     traces = [Path(t) for t in args.trace]
     if not traces:
-        from emulated import emulated_traces
+        from lumos.studies.emulated import emulated_traces
         traces = [t for t in emulated_traces() if "175b" in str(t)] + [MULTI_STEP[1]]
     n = args.samples or 1000
     print("| trace | tasks | fit s | N | Monte Carlo s | median ms | 90% ms |\n|---|---|---|---|---|---|---|")

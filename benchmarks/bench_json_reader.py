@@ -22,7 +22,6 @@ import gc
 import gzip
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -30,9 +29,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled paths, as before lumos.jit chose by size
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from lumos import collector  # noqa: E402
 from lumos.trace import reader, scanned  # noqa: E402
 
 DEFAULT = [ROOT / "resources/traces/real/kineto/resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz",
@@ -44,7 +42,7 @@ DEFAULT = [ROOT / "resources/traces/real/kineto/resnet50_num_workers_0__worker0.
            ROOT / "results/default/emulated/gpt3_175b-8x4x8/seed0/rank0.json.gz"]
 
 
-try:
+try:   # benchmarks/msgspec_reader.py: beside this script, whose folder Python puts first on sys.path
     import msgspec_reader
 except ImportError:  # msgspec not installed: that column is skipped
     msgspec_reader = None
@@ -73,21 +71,21 @@ def main() -> None:
         data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
 
         def scanner(d):
-            with reader._gc_paused():
+            with collector.paused():
                 return scanned.scanned_columns(d)
 
         def plain(d):
-            with reader._gc_paused():
+            with collector.paused():
                 return reader.parse_document(orjson.loads(d), path)
 
         t_orjson, _ = timed(orjson.loads, data, args.repeat)
-        t_scan, (cols, doc, unmodelled) = timed(scanner, data, args.repeat)
+        t_scan, (cols, doc, unmodelled, *_) = timed(scanner, data, args.repeat)   # and the unmodelled durations
         t_plain, _ = timed(plain, data, args.repeat)
         t_ms = t_ng = float("nan")
         if have_msgspec:
             for guard in (True, False):
                 def via_msgspec(d, guard=guard):
-                    with reader._gc_paused():
+                    with collector.paused():
                         return msgspec_reader.typed_columns(d, guard=guard)
                 t, (ms, ms_doc, ms_unmodelled) = timed(via_msgspec, data, args.repeat)
                 if guard:

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulated import emulated_traces
+from lumos.studies.emulated import emulated_traces
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled (C) paths

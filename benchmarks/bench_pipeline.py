@@ -42,7 +42,6 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled (C) paths
-sys.path.insert(0, str(ROOT))
 
 from lumos.analysis.replay import replayed_breakdown  # noqa: E402
 from lumos.graph import build_graph  # noqa: E402

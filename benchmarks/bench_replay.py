@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from emulated import emulated_traces
+from lumos.studies.emulated import emulated_traces
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LUMOS_JIT", "always")  # figures of the compiled (C) paths

@@ -22,7 +22,7 @@ that figure: `lumos replay` under the interpreter running this script.
   one, is filled by the untimed first run).
 - HTA 0.5.0 (HolisticTraceAnalysis): `TraceAnalysis(trace_dir)` then
   `critical_path_analysis(rank, "ProfilerStep", None)`, the trace alone in a directory.
-- `lumos predict` GPT-3 15B 2x2x4 -> 2x8x8 from the emulated base (`benchmarks/emulated.py`)
+- `lumos predict` GPT-3 15B 2x2x4 -> 2x8x8 from the emulated base (`lumos.studies.emulated`)
   against the floor the issue names: a process that starts Python, imports numpy and numba
   and reads (gunzips) the same base files.
 
@@ -49,9 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from lumos.studies.emulated import CACHE, emulated_traces
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from emulated import CACHE, emulated_traces  # noqa: E402
 
 REAL = ROOT / "resources" / "traces" / "real"
 DEFAULT_REAL = [

@@ -49,6 +49,7 @@ class Args(msgspec.Struct, frozen=True):
     coll_name: msgspec.Raw = msgspec.field(name="Collective name", default=None)
     dtype: msgspec.Raw = None
     pg_ranks: msgspec.Raw = msgspec.field(name="Process Group Ranks", default=None)
+    pg_name: msgspec.Raw = msgspec.field(name="Process Group Name", default=None)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=None)
 
 
@@ -164,7 +165,7 @@ def typed_columns(data: bytes, guard: bool = True) -> tuple[dict, dict, dict[str
     out["out_nelems"] = _ints([a.out_nelems for a in args])
     out["group_size"] = _ints([a.group_size for a in args])
     out["seq"] = _ints([a.seq for a in args])
-    for col in ("sync_kind", "coll_name", "dtype", "pg_ranks"):
+    for col in ("sync_kind", "coll_name", "dtype", "pg_ranks", "pg_name"):
         out[col] = _raw_values([getattr(a, col) for a in args])
     cpu = cat == schema.CPU_OP
     out["input_dims"] = _raw_values([a.input_dims if c else None for a, c in zip(args, cpu)])

@@ -6,11 +6,11 @@ import numpy as np
 
 from lumos.graph.model import TaskKind
 from lumos.trace import schema
-from lumos.transform.structure import ANN, BUCKET, OPTIMIZER, P2P_OP, Block, _one_bucket_each
+from lumos.model.structure import ANN, BUCKET, OPTIMIZER, P2P_OP, Block, _one_bucket_each
 
 
 def innermost_by_walk(table, cand, pid, tid, ts, outermost=False):
-    """The definition `innermost` replaced (lumos/transform/structure.py before the array version)."""
+    """The definition `innermost` replaced (lumos/model/structure.py before the array version)."""
     out = np.full(len(ts), -1, dtype=np.int64)
     if not len(cand):
         return out
@@ -42,7 +42,7 @@ def innermost_by_walk(table, cand, pid, tid, ts, outermost=False):
 
 
 def rank_blocks_by_walk(graph, table, tasks, first_proc, proc_role, coll, tp_group_size) -> list[Block]:
-    """The definition `_rank_blocks` replaced (lumos/transform/structure.py before issue 33's arrays)."""
+    """The definition `_rank_blocks` replaced (lumos/model/structure.py before issue 33's arrays)."""
     cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
     cev = graph.event[cpu]
     names = table.name.astype(str)

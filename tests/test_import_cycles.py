@@ -2,8 +2,8 @@
 
 import-linter's layers contract (tests/test_layers.py) orders the packages; it does not see two
 modules of one package that import each other, least of all when one of them does it inside a
-function to dodge the circle at import time (as `transform/recover.py` and
-`transform/module_calls.py` once did). This test reads every `import` in the package with `ast`,
+function to dodge the circle at import time (as `model/recover.py` and
+`model/module_calls.py` once did). This test reads every `import` in the package with `ast`,
 wherever it stands, and looks for a cycle among the modules. A package's `__init__` is left out:
 re-exporting its submodules' names, which then import the package for a sibling's name, is the
 facade every package here has, not a circle between modules.
@@ -66,6 +66,6 @@ def test_the_check_sees_a_circle_through_a_function_level_import(tmp_path):
     assert cycles(pkg) == [["lumos.transform.a", "lumos.transform.b"]]
     # the layer finders of today, as a check that real module names resolve
     g = import_graph(ROOT)
-    assert g.has_edge("lumos.transform.recover", "lumos.transform.module_calls")
-    assert g.has_edge("lumos.transform.module_calls", "lumos.transform.layer_ranges")
-    assert not g.has_edge("lumos.transform.module_calls", "lumos.transform.recover")
+    assert g.has_edge("lumos.model.recover", "lumos.model.module_calls")
+    assert g.has_edge("lumos.model.module_calls", "lumos.model.layer_ranges")
+    assert not g.has_edge("lumos.model.module_calls", "lumos.model.recover")

@@ -135,7 +135,7 @@ def monte_carlo(graph: Graph, model: DurationModel, samples: int, seed: int = 0,
     `measure(start, end)` turns a schedule into a breakdown (default: the rank's replayed
     breakdown over `iteration`). engine 'compiled': numba sampler and replay core;
     'reference': the plain-Python sampler and reference replay (small graphs). `arrivals`
-    (tasks, anchors, offsets; `lumos.analysis.peer_waits`): each of those tasks ends no earlier
+    (tasks, anchors, offsets; `lumos.predict.peer_waits`): each of those tasks ends no earlier
     than its anchor's end in the same sample + offset + its sampled duration, settled by
     replaying the sample again (at most `ARRIVAL_ROUNDS` more times); the graph's own floors of
     those tasks, the point replay's, are not used."""

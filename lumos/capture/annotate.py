@@ -2,8 +2,8 @@
 
 The predictor changes layer count, width or pipeline depth only when the trace
 says where each transformer block, the embedding and the head ran, forward and
-backward, per micro-batch (`layer_{L}/forward/mb{i}` and friends; see
-`lumos.transform.structure.ANN`). `ModuleAnnotator` writes exactly those
+backward, per micro-batch (`layer_{L}/forward/mb{i}` and friends; the contract is
+`lumos.trace.annotation`). `ModuleAnnotator` writes exactly those
 `torch.profiler.record_function` ranges from module hooks:
 
 - forward: a forward pre-hook opens `<name>/forward/mb{i}`, a forward hook
@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from collections import deque
 from typing import Any, Sequence
+
+from lumos.trace.annotation import EMBEDDING, layer_block, range_name
 
 from . import require_torch
 
@@ -244,7 +246,7 @@ class ModuleAnnotator:
         self.attached = True
         n = len(self.blocks)
         for L, b in enumerate(self.blocks):
-            self._annotate(b, f"layer_{L}", first=L == 0, last=L == n - 1)
+            self._annotate(b, layer_block(L), first=L == 0, last=L == n - 1)
         for role, (path, mod) in self._fixed.items():
             self._set_role(role, path, mod)
         if any(self._discover.values()):
@@ -334,7 +336,7 @@ class ModuleAnnotator:
             self._in_pass = True
         if self._explicit_mb is not None:
             return self._explicit_mb
-        if name == "embedding" and not self._in_pass:
+        if name == EMBEDDING and not self._in_pass:
             return self._block0_calls          # runs before block 0 of the coming pass
         return max(self._block0_calls - 1, 0)
 
@@ -349,8 +351,8 @@ class ModuleAnnotator:
             mb = self._mb(name, first)
             if mb is None:
                 return None
-            fwd = Range(f"{name}/forward/mb{mb}", self._live)
-            bwd = Range(f"{name}/backward/mb{mb}", self._live)
+            fwd = Range(range_name(name, "forward", mb), self._live)
+            bwd = Range(range_name(name, "backward", mb), self._live)
             call = _Call(fwd, bwd, False)
             self._calls.setdefault(key, []).append(call)
             fwd.open()

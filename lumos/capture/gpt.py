@@ -18,8 +18,8 @@ gloo on CPU), trains data-parallel and all-reduces the gradient buckets.
 Annotations (`torch.profiler.record_function` ranges, category
 `user_annotation` in the trace) a predictor can key on, per iteration; `mb{j}`
 is the micro-batch, j = 0 .. micro_batches-1 (`--micro-batches`, gradient
-accumulation; the names are the ones `lumos.transform.structure` reads, the
-same as the emulator writes):
+accumulation; the names are the contract of `lumos.trace.annotation`, the ones
+`lumos.model.structure` reads and the emulator writes):
 
 - `ProfilerStep#N`                one training iteration (written by the profiler)
 - `forward`                       one micro-batch's forward pass, containing
@@ -68,6 +68,8 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from lumos.trace.annotation import EMBEDDING, HEAD, layer_block, range_name
 
 from . import require_torch
 from .affinity import cores, pin_to_core
@@ -154,15 +156,15 @@ def _model_classes():
             self.drop = nn.Dropout(cfg.dropout)
             self.mb = 0   # the micro-batch being run; set by GPT.forward
             self.annotate = True   # set by GPT.annotate
-            self.bwd_range = Range(f"layer_{index}/backward/mb0")
+            self.bwd_range = Range(range_name(layer_block(index), "backward", 0))
 
         def forward(self, x):
             if not self.annotate:
                 return self._body(x)
             mark = torch.is_grad_enabled() and x.requires_grad
-            with record_function(f"layer_{self.index}/forward/mb{self.mb}"):
+            with record_function(range_name(layer_block(self.index), "forward", self.mb)):
                 if mark:
-                    self.bwd_range = Range(f"layer_{self.index}/backward/mb{self.mb}")
+                    self.bwd_range = Range(range_name(layer_block(self.index), "backward", self.mb))
                     x = _CloseInBackward.apply(x, self.bwd_range)
                 x = self._body(x)
                 if mark:
@@ -184,8 +186,8 @@ def _model_classes():
             self.ln_f = nn.LayerNorm(cfg.hidden)
             self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
             self.apply(self._init)
-            self.head_bwd = Range("head/backward/mb0")
-            self.embed_bwd = Range("embedding/backward/mb0")
+            self.head_bwd = Range(range_name(HEAD, "backward", 0))
+            self.embed_bwd = Range(range_name(EMBEDDING, "backward", 0))
             self._embed_pending = 0
             self.annotate = True
             self.watch_embedding_grads()
@@ -223,19 +225,19 @@ def _model_classes():
                 return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
             b, s = idx.shape
             mark = torch.is_grad_enabled()
-            with record_function(f"embedding/forward/mb{mb}"):
+            with record_function(range_name(EMBEDDING, "forward", mb)):
                 pos = torch.arange(s, device=idx.device)
                 x = self.drop(self.tok(idx) + self.pos(pos))
                 if mark:
-                    self.embed_bwd = Range(f"embedding/backward/mb{mb}")
+                    self.embed_bwd = Range(range_name(EMBEDDING, "backward", mb))
                     self._embed_pending = 2
                     x = _OpenInBackward.apply(x, self.embed_bwd)
             for block in self.blocks:
                 block.mb = mb
                 x = block(x)
-            with record_function(f"head/forward/mb{mb}"):
+            with record_function(range_name(HEAD, "forward", mb)):
                 if mark:
-                    self.head_bwd = Range(f"head/backward/mb{mb}")
+                    self.head_bwd = Range(range_name(HEAD, "backward", mb))
                     x = _CloseInBackward.apply(x, self.head_bwd)
                 logits = self.head(self.ln_f(x))
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
@@ -402,7 +404,7 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
     Each iteration runs `microbatches` forward/backward passes (gradient
     accumulation) before one optimizer step. `annotate=False` writes none of the
     ranges below but `ProfilerStep#N` (and no autograd marker): the trace any
-    training loop gives, whose layers `lumos.transform.recover` has to find.
+    training loop gives, whose layers `lumos.model.recover` has to find.
     `with_stack=True` records Python stacks (and so module calls) as well;
     `profile_memory=True` the allocator's `[memory]` events. `log_clocks` (None:
     on for a CUDA device) logs that GPU's clocks, power and temperature

@@ -36,12 +36,12 @@ Settings, and why Lumos needs each (docs/capture.md has the longer version):
 - `with_stack=False` by default: Python stacks bloat the trace and add
   profiler overhead to every op. Lumos reads one thing from them, the module
   calls (`nn.Module: GPT2Block_0`), which name the layers of a model captured
-  without annotation (`lumos.transform.module_calls`); `with_stack=True` keeps
+  without annotation (`lumos.model.module_calls`); `with_stack=True` keeps
   them.
 - `profile_memory=False` by default: the allocator's `[memory]` instant events
   (one per allocation and free) make traces larger; Lumos reads one thing from
   them, the peak `Total Allocated` per device in the profiled steps, which
-  calibrates the memory model's workspace constant (`lumos.transform.memory`).
+  calibrates the memory model's workspace constant (`lumos.predict.memory`).
 - `schedule(wait=1, warmup=W, active=N)`: the first iteration (allocator
   growth, cuDNN/cuBLAS autotuning, lazy init) is skipped, W more run with the
   profiler on but discarded, and N steady-state iterations are recorded.

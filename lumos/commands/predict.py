@@ -10,8 +10,8 @@ from pathlib import Path
 from lumos import collector
 from lumos.analysis import COMPONENTS
 from lumos.errors import UserError
-from lumos.transform.fsdp_strategy import STRATEGIES
-from lumos.transform.microbatch_count import MICROBATCH_RULES
+from lumos.transform.dp_sharding import STRATEGIES
+from lumos.predict.micro_batch_count import MICROBATCH_RULES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how a re-shaped GEMM is re-timed: waves (default: waves x k, wave quantization over "
                         "the GPU's SMs where the kernel names its tile) or flops (the FLOP ratio alone)")
     p.add_argument("--clocks", choices=("auto", "recorded", "steady", "off"), default="auto",
-                   help="sustained GPU clocks (lumos/transform/suppliers/clocks.py): recorded (compute kernels at the "
+                   help="sustained GPU clocks (lumos/durations/clocks.py): recorded (compute kernels at the "
                         "clock a recording of the target made like the base's would show), steady (a long run), off "
                         "(as measured); auto (default): recorded where config/predict/cluster.yaml has the base's GPU "
                         "and the base says its profiler schedule, else off")
@@ -59,12 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "kernel time, the model's change added), anchored (replayed as the peers' arrival after "
                         "the kernel that released each bucket, the transfer re-timed; for a change of DP or "
                         "speed alone) or auto (default: anchored for a sharded base where the target keeps its "
-                        "tasks, else additive); lumos/analysis/peer_waits.py")
+                        "tasks, else additive); lumos/predict/peer_waits.py")
     p.add_argument("--contention", choices=("fit", "off"), default="fit",
                    help="compute kernels slowed by the communication kernels beside them: fit (default: the "
                         "slowdown the base's own kernels show under communication, taken out of their durations "
                         "and put back by the target's overlap in the replay; nothing where the base shows none) "
-                        "or off (the base's durations as measured); lumos/transform/suppliers/contention.py")
+                        "or off (the base's durations as measured); lumos/durations/contention.py")
     p.add_argument("--other-recordings", "--host-from", dest="recordings", nargs="+", default=[], metavar="RUN",
                    help="other recordings of the base's configuration (trace files or directories, the same "
                         "ranks): their profiled steps join the medians of --host and --kernels and the host "
@@ -73,13 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fsdp-strategy", choices=tuple(STRATEGIES), default=None,
                    help="FSDP sharding strategy of the target, from an FSDP base: shard_grad_op keeps every unit "
                         "gathered from its forward to its backward (no backward all-gathers; memory as ZeRO-2); "
-                        "default: the base's own (lumos/transform/fsdp_strategy.py)")
+                        "default: the base's own (lumos/transform/dp_sharding.py)")
     add_memory_flags(p)
     p.add_argument("--dp-calibration", nargs=2, action="append", default=[], metavar=("RUN_AT_DP", "RUN_AT_ONE"),
                    help="from a one-rank FSDP2 CPU capture (gloo) to --dp N: the same program at another model "
                         "size recorded at DP N and at one rank, on the same host; what N ranks add in each FSDP2 "
                         "hook is fitted on these pairs (repeat the option for more pairs; "
-                        "lumos/transform/host_dp_costs.py)")
+                        "lumos/durations/dp_host.py)")
     p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", default=None, help="write the prediction JSON here")
@@ -121,6 +121,18 @@ def memory_overrides(args) -> dict:
                                           "workspace_gib", "gpu_memory_gib")}
 
 
+def predict_options(args):
+    """The flags as the `PredictOptions` of a prediction (`lumos.predict.options`)."""
+    from lumos.predict.options import PredictOptions
+
+    return PredictOptions(global_batch=args.global_batch, micro_batch=args.micro_batch,
+                          microbatch_rule=args.microbatch_rule, compute_speed=args.compute_speed,
+                          network_speed=args.network_speed, fsdp_strategy=args.fsdp_strategy,
+                          memory=memory_overrides(args), step=args.step, gemm_efficiency=args.gemm_efficiency,
+                          host=args.host, kernels=args.kernels, contention=args.contention, clocks=args.clocks,
+                          peer_waits=args.peer_waits, engine=args.engine, samples=args.samples, seed=args.seed)
+
+
 # The last base run this process loaded, and its plans: a pipeline job that predicts many targets from
 # one base in one process (`workflow/scripts/predict.py`) loads and fits the base once.
 _LAST_BASE: dict = {}
@@ -142,18 +154,15 @@ def _base_tables(path: str):
     return _LAST_BASE["tables"]
 
 
-def _base_and_plan(path: str, step, gemm_efficiency: str, host: str = "median", kernels: str = "median",
-                   recordings=(), contention: str = "fit"):
+def _base_and_plan(path: str, options, recordings=()):
     from lumos.trace import load_run
-    from lumos.transform.whatif import base_plan
+    from lumos.predict.whatif import base_plan
 
     _base_tables(path)
     plans = _LAST_BASE["plans"]
-    which = (step, gemm_efficiency, host, kernels, tuple(_run_key(r) or r for r in recordings), contention)
+    which = (options.plan_key(), tuple(_run_key(r) or r for r in recordings))
     if which not in plans:
-        plans[which] = base_plan(_LAST_BASE["tables"], step=step, gemm_efficiency=gemm_efficiency, host=host,
-                                 kernels=kernels, recordings=[load_run(r) for r in recordings],
-                                 contention=contention)
+        plans[which] = base_plan(_LAST_BASE["tables"], options, recordings=[load_run(r) for r in recordings])
     return _LAST_BASE["tables"], plans[which]
 
 
@@ -163,31 +172,25 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from lumos.analysis.predict import predict, read_manifest
+    from lumos.predict.prediction import predict, read_manifest
     from lumos.trace import load_run
 
     try:
+        options = predict_options(args)
         if args.dp is not None and _host_collective_base(args):
-            return _run_host_dp(args)
+            return _run_host_dp(args, options)
         if args.dp is not None and (args.dp_calibration or _one_rank_fsdp_base(args)):
-            return _run_from_one_rank(args)
-        base, plan = _base_and_plan(args.base, args.step, args.gemm_efficiency, args.host, args.kernels,
-                                    args.recordings, args.contention)
+            return _run_from_one_rank(args, options)
+        base, plan = _base_and_plan(args.base, options, args.recordings)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
               "hidden": args.hidden, "ffn": args.ffn}
     try:
-        doc = predict(base, target, global_batch=args.global_batch, micro_batch=args.micro_batch,
-                      actual_tables=actual, actual_manifest=read_manifest(args.actual) if args.actual else None,
-                      base_name=str(args.base), engine=args.engine, step=args.step,
-                      compute_speed=args.compute_speed, network_speed=args.network_speed,
-                      microbatch_rule=args.microbatch_rule,
-                      memory=memory_overrides(args),
-                      samples=args.samples, seed=args.seed, gemm_efficiency=args.gemm_efficiency, plan=plan,
-                      clocks=args.clocks, host=args.host, kernels=args.kernels,
-                      fsdp_strategy=args.fsdp_strategy, peer_waits=args.peer_waits, contention=args.contention)
+        doc = predict(base, target, options, actual_tables=actual,
+                      actual_manifest=read_manifest(args.actual) if args.actual else None,
+                      base_name=str(args.base), plan=plan)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
@@ -210,13 +213,13 @@ def _emit(args, doc: dict) -> int:
 
 
 def _host_collective_base(args) -> bool:
-    from lumos.analysis.predict_host import host_collective_run
+    from lumos.predict.dp_host import host_collective_run
 
     return host_collective_run(_base_tables(args.base), args.step)
 
 
 def _one_rank_fsdp_base(args) -> bool:
-    from lumos.analysis.predict_host import one_rank_fsdp_run
+    from lumos.predict.dp_host import one_rank_fsdp_run
 
     return one_rank_fsdp_run(_base_tables(args.base), args.step)
 
@@ -232,9 +235,9 @@ def _besides_dp(args) -> list[str]:
     return also + (["--samples"] if args.samples else [])
 
 
-def _run_host_dp(args) -> int:
-    """`--dp 1` from a base whose collectives are host ops (`lumos.analysis.predict_host`)."""
-    from lumos.analysis.predict_host import predict_one_rank
+def _run_host_dp(args, options) -> int:
+    """`--dp 1` from a base whose collectives are host ops (`lumos.predict.dp_host`)."""
+    from lumos.predict.dp_host import predict_one_rank
     from lumos.trace import load_run
 
     base = _base_tables(args.base)
@@ -243,18 +246,17 @@ def _run_host_dp(args) -> int:
         asked = ", ".join(also + ([f"--dp {args.dp}"] if args.dp != 1 else []))
         raise UserError(f"{base[0].path}: the base's collectives are host ops (gloo). From such a base only "
                         "--dp 1 alone is predicted (FSDP2 issues no collective at a group of one; "
-                        f"lumos/transform/host_dp.py), not {asked}: a larger group would need gloo's time per "
+                        f"lumos/transform/dp_host.py), not {asked}: a larger group would need gloo's time per "
                         "message and FSDP2's host work per collective at that size, and the other transforms "
                         "re-time device work, which a CPU run has none of")
-    doc = predict_one_rank(base, actual_tables=load_run(args.actual) if args.actual else None, step=args.step,
-                           host=args.host, recordings=[load_run(r) for r in args.recordings],
-                           base_name=str(args.base))
+    doc = predict_one_rank(base, options, actual_tables=load_run(args.actual) if args.actual else None,
+                           recordings=[load_run(r) for r in args.recordings], base_name=str(args.base))
     return _emit(args, doc)
 
 
-def _run_from_one_rank(args) -> int:
-    """`--dp N` from a one-rank FSDP2 CPU capture, with `--dp-calibration` (`lumos.analysis.predict_host`)."""
-    from lumos.analysis.predict_host import predict_from_one_rank
+def _run_from_one_rank(args, options) -> int:
+    """`--dp N` from a one-rank FSDP2 CPU capture, with `--dp-calibration` (`lumos.predict.dp_host`)."""
+    from lumos.predict.dp_host import predict_from_one_rank
     from lumos.trace import load_run
 
     base = _base_tables(args.base)
@@ -270,9 +272,9 @@ def _run_from_one_rank(args) -> int:
                         "--dp-calibration RUN_AT_DP RUN_AT_ONE, the same program at another model size recorded "
                         f"at DP {args.dp} and at one rank on the same host (e.g. resources/traces/fsdp_cpu_sizes)")
     pairs = [(load_run(a), load_run(b)) for a, b in args.dp_calibration]
-    doc = predict_from_one_rank(base, args.dp, pairs, actual_tables=load_run(args.actual) if args.actual else None,
-                                step=args.step, host=args.host, recordings=[load_run(r) for r in args.recordings],
-                                base_name=str(args.base))
+    doc = predict_from_one_rank(base, args.dp, pairs, options,
+                                actual_tables=load_run(args.actual) if args.actual else None,
+                                recordings=[load_run(r) for r in args.recordings], base_name=str(args.base))
     return _emit(args, doc)
 
 

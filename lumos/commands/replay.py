@@ -149,7 +149,7 @@ def run(args) -> int:
         doc["joint"] = _joint(args, tables, classes)
     interval_lines = _intervals(args, doc, result, tables)
     if args.structure:
-        from lumos.transform.whatif import structure_report   # only here: the what-if layer is not needed
+        from lumos.predict.whatif import structure_report   # only here: the what-if layer is not needed
         doc["structure"] = structure_report(tables, step=args.step)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)

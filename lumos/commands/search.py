@@ -1,6 +1,6 @@
 """`lumos search BASE --gpus N`: every layout of N GPUs predicted from one base trace, ranked.
 
-Which layouts are candidates and what each is predicted to take is `lumos.analysis.search`;
+Which layouts are candidates and what each is predicted to take is `lumos.predict.search`;
 this module parses the flags and prints the ranking.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from lumos.analysis.search import search
+from lumos.predict.search import search
 from lumos.errors import UserError
 
 from .predict import add_memory_flags, memory_overrides
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--exact", action="store_true",
                    help="replay every layout's micro-batches whole (default: more than 2 x max(8, PP) are "
-                        "extrapolated from two shorter replays, lumos/analysis/search.py)")
+                        "extrapolated from two shorter replays, lumos/predict/search.py)")
     p.add_argument("--workers", type=int, default=None,
                    help="processes sharing the layouts (default: every core; the ranking does not depend on it)")
     add_memory_flags(p)

@@ -3,7 +3,7 @@
 Checking interval coverage needs the actual iteration over tens of seeds per
 configuration; writing and re-reading their traces would cost far more than
 emulating them. This module measures each seed's run the way
-`lumos.analysis.predict.measure_run` measures its traces (the longest GPU span
+`lumos.predict.prediction.measure_run` measures its traces (the longest GPU span
 over the emulated ranks, and that rank's four parts), from the recorders
 directly. The tests hold the two equal on written traces.
 """

@@ -9,6 +9,8 @@ stalls shape the timeline without costing a simulation event each.
 from __future__ import annotations
 
 
+from lumos.trace.annotation import EMBEDDING, HEAD, layer_block, range_name
+
 from .engine import AG_STREAM, COMM, COMPUTE, MP_STREAM, WAIT, Comm, Item
 from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
 
@@ -243,15 +245,15 @@ class RankProgram:
         if self.sharded and self.root_params:
             self._unshard(th, "", self.root_params, "pre_forward")
         if self.is_first:
-            self._annotated(th, f"embedding/forward/mb{i}", self.p.embed_fwd)
+            self._annotated(th, range_name(EMBEDDING, "forward", i), self.p.embed_fwd)
         for l in range(0, self.layers_per_stage, self.p.layers_per_block):
             if self.sharded:
                 self._unshard(th, self._unit(l), self._unit_params(), "pre_forward")
-            self._annotated(th, f"{self._layers(l)}/forward/mb{i}", self.p.layer_fwd)
+            self._annotated(th, range_name(self._layers(l), "forward", i), self.p.layer_fwd)
             if self.sharded:   # FULL_SHARD frees the gathered parameters, SHARD_GRAD_OP keeps them (no device work)
                 self._annotated(th, self._fsdp("post_forward", self._unit(l)), ())
         if self.is_last:
-            self._annotated(th, f"head/forward/mb{i}", self.p.head_fwd)
+            self._annotated(th, range_name(HEAD, "forward", i), self.p.head_fwd)
         self.progress(1)
 
     def backward(self, i: int) -> None:
@@ -263,17 +265,17 @@ class RankProgram:
         if self.sharded and self.root_params:
             self._unshard(th, "", self.root_params, "pre_backward", prefetch=self._unit(blocks[0]) if blocks else None)
         if self.is_last:
-            self._annotated(th, f"head/backward/mb{i}", self.p.head_bwd)
+            self._annotated(th, range_name(HEAD, "backward", i), self.p.head_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
         for k, l in enumerate(blocks):
             if self.sharded:
                 self._unshard(th, self._unit(l), self._unit_params(), "pre_backward",
                               prefetch=self._unit(blocks[k + 1]) if k + 1 < len(blocks) else None)
-            name = f"{self._layers(l)}/backward/mb{i}"
+            name = range_name(self._layers(l), "backward", i)
             if self.recompute:   # checkpointed layer: its forward re-runs inside its backward
                 self.ann_begin(th, name)
-                self._annotated(th, f"{self._layers(l)}/recompute/mb{i}", self.p.layer_fwd)
+                self._annotated(th, range_name(self._layers(l), "recompute", i), self.p.layer_fwd)
                 self.run_steps(th, self.p.layer_bwd)
                 self.op_end(th)
             else:
@@ -283,7 +285,7 @@ class RankProgram:
                 if self.sharded:
                     self._reduce_scatter(th, self._unit(l), self._unit_params())
         if self.is_first:
-            self._annotated(th, f"embedding/backward/mb{i}", self.p.embed_bwd)
+            self._annotated(th, range_name(EMBEDDING, "backward", i), self.p.embed_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
         if last_mb:
@@ -300,8 +302,10 @@ class RankProgram:
         return f"{first}" if n == 1 else f"{first}-{first + n - 1}"
 
     def _layers(self, l: int) -> str:
-        """Annotation of the block starting at stage layer `l`: layer_7, or layers_6-11."""
-        return ("layer_" if self.p.layers_per_block == 1 else "layers_") + self._span(l)
+        """Annotation block of the block starting at stage layer `l`: layer_7, or layers_6-11
+        (`lumos.trace.annotation`)."""
+        first = self.first_layer + l
+        return layer_block(first, first + self.p.layers_per_block - 1)
 
     # -- FSDP2 (training.dp_sharding: fsdp): torch distributed/fsdp/_fully_shard/_fsdp_param_group.py --
     def _unit(self, l: int) -> str:

@@ -1,13 +1,13 @@
 """Host and kernel time from every profiled step of a rank, not from the one step a graph is built on.
 
 One step's time is one draw. On the H200 base recorded twice (measured on hardware,
-`python benchmarks/h200_host.py`), the Python between `base_r0`'s CPU ops summed to 73 ms in its
+`python studies/h200/host.py`), the Python between `base_r0`'s CPU ops summed to 73 ms in its
 first profiled step and 96-97 ms in the next two; `base_r1`'s to 50-54 ms in all three. A prediction reuses
 the base's CPU work as measured, so a host-bound target (micro-batch 2) inherits whatever the
 chosen step's host did: +40.6% from one recording, -18.3% from the other. Kernels move less
 (0.5% between the two recordings' GPU time per step), but every re-shaped GEMM is re-timed from
 the base's own, so one recording's draw carries into every compute-heavy what-if: width 2x was
--3.7% from one recording and -4.9% from the other (`benchmarks/h200_findings.py`).
+-3.7% from one recording and -4.9% from the other (`studies/h200/findings.py`).
 
 `profiled_steps` pairs every task of the step graph, and every program-order edge between two
 CPU tasks (the Python between ops), with its partner in each other profiled step of the same

@@ -4,7 +4,7 @@ The columnar reader keeps what the replay needs, not a kernel's grid and block. 
 recordings of one model run the same kernels on the same shapes; the name with its grid
 and block tells them apart where one name serves several shapes (a cuBLAS kernel for
 QKV and for FC2). Reading them is a calibration's job (how the same kernel's duration
-moves over a run: `lumos.transform.suppliers.clocks`), not the replay's, so this reads
+moves over a run: `lumos.durations.clocks`), not the replay's, so this reads
 the raw document once and keeps only kernels and profiler steps.
 """
 

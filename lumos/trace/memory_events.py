@@ -1,6 +1,6 @@
 """Peak allocated memory per device from a trace's `[memory]` events (`profile_memory=True`).
 
-The memory model (`lumos.transform.memory`) predicts a peak; a trace recorded with
+The memory model (`lumos.predict.memory`) predicts a peak; a trace recorded with
 `profile_memory=True` measures one. Kineto writes an instant event per allocation and free:
 
     {"ph": "i", "name": "[memory]", "ts": ..., "args": {"Total Allocated": 40960000,

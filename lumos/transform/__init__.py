@@ -1,5 +1,7 @@
-"""What-if prediction: graph surgery (DP, PP, layers, width) plus the duration suppliers it needs.
+"""Graph surgery: how to CHANGE a run (DP, TP, PP, layers, width, micro-batches, sharding, speed).
 
-Sits beside `lumos.baselines`, above `lumos.sim`; replaying and scoring what it builds is
-`lumos.analysis` (one layer up). Never imports the emulator.
+Each transform takes a `plan.Plan` (the run graph plus what the run is, `lumos.model`) and returns
+one with the graph changed, re-timing what it touches through the suppliers of `lumos.durations`.
+Which changes to make, and replaying the result, is `lumos.predict`, one layer up. Never imports
+the emulator.
 """

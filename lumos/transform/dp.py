@@ -22,7 +22,7 @@ import numpy as np
 from lumos.graph.model import TaskKind
 
 from .plan import Plan, block_mask, dp_group, stage_ranks
-from .suppliers import CollectiveSpec
+from lumos.durations import CollectiveSpec
 
 
 def change_dp(plan: Plan, dp: int) -> Plan:

@@ -14,9 +14,9 @@ import numpy as np
 
 from lumos.graph.model import Graph
 
-from .structure import ModelShape, RunStructure
-from .suppliers import AlphaBeta, ComputeModel
-from .suppliers.contention import NO_CONTENTION, Contention
+from lumos.model.structure import ModelShape, RunStructure
+from lumos.durations import AlphaBeta, ComputeModel
+from lumos.durations.contention import NO_CONTENTION, Contention
 
 
 @dataclass
@@ -41,10 +41,10 @@ class Plan:
     host_draw: bool = False   # host work a median, so an interval draws it one profiled step at a time
     sharding: str = ""   # the base's sharded DP flavour (whatif.SHARDED_MEMORY), '' for all-reduce DP
     # (role, kind) of the collectives whose group spanned hosts in the base: their measured times
-    # hold their share of the NIC (lumos.analysis.nic_sharing)
+    # hold their share of the NIC (lumos.predict.nic_sharing)
     base_crossing: frozenset = frozenset()
-    # compute kernels' slowdown under communication, fitted on the base (suppliers/contention.py);
-    # the graph's compute durations are then their time alone, put back by lumos.analysis.contention
+    # compute kernels' slowdown under communication, fitted on the base (durations/contention.py);
+    # the graph's compute durations are then their time alone, put back by lumos.predict.contention
     contention: Contention = NO_CONTENTION
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed

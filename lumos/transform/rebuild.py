@@ -28,8 +28,8 @@ from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
 
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
 from .schedule import layers_of_stage, one_f_one_b
-from .structure import Block, RunStructure
-from .suppliers import CollectiveSpec, ComputeSpec
+from lumos.model.structure import Block, RunStructure
+from lumos.durations import CollectiveSpec, ComputeSpec
 from .templates import Templates
 
 # plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from lumos.graph.model import TaskKind
 
-from .suppliers.compute import GEMM_OPS, ComputeSpec, attention_bshd, gemm_mkn
+from lumos.durations.compute import ComputeSpec
+from lumos.model.ops import GEMM_OPS, attention_bshd, gemm_mkn
 
 
 def reshape_tasks(plan, tasks, rewrite) -> None:

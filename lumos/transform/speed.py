@@ -18,8 +18,8 @@ import numpy as np
 from lumos.graph.model import TaskKind
 
 from .plan import Plan
-from .suppliers import CollectiveSpec
-from .suppliers.compute import op_class
+from lumos.durations import CollectiveSpec
+from lumos.model.ops import op_class
 
 NOT_COMPUTE = ("Memcpy HtoD", "Memcpy DtoH", "Memcpy PtoP", "Memcpy HtoH")
 

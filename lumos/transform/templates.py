@@ -18,7 +18,7 @@ import numpy as np
 from lumos.graph.model import EdgeClass, TaskKind, WaitKind
 
 from .plan import Plan
-from .sharded_glue import ShardedGlue
+from .dp_shard_units import ShardedGlue
 
 __all__ = ["Templates", "BlockLayout", "is_outlier"]
 

@@ -19,9 +19,9 @@ import copy
 from lumos.graph.model import TaskKind
 
 from .plan import Plan, refuse_rebucketing
-from .sharded_glue import layer_unit_bytes, scale_units
+from .dp_shard_units import layer_unit_bytes, scale_units
 from .shapes import rewrite_width
-from .suppliers import CollectiveSpec, ComputeSpec
+from lumos.durations import CollectiveSpec, ComputeSpec
 
 
 def _mapping(shape, hidden: int, ffn: int) -> dict:

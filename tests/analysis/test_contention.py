@@ -1,4 +1,4 @@
-"""Compute slowed under communication, put back in the replay (lumos.analysis.contention): against the
+"""Compute slowed under communication, put back in the replay (lumos.predict.contention): against the
 emulator's quiet FSDP runs (every random draw off, EMULATED), whose compute kernels run 12% slower
 while an NCCL kernel runs (config/emulator/default.yaml, compute.comm_slowdown)."""
 
@@ -10,18 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lumos.analysis.contention import replay_shares
-from lumos.analysis.predict import predict, simulate_plan
+from lumos.predict.contention import replay_shares
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict, simulate_plan
 from lumos.cli import main as lumos_main
 from lumos.transform.speed import compute_kernels
-from lumos.transform.whatif import base_plan
+from lumos.predict.whatif import base_plan
 
 
 def test_the_base_trace_gives_back_the_emulators_slowdown(quiet_fsdp):
     plan = base_plan(quiet_fsdp[4])
     assert plan.contention.kernels == 18
     assert plan.contention.slowdown == pytest.approx(0.12, abs=1e-4)
-    off = base_plan(quiet_fsdp[4], contention="off")
+    off = base_plan(quiet_fsdp[4], PredictOptions(contention="off"))
     kernels = compute_kernels(plan)
     assert np.all(plan.graph.dur[kernels] <= off.graph.dur[kernels] + 1e-9)
     # 47 ms of the two stage ranks' compute was the slowdown, 12% of their 392 ms alone under communication
@@ -42,7 +43,7 @@ def test_the_base_replayed_gets_its_measured_time_back_and_its_kernels_their_ove
 
 def test_fsdp_dp16_reads_within_half_a_percent_with_the_slowdown_and_1_3_percent_short_without(quiet_fsdp):
     on = predict(quiet_fsdp[4], {"dp": 16}, actual_tables=quiet_fsdp[16])
-    off = predict(quiet_fsdp[4], {"dp": 16}, actual_tables=quiet_fsdp[16], contention="off")
+    off = predict(quiet_fsdp[4], {"dp": 16}, PredictOptions(contention="off"), actual_tables=quiet_fsdp[16])
     assert on["error_pct"] == pytest.approx(0.19, abs=0.3)
     assert off["error_pct"] == pytest.approx(-1.30, abs=0.3)
     # the longer gathers and reduce-scatters at DP 16 hold more of the compute

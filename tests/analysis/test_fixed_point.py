@@ -1,4 +1,4 @@
-"""Schedule-dependent durations settled together (lumos.analysis.fixed_point): a hand-made two-task
+"""Schedule-dependent durations settled together (lumos.predict.fixed_point): a hand-made two-task
 chain whose joint fixed point is known in closed form."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lumos.analysis.fixed_point import Effect, replay_to_fixed_point
+from lumos.predict.fixed_point import Effect, replay_to_fixed_point
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A transfer that newly crosses hosts shares its GPU's NIC (lumos.analysis.nic_sharing): exact shares on
+"""A transfer that newly crosses hosts shares its GPU's NIC (lumos.predict.nic_sharing): exact shares on
 hand-made timelines, invariants on random ones, and the FSDP scale-out it was built for, against the
 emulator's quiet runs (every random draw off, EMULATED)."""
 
@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-import lumos.analysis.predict as predict_module
-from lumos.analysis.nic_sharing import crossing, shared_durations
-from lumos.analysis.predict import predict
-from lumos.transform.whatif import base_plan, transform
+import lumos.predict.prediction as predict_module
+from lumos.predict.nic_sharing import crossing, shared_durations
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict
+from lumos.predict.whatif import base_plan, transform
 
 
 def _shared(starts, durs, transfers, slowed, streams):
@@ -71,7 +72,7 @@ def test_the_gathers_and_reduce_scatters_newly_cross_hosts_and_the_pipeline_send
 
 def test_fsdp_dp16_from_a_quiet_base_within_2_percent_with_the_nic_shared_and_7_percent_short_without(
         quiet_fsdp, monkeypatch):
-    plan = base_plan(quiet_fsdp[4], contention="off")   # NIC sharing alone: tests/analysis/test_contention.py
+    plan = base_plan(quiet_fsdp[4], PredictOptions(contention="off"))   # NIC sharing alone: tests/analysis/test_contention.py
     shared = predict(quiet_fsdp[4], {"dp": 16}, plan=plan, actual_tables=quiet_fsdp[16])
     monkeypatch.setattr(predict_module, "nic_effect", lambda plan, graph: None)
     alone = predict(quiet_fsdp[4], {"dp": 16}, plan=plan, actual_tables=quiet_fsdp[16])

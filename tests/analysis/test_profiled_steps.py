@@ -133,7 +133,7 @@ def test_one_step_leaves_the_model_alone():
 
 
 def test_predicted_tasks_find_their_base_steps_by_row_and_name():
-    from lumos.transform.whatif import base_plan, transform
+    from lumos.predict.whatif import base_plan, transform
 
     tables = load_run(H200 / "base_r0")
     plan = base_plan(tables)
@@ -250,15 +250,16 @@ def test_what_ifs_from_each_base_with_both_recordings_meet_the_bar(base, other, 
     other base recording pooled (`lumos predict --other-recordings`, the rows `all base recordings` of
     table h200_whatif), against the mean of the target's six measured iterations: mean |error| <= 3%,
     worst <= 6% from each (issue 30). Nothing of a target's recordings enters a prediction."""
-    from lumos.analysis.predict import measured_steps, predict
-    from lumos.transform.whatif import base_plan
+    from lumos.predict.options import PredictOptions
+    from lumos.predict.prediction import measured_steps, predict
+    from lumos.predict.whatif import base_plan
 
     tables, recordings = load_run(H200 / base), [load_run(H200 / other)]
     plan = base_plan(tables, recordings=recordings)
     errors = {}
     for label, (target, kw) in WHAT_IFS.items():
         measured = np.mean([s["iteration_us"] for d in sorted(H200.glob(f"{label}_r*")) for s in measured_steps(d)])
-        doc = predict(tables, target, plan=plan, recordings=recordings, **kw)
+        doc = predict(tables, target, PredictOptions(**kw), plan=plan, recordings=recordings)
         errors[label] = round(100 * (doc["predicted"]["iteration_us"] / measured - 1), 2)
     assert errors == pytest.approx(pinned, abs=0.011)
     size = np.abs(list(errors.values()))

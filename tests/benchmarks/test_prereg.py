@@ -1,4 +1,5 @@
-"""`benchmarks/prereg_h200.py`: the pre-registered H200 check, everything but the GPU.
+"""`lumos.studies.prereg` (`python studies/prereg/prereg_h200.py`): the pre-registered H200 check,
+everything but the GPU.
 
 The configuration list keeps its promises (new sizes only, some outside what was recorded, the
 capture and predict commands of a row describe the same model, as `lumos`'s own parsers read
@@ -10,7 +11,6 @@ the GPU will run; and it refuses a predictions file changed after it was committ
 from __future__ import annotations
 
 import csv
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -24,12 +24,9 @@ from ..conftest import ROOT
 
 @pytest.fixture(scope="module")
 def prereg():
-    spec = importlib.util.spec_from_file_location("prereg_h200", ROOT / "benchmarks" / "prereg_h200.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["prereg_h200"] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("prereg_h200", None)
+    from lumos.studies import prereg
+
+    return prereg
 
 
 def parsed_sizes(capture: str, predict: str) -> tuple[dict, dict]:
@@ -77,7 +74,7 @@ def test_recording_order_base_first_then_largest_memory_last(prereg):
 
 def test_record_needs_no_more_than_torch_and_the_capture(prereg):
     """The GPU machine's Python has torch; what `lumos.transform` and `lumos.trace` import it need not have."""
-    code = ("import sys; sys.path.insert(0, 'benchmarks'); import prereg_h200 as p; p.recording_order(p.BASE); "
+    code = ("import sys; import lumos.studies.prereg as p; p.recording_order(p.BASE); "
             "import lumos.capture.gpt; bad = {'numba', 'scipy', 'pandas', 'yaml'} & set(sys.modules); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
@@ -87,7 +84,7 @@ def test_record_needs_no_more_than_torch_and_the_capture(prereg):
 def test_the_committed_predictions_are_what_the_code_would_ask(prereg, pooled):
     name = prereg.POOLED if pooled else prereg.PREDICTIONS
     path = ROOT / name
-    assert path.exists(), f"{name} not committed (python benchmarks/prereg_h200.py predict{' --pooled' * pooled})"
+    assert path.exists(), f"{name} not committed (python studies/prereg/prereg_h200.py predict{' --pooled' * pooled})"
     rows = prereg.read_predictions(path)
     confs = prereg.configurations(prereg.BASE)
     assert sorted((r["config"], r["base"]) for r in rows) == sorted((n, b) for n in confs for b in prereg.BASES)
@@ -134,7 +131,7 @@ def fake_predictions(prereg, path, rows):
 
 
 def test_score_gives_the_exact_error_against_tiny_recordings(prereg, tiny_recordings, tmp_path):
-    from lumos.analysis.predict import measured_steps
+    from lumos.predict.prediction import measured_steps
 
     traces, summary = tiny_recordings
     assert [r["config"] for r in summary["runs"]] == ["ffn_0.5x", "mbcount_3"]

@@ -17,7 +17,7 @@ from torch import nn
 
 from lumos.capture.annotate import ModuleAnnotator, resolve_blocks
 from lumos.capture.profile import lumos_profile
-from lumos.transform.structure import ANN
+from lumos.model.structure import ANN
 from tests.capture.annotated_model import LAYERS, MICROBATCHES, STEPS, PlainTransformer, capture, train_step_fn
 
 

@@ -32,7 +32,7 @@ def test_torchrun_writes_one_trace_per_rank(tmp_path, tiny_args):
     # which re-times device collectives only, is refused with the reason rather than made without them
     import pytest
 
-    from lumos.transform.whatif import base_plan, structure_report
+    from lumos.predict.whatif import base_plan, structure_report
 
     rep = structure_report(tables)
     assert "world 2 = tp 1 x dp 2 x pp 1, but 2 ranks are present" in rep["error"]

@@ -9,7 +9,7 @@ import sys
 
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
-from lumos.transform.dp_flavour import find_dp_flavour
+from lumos.model.dp_flavour import find_dp_flavour
 
 
 def test_one_process_joins_a_group_of_one_and_writes_fsdp_ranges(tmp_path, tiny_args):

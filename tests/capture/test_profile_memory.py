@@ -5,7 +5,7 @@ and 4, one recorded step each (about a second together). On the CPU the profiler
 what the step allocates, so the peak (at the start of the backward) is the saved activations
 and the fp32 logits: the model's activation (4-byte) and logits terms. Measured with torch
 2.13 (CPU build): 1.257 MiB and 2.514 MiB against 1.125 and 2.25 predicted, 10.5% low;
-benchmarks/memory_cpu_check.py does the same at larger sizes (3-8% low).
+studies/cpu_captures/memory_check.py does the same at larger sizes (3-8% low).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from lumos.trace.memory_events import peak_allocated
-from lumos.transform.memory import MemorySettings, stage_memory
-from lumos.transform.structure import ModelShape
+from lumos.predict.memory import MemorySettings, stage_memory
+from lumos.model.structure import ModelShape
 
 SIZE = ["--layers", "2", "--hidden", "64", "--ffn", "256", "--heads", "2", "--seq", "64", "--vocab", "128",
         "--steps", "1", "--warmup", "1", "--device", "cpu", "--dtype", "float32", "--quiet"]

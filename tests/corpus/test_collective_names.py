@@ -17,7 +17,7 @@ from lumos.graph.run_graph import build_run_graph, comm_calls, rendezvous_links,
 from lumos.trace import load_run, load_trace, write_trace
 from lumos.trace.collectives import KINDS, classify, classify_name, pg_config
 from lumos.trace.schema import is_comm_kernel
-from lumos.transform.dp_flavour import collective_kind
+from lumos.model.dp_flavour import collective_kind
 
 from ..conftest import DLRM, REAL
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lumos.analysis.predict import measure_run
+from lumos.predict.prediction import measure_run
 from lumos.emulator.actuals import emulate_actuals, run_actual
 from lumos.trace import load_run
 

@@ -12,7 +12,7 @@ from lumos.emulator import emulate, write_result
 from lumos.emulator.engine import AG_STREAM
 from lumos.emulator.settings import SettingsError
 from lumos.trace import load_run, schema
-from lumos.transform.dp_flavour import find_dp_flavour
+from lumos.model.dp_flavour import find_dp_flavour
 
 SETUP = ["model=tiny", "parallel.tp=1", "parallel.pp=2", "parallel.dp=2", "seed=0"]
 LAYER = 3152384          # the tiny model's parameters per layer (hidden 512, FFN 2048)

@@ -10,7 +10,7 @@ import pytest
 
 from lumos.emulator import emulate, write_result
 from lumos.trace import load_run, schema
-from lumos.transform.dp_flavour import find_dp_flavour
+from lumos.model.dp_flavour import find_dp_flavour
 
 SETUP = ["model=gpt3_15b", "model.num_layers=4", "parallel.tp=2", "parallel.pp=1", "parallel.dp=4", "seed=0"]
 DP_STREAM = 24

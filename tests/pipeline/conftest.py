@@ -1,12 +1,10 @@
 """What the pipeline's helper modules (workflow/scripts/) need to be imported and run from a test."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))   # pipeline_config, endtoend_plan
 
 
 @pytest.fixture

@@ -22,6 +22,6 @@ def tiny_runs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_plan(tiny_runs):
     from lumos.trace import load_run
-    from lumos.transform.whatif import base_plan
+    from lumos.predict.whatif import base_plan
 
     return base_plan(load_run(tiny_runs["base"]))

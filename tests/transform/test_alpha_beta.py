@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lumos.transform.suppliers.collectives import AlphaBeta, CollectiveSpec, fit_alpha_beta, rails
+from lumos.durations.collectives import AlphaBeta, CollectiveSpec, fit_alpha_beta, rails
 
 PROFILE = {"gpus_per_host": 8, "nics_per_host": 8, "kernel_fixed_us": 5.0,
            "levels": {"intra_host": {"bandwidth_gb_s": 100.0, "step_latency_us": 1.0},
@@ -82,7 +82,7 @@ def test_the_profile_reads_the_same_without_omegaconf(tmp_path):
     from omegaconf import OmegaConf
 
     from lumos.config import config_dir
-    from lumos.transform.suppliers.collectives import load_profile
+    from lumos.durations.collectives import load_profile
 
     shipped = config_dir() / "predict" / "cluster.yaml"
     assert load_profile() == OmegaConf.to_container(OmegaConf.load(shipped), resolve=True)

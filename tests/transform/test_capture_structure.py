@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 
 from lumos.graph.run_graph import build_run_graph  # noqa: E402
 from lumos.trace import load_run  # noqa: E402
-from lumos.transform import structure  # noqa: E402
+from lumos.model import structure  # noqa: E402
 from tests.capture.annotated_model import (BATCH, FFN, HEADS, HIDDEN, LAYERS, MICROBATCHES, SEQ,  # noqa: E402
                                           VOCAB, capture)
 
@@ -77,8 +77,8 @@ def test_predicted_micro_batches_run_in_program_order(run):
     # micro-batch 0's embedding opens the thread's iteration (no in-edge in the base). Its copy
     # must still follow the work before it on the thread; without that it started at time 0
     # alongside micro-batch 0 (the 4-micro-batch prediction was barely longer than the base)
-    from lumos.analysis.predict import simulate_plan
-    from lumos.transform.whatif import base_plan, transform
+    from lumos.predict.prediction import simulate_plan
+    from lumos.predict.whatif import base_plan, transform
 
     graph, tables = run
     plan = base_plan(tables)
@@ -99,7 +99,7 @@ def test_predicted_micro_batches_run_in_program_order(run):
 def test_cpu_optimizer_scales_with_the_parameters(run):
     # a CPU capture's optimizer is a loop of host ops per parameter tensor: 4 layers instead of 2
     # stretch its ops and the host gaps between them by the ratio of parameter counts
-    from lumos.transform.whatif import base_plan, transform
+    from lumos.predict.whatif import base_plan, transform
 
     _, tables = run
     plan = base_plan(tables)

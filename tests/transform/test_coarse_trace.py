@@ -14,11 +14,12 @@ import json
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import predict
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict
 from lumos.cli import main as lumos_main
 from lumos.graph.run_graph import build_run_graph
 from lumos.trace import load_run
-from lumos.transform.structure import (EMBEDDING_OPS, LAYER_NORM_OPS, Block, ModelShape, ShapeError, find_structure,
+from lumos.model.structure import (EMBEDDING_OPS, LAYER_NORM_OPS, Block, ModelShape, ShapeError, find_structure,
                                        infer_shape)
 
 # tiny at micro-batch 2: T = b*s = 1024 tokens, so sequence and micro-batch cannot be read off T alone
@@ -120,7 +121,7 @@ def test_a_layer_with_too_few_gemms_is_refused():
 def _relative(path, target: dict, **kw) -> float:
     """Predicted iteration over the base's own emulated iteration."""
     base = json.loads((path / "manifest.json").read_text())["iteration_us"]
-    return predict(load_run(path), target, **kw)["predicted"]["iteration_us"] / base
+    return predict(load_run(path), target, PredictOptions(**kw))["predicted"]["iteration_us"] / base
 
 
 def test_a_coarse_base_predicts_what_the_fine_base_does(gpt15):

@@ -1,4 +1,4 @@
-"""Compute kernels slowed under communication (lumos.transform.suppliers.contention): exact shares and
+"""Compute kernels slowed under communication (lumos.durations.contention): exact shares and
 fits on hand-made kernels, invariants on random ones, and what recorded traces give (measured on
 hardware: a public A100 trace and our single-GPU H200 base)."""
 
@@ -15,8 +15,9 @@ from lumos.graph.model import TaskKind
 from lumos.graph.run_graph import build_run_graph
 from lumos.intervals import intersection_length, share_under, union
 from lumos.trace import load_run, load_trace
-from lumos.transform.suppliers.contention import Contention, base_shares, fit_contention, weighted_median
-from lumos.transform.whatif import base_plan
+from lumos.durations.contention import Contention, base_shares, fit_contention, weighted_median
+from lumos.predict.options import PredictOptions
+from lumos.predict.whatif import base_plan
 
 ROOT = Path(__file__).resolve().parents[2] / "resources" / "traces"
 
@@ -101,11 +102,11 @@ def test_a_public_a100_trace_shows_its_long_kernels_twice_as_slow_under_nccl():
 
 def test_a_single_gpu_base_has_nothing_to_fit_and_keeps_its_durations():
     tables = load_run(ROOT / "h200" / "base_r0")
-    fitted, off = base_plan(tables), base_plan(tables, contention="off")
+    fitted, off = base_plan(tables), base_plan(tables, PredictOptions(contention="off"))
     assert fitted.contention == Contention(0.0) and off.contention.mode == "off"
     assert np.array_equal(fitted.graph.dur, off.graph.dur)
 
 
 def test_an_unknown_contention_mode_is_refused_by_name():
     with pytest.raises(ValueError, match="contention must be one of fit, off, got 'always'"):
-        base_plan(load_run(ROOT / "h200" / "base_r0"), contention="always")
+        base_plan(load_run(ROOT / "h200" / "base_r0"), PredictOptions(contention="always"))

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lumos.analysis.predict import predict
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
-from lumos.transform.whatif import base_plan, transform
+from lumos.predict.whatif import base_plan, transform
 
 # 1M-element buckets: the tiny model's 3.1M parameters per layer make 11 buckets per stage
 SETUP = ["model=tiny", "cluster=a100_vtrain", "training=vtrain", "training.after_backward_bucket_mparams=1",
@@ -54,7 +55,7 @@ def test_each_bucket_is_a_block_and_is_issued_after_the_backward(runs):
 
 
 def test_more_micro_batches_predicted_against_the_emulated_run(runs):
-    doc = predict(load_run(runs["base"]), {}, global_batch=8, actual_tables=load_run(runs["gbs8"]))
+    doc = predict(load_run(runs["base"]), {}, PredictOptions(global_batch=8), actual_tables=load_run(runs["gbs8"]))
     assert doc["microbatches"] == 4
     # measured: +1.17% (+28.1% with the buckets copied 11 times over)
     assert abs(doc["error_pct"]) < 3.0

@@ -1,4 +1,4 @@
-"""Which data parallelism a trace trains with (`lumos.transform.dp_flavour`): FSDP2 captures
+"""Which data parallelism a trace trains with (`lumos.model.dp_flavour`): FSDP2 captures
 MEASURED ON THIS MACHINE (CPU, gloo; resources/traces/fsdp_cpu), hand-made traces for the patterns
 without FSDP ranges, and the shipped Megatron-style, real and H200 traces, which must stay what
 they are."""
@@ -12,8 +12,8 @@ import pytest
 from lumos.capture.gpt import GPTConfig
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
-from lumos.transform.dp_flavour import collective_kind, find_dp_flavour, host_dp_degree
-from lumos.transform.whatif import base_plan, structure_report
+from lumos.model.dp_flavour import collective_kind, find_dp_flavour, host_dp_degree
+from lumos.predict.whatif import base_plan, structure_report
 from tests.tracegen import MAIN, TraceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]

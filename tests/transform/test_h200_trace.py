@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import measured_steps, predict, simulate_plan
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import measured_steps, predict, simulate_plan
 from lumos.analysis.replay import replay_graph
 from lumos.graph import build_graph
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.trace import load_run
 from lumos.transform.rebuild import rebuild
-from lumos.transform.structure import ModelShape
-from lumos.transform.whatif import base_plan
+from lumos.model.structure import ModelShape
+from lumos.predict.whatif import base_plan
 
 H200 = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200"
 
@@ -110,7 +111,7 @@ def test_more_layers_add_layers_and_buckets(base):
 
 
 def test_micro_batch_size_scales_layer_gemms_and_keeps_host_time(base):
-    from lumos.transform.micro_batch import change_micro_batch
+    from lumos.transform.micro_batch_size import change_micro_batch
 
     out = change_micro_batch(base, 8)
     g0, g1 = base.graph, out.graph
@@ -135,7 +136,7 @@ def test_predictions_against_the_recorded_targets(base_tables):
              ({}, {"global_batch": 16}, "mbcount_4", 0.03),
              ({}, {"micro_batch": 8}, "mbs_8", 0.03)]
     for target, kw, name, tol in cases:
-        doc = predict(base_tables, target, **kw)
+        doc = predict(base_tables, target, PredictOptions(**kw))
         measured = [r["iteration_us"] for rep in (0, 1) for r in measured_steps(H200 / f"{name}_r{rep}")]
         assert len(measured) == 6
         assert doc["predicted"]["iteration_us"] == pytest.approx(np.mean(measured), rel=tol), name
@@ -144,4 +145,4 @@ def test_predictions_against_the_recorded_targets(base_tables):
             assert doc["microbatches"] == 2, name
             assert any(n.startswith("micro-batches per iteration kept at the base's 2 (the base does not "
                                     "follow") for n in doc["notes"]), name
-    assert predict(base_tables, {}, global_batch=16)["microbatches"] == 4
+    assert predict(base_tables, {}, PredictOptions(global_batch=16))["microbatches"] == 4

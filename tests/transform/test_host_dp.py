@@ -1,4 +1,4 @@
-"""FSDP2 over gloo taken to one rank (lumos.transform.host_dp, lumos.analysis.predict_host), on the
+"""FSDP2 over gloo taken to one rank (lumos.transform.dp_host, lumos.predict.dp_host), on the
 FSDP2 CPU captures MEASURED ON THIS MACHINE (resources/traces/fsdp_cpu)."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lumos.analysis.predict_host import host_collective_run, predict_one_rank
+from lumos.predict.dp_host import host_collective_run, predict_one_rank
 from lumos.cli import main
 from lumos.graph import build_graph
 from lumos.graph.model import EdgeClass
 from lumos.sim import simulate
 from lumos.trace import load_run
-from lumos.transform.host_dp import find_host_collectives, to_one_rank
+from lumos.transform.dp_host import find_host_collectives, to_one_rank
 
 FSDP = Path(__file__).resolve().parents[2] / "resources" / "traces" / "fsdp_cpu"
 

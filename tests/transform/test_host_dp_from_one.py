@@ -1,4 +1,4 @@
-"""FSDP2 over gloo from one rank to two (lumos.transform.fsdp_hooks, host_dp_costs, host_dp.from_one_rank,
+"""FSDP2 over gloo from one rank to two (lumos.model.dp_hooks, host_dp_costs, host_dp.from_one_rank,
 `lumos predict --dp 2 --dp-calibration`), on the CPU captures MEASURED ON THIS MACHINE in
 resources/traces/fsdp_cpu_sizes: three model sizes, each at one and two ranks, three interleaved rounds."""
 
@@ -18,9 +18,9 @@ from lumos.graph.model import TaskKind
 from lumos.sim import simulate
 from lumos.trace import load_run
 from lumos.trace.steps import select_step
-from lumos.transform.fsdp_hooks import hook_ranges, outside_hooks_us
-from lumos.transform.host_dp import from_one_rank
-from lumos.transform.host_dp_costs import HookCost, HostCollectiveCosts, fit_host_collective_costs
+from lumos.model.dp_hooks import hook_ranges, outside_hooks_us
+from lumos.transform.dp_host import from_one_rank
+from lumos.durations.dp_host import HookCost, HostCollectiveCosts, fit_host_collective_costs
 
 SIZES = Path(__file__).resolve().parents[2] / "resources" / "traces" / "fsdp_cpu_sizes"
 

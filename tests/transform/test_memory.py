@@ -11,10 +11,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lumos.transform.memory import (GIB, MemorySettings, activation_bytes_per_layer, param_bytes,
+from lumos.predict.memory import (GIB, MemorySettings, activation_bytes_per_layer, param_bytes,
                                     plan_memory, stage_memory)
-from lumos.transform.memory_calibration import MeasuredPeak, calibrate, measured_peak, workspace_from_peak
-from lumos.transform.structure import ModelShape
+from lumos.predict.memory_calibration import MeasuredPeak, calibrate, measured_peak, workspace_from_peak
+from lumos.model.structure import ModelShape
 
 S, B, H, A = 2048, 1, 12288, 96     # GPT-3 175B layer, as in Korthikanti et al.
 
@@ -77,7 +77,7 @@ def test_h200_base_against_its_measured_peak():
     process), 10.95 GiB; the model for a plain-bf16 AdamW GPT (8 bytes per parameter, no recompute,
     fused attention, one micro-batch in flight), without the workspace constant: within 3%."""
     from lumos.trace import load_run
-    from lumos.transform.whatif import base_plan, memory_of
+    from lumos.predict.whatif import base_plan, memory_of
 
     root = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200"
     measured = next(r["max_memory_gib"] for r in json.loads((root / "summary.json").read_text())["runs"]
@@ -164,7 +164,7 @@ def test_a_base_trace_with_gpu_memory_events_calibrates_the_prediction(tmp_path)
     """The H200 base with CUDA [memory] events peaking at 12.5 GiB: the prediction's workspace is
     12.5 GiB less the base's predicted parameters, activations and logits, and says it came from there."""
     from lumos.trace import load_run
-    from lumos.transform.whatif import base_plan, memory_of, transform
+    from lumos.predict.whatif import base_plan, memory_of, transform
 
     src = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200" / "base_r0" / "rank0.json.gz"
     run = _with_memory_events(src, tmp_path / "gpu", [int(10 * GIB), int(12.5 * GIB), int(3 * GIB)], 1)

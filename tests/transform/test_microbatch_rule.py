@@ -1,4 +1,4 @@
-"""Micro-batches per iteration of a predicted target (`lumos/transform/microbatch_count.py`): the paper's
+"""Micro-batches per iteration of a predicted target (`lumos/predict/micro_batch_count.py`): the paper's
 TP x PP protocol when the base follows it, the base's count when it does not, `--global-batch` over both.
 
 Bases (emulated, tiny, 2x2x2): `tiny_plan` follows the protocol (4 = 2 x 2 micro-batches); `off_rule`
@@ -11,8 +11,8 @@ import pytest
 
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
-from lumos.transform.microbatch_count import target_microbatches
-from lumos.transform.whatif import base_plan, transform
+from lumos.predict.micro_batch_count import target_micro_batches
+from lumos.predict.whatif import base_plan, transform
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +65,17 @@ def test_tp_x_pp_rule_can_be_forced_on_a_base_off_the_rule(off_rule):
 
 
 def test_global_batch_wins_over_the_rule():
-    m, note = target_microbatches(4, 2, 2, tp=2, pp=8, dp=4, micro_batch=2, global_batch=64)
+    m, note = target_micro_batches(4, 2, 2, tp=2, pp=8, dp=4, micro_batch=2, global_batch=64)
     assert (m, note) == (8, "micro-batches per iteration = global batch 64 / (dp 4 x micro-batch 2) = 8")
     with pytest.raises(ValueError, match="--global-batch sets the micro-batch count; --microbatch-rule keep"):
-        target_microbatches(4, 2, 2, tp=2, pp=8, dp=4, micro_batch=1, global_batch=64, rule="keep")
+        target_micro_batches(4, 2, 2, tp=2, pp=8, dp=4, micro_batch=1, global_batch=64, rule="keep")
     with pytest.raises(ValueError, match="not a multiple of dp\\*micro_batch = 8"):
-        target_microbatches(4, 2, 2, tp=2, pp=8, dp=4, micro_batch=2, global_batch=60)
+        target_micro_batches(4, 2, 2, tp=2, pp=8, dp=4, micro_batch=2, global_batch=60)
 
 
 def test_unknown_rule_is_named():
     with pytest.raises(ValueError, match="one of auto, tp_x_pp, keep, got 'pp'"):
-        target_microbatches(4, 2, 2, tp=2, pp=4, dp=2, micro_batch=1, rule="pp")
+        target_micro_batches(4, 2, 2, tp=2, pp=4, dp=2, micro_batch=1, rule="pp")
 
 
 def test_cli_flag(tiny_runs, capsys):

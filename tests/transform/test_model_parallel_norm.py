@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from lumos.analysis.breakdown import Breakdown
-from lumos.analysis.predict import predict, simulate_plan
+from lumos.predict.prediction import predict, simulate_plan
 from lumos.analysis.run_replay import critical_rank
 from lumos.cli import main as lumos_main
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run
 from lumos.transform.plan import mp_group
-from lumos.transform.whatif import base_plan, transform
+from lumos.predict.whatif import base_plan, transform
 
 MP_NORM = "++training.emulator.schedule.grad_norm_group=model_parallel"
 # the long python blocks without their jitter: at the H100 fit's 33 ms of optimizer python, 5% of jitter moves

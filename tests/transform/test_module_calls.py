@@ -1,4 +1,4 @@
-"""Layers from the profiler's module events (`lumos.transform.module_calls`).
+"""Layers from the profiler's module events (`lumos.model.module_calls`).
 
 A hand-written one-thread trace as `with_stack=True` records it: a `python_function` event per
 module call, the backward ops tied to the forward by autograd sequence numbers. The blocks it
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from lumos.trace import schema
-from lumos.transform.module_calls import layer_calls
-from lumos.transform.recover import recover_layers
+from lumos.model.module_calls import layer_calls
+from lumos.model.recover import recover_layers
 
 from tests.tracegen import MAIN, PID, TraceBuilder
 

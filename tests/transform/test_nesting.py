@@ -1,11 +1,11 @@
-"""`lumos.transform.nesting.innermost` (array work) against its first definition, a walk per query
+"""`lumos.model.nesting.innermost` (array work) against its first definition, a walk per query
 with a stack of open events, on random ranges: nested, overlapping, touching, empty, tied starts."""
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lumos.transform.nesting import innermost
+from lumos.model.nesting import innermost
 from tests.replaced_loops import innermost_by_walk
 
 

@@ -10,14 +10,14 @@ the rebuilt graph must carry it at most once per stage.
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import simulate_plan
+from lumos.predict.prediction import simulate_plan
 from lumos.cli import main as lumos_main
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run
 from lumos.transform.layers import change_layers
 from lumos.transform.pp import change_pp
 from lumos.transform.templates import Templates, is_outlier
-from lumos.transform.whatif import base_plan
+from lumos.predict.whatif import base_plan
 
 STALL_US = 30_000.0
 

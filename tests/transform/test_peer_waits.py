@@ -1,4 +1,4 @@
-"""Peer waits replayed as arrivals (`lumos predict --peer-waits anchored`, lumos/analysis/peer_waits.py).
+"""Peer waits replayed as arrivals (`lumos predict --peer-waits anchored`, lumos/predict/peer_waits.py).
 
 On the emulated `tiny` model (EMULATED) with 0.2 M-parameter gradient buckets, so that each rank's
 DP all-reduces form classes of 5 or more; seed 0 fixes every number below.
@@ -9,13 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from lumos.analysis.peer_waits import read_peer_waits
-from lumos.analysis.predict import predict, simulate_plan
+from lumos.predict.peer_waits import read_peer_waits
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict, simulate_plan
 from lumos.cli import main as lumos_main
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run
-from lumos.transform.suppliers import CollectiveSpec
-from lumos.transform.whatif import base_plan
+from lumos.durations import CollectiveSpec
+from lumos.predict.whatif import base_plan
 
 
 def _emulate(root, dp):
@@ -61,7 +62,7 @@ def test_the_base_splits_into_transfer_and_wait_and_anchors_the_waits(small_buck
 def test_an_unchanged_target_replays_exactly_as_the_base(small_buckets):
     tables, plan = small_buckets["tables"], small_buckets["plan"]
     additive = predict(tables, {}, plan=plan)["predicted"]["iteration_us"]
-    anchored = predict(tables, {}, plan=plan, peer_waits="anchored")
+    anchored = predict(tables, {}, PredictOptions(peer_waits="anchored"), plan=plan)
     assert anchored["predicted"]["iteration_us"] == additive == 92111.325
     assert plan.graph.finish_floor is None   # the base's graph was not touched
 
@@ -70,7 +71,7 @@ def test_a_dp_change_floors_the_waiting_collectives_at_their_peers_arrival(small
     tables, plan = small_buckets["tables"], small_buckets["plan"]
     actual = load_run(small_buckets["dp4"])
     additive = predict(tables, {"dp": 4}, plan=plan, actual_tables=actual)
-    anchored = predict(tables, {"dp": 4}, plan=plan, actual_tables=actual, peer_waits="anchored")
+    anchored = predict(tables, {"dp": 4}, PredictOptions(peer_waits="anchored"), plan=plan, actual_tables=actual)
     assert additive["predicted"]["iteration_us"] == 92946.504
     assert anchored["predicted"]["iteration_us"] == 92710.326
     assert anchored["peer_waits"] == {"mode": "anchored", "asked": "anchored", "collectives": 54, "anchored": 26,
@@ -82,8 +83,8 @@ def test_a_dp_change_floors_the_waiting_collectives_at_their_peers_arrival(small
 
 
 def test_settled_floors_hold_and_some_bind(small_buckets):
-    from lumos.analysis.peer_waits import apply_peer_waits, settle
-    from lumos.transform.whatif import transform
+    from lumos.predict.peer_waits import apply_peer_waits, settle
+    from lumos.predict.whatif import transform
 
     plan = small_buckets["plan"]
     _, sched, _ = simulate_plan(plan)
@@ -101,9 +102,9 @@ def test_settled_floors_hold_and_some_bind(small_buckets):
 
 def test_anchored_refuses_a_target_that_rebuilds_the_graph(small_buckets):
     with pytest.raises(ValueError, match="rebuilds the graph"):
-        predict(small_buckets["tables"], {"pp": 4}, plan=small_buckets["plan"], peer_waits="anchored")
+        predict(small_buckets["tables"], {"pp": 4}, PredictOptions(peer_waits="anchored"), plan=small_buckets["plan"])
     with pytest.raises(ValueError, match="peer_waits must be one of auto, additive, anchored"):
-        predict(small_buckets["tables"], {"dp": 4}, plan=small_buckets["plan"], peer_waits="floor")
+        predict(small_buckets["tables"], {"dp": 4}, PredictOptions(peer_waits="floor"), plan=small_buckets["plan"])
 
 
 def test_cli_flag(small_buckets, capsys):
@@ -118,11 +119,11 @@ def test_a_sample_with_the_point_durations_settles_to_the_point_replay(small_buc
     durations and none of the point's floors, the settled sample is the point's schedule."""
     from dataclasses import replace
 
-    from lumos.analysis.peer_waits import apply_peer_waits, settle
+    from lumos.predict.peer_waits import apply_peer_waits, settle
     from lumos.analysis.uncertainty import _settle_arrivals
     from lumos.sim import prepare
     from lumos.sim.reference import simulate_reference
-    from lumos.transform.whatif import transform
+    from lumos.predict.whatif import transform
 
     plan = small_buckets["plan"]
     _, sched, _ = simulate_plan(plan)
@@ -141,8 +142,8 @@ def test_a_sample_with_the_point_durations_settles_to_the_point_replay(small_buc
 
 
 def test_an_anchored_interval_is_centred_on_its_point(small_buckets):
-    doc = predict(small_buckets["tables"], {"dp": 4}, plan=small_buckets["plan"], peer_waits="anchored",
-                  samples=40, seed=0)
+    doc = predict(small_buckets["tables"], {"dp": 4}, PredictOptions(peer_waits="anchored", samples=40, seed=0),
+                  plan=small_buckets["plan"])
     iv = doc["interval"]["iteration_us"]
     assert iv["90"][0] < doc["predicted"]["iteration_us"] < iv["90"][1]
 
@@ -163,18 +164,18 @@ def test_auto_anchors_a_sharded_base_on_a_dp_change_and_keeps_the_waits_where_th
     tables = fsdp_base[4]
     plan = base_plan(tables)
     auto = predict(tables, {"dp": 8}, plan=plan)
-    anchored = predict(tables, {"dp": 8}, plan=plan, peer_waits="anchored")
+    anchored = predict(tables, {"dp": 8}, PredictOptions(peer_waits="anchored"), plan=plan)
     assert auto["peer_waits"] == {**anchored["peer_waits"], "asked": "auto"}
     assert auto["predicted"] == anchored["predicted"]
     assert auto["peer_waits"]["mode"] == "anchored" and auto["peer_waits"]["collectives"] > 0
     rebuilt = predict(tables, {"pp": 4}, plan=plan)
     assert "peer_waits" not in rebuilt
-    assert rebuilt["predicted"] == predict(tables, {"pp": 4}, plan=plan, peer_waits="additive")["predicted"]
+    assert rebuilt["predicted"] == predict(tables, {"pp": 4}, PredictOptions(peer_waits="additive"), plan=plan)["predicted"]
     assert any(n.startswith("peer waits additive: auto anchors a sharded base's waits only") for n in rebuilt["notes"])
 
 
 def test_a_shape_cap_takes_the_transfer_from_the_least_waiting_class_of_the_same_shape(tmp_path):
-    """cap='shape' (the default; benchmarks/peer_wait_split.py): a class's transfer part is at most the lowest class
+    """cap='shape' (the default; studies/peer_waits/wait_split.py): a class's transfer part is at most the lowest class
     median of its (rank, message, group size). Every reduce-scatter of one shape made to wait 500 us
     more: by class, the wait hides in the class median and the transfer part grows; by shape, the
     transfer stays at the all-gathers' of that shape and the 500 us are wait. 12 layers: 6

@@ -15,7 +15,7 @@ import math
 import re
 import shutil
 
-from lumos.analysis.predict import predict, read_manifest
+from lumos.predict.prediction import predict, read_manifest
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
 

@@ -1,4 +1,4 @@
-"""Layers found by repetition in traces without layer ranges (`lumos.transform.recover`).
+"""Layers found by repetition in traces without layer ranges (`lumos.model.recover`).
 
 The emulated `tiny` runs carry our `layer_{L}/forward/mb{i}` ranges; stripped of every
 annotation but `ProfilerStep#N` they must give back the same blocks, task for task, and the
@@ -14,12 +14,12 @@ import json
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import predict
+from lumos.predict.prediction import predict
 from lumos.cli import main as lumos_main
 from lumos.graph.run_graph import build_run_graph
 from lumos.trace import load_run, load_trace, schema
-from lumos.transform.recover import find_layer_ranges, recover_layers
-from lumos.transform.structure import find_structure
+from lumos.model.recover import find_layer_ranges, recover_layers
+from lumos.model.structure import find_structure
 
 from tests.conftest import REAL
 from tests.tracegen import TraceBuilder
@@ -152,7 +152,7 @@ def _layer_labels(table):
     """(op name, layer range holding it) of every top-level op of the default step, time order,
     without the capture's own marker ops."""
     from lumos.graph.build import resolve_step
-    from lumos.transform.structure import innermost
+    from lumos.model.structure import innermost
 
     s = resolve_step(table, None)
     ops = np.flatnonzero((table.cat == schema.CPU_OP) & (table.ts >= s.start) & (table.ts < s.end))

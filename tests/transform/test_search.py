@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from lumos.analysis.predict import simulate_plan
-from lumos.analysis.search import SHORT_PIPELINE, _iteration, candidates, search
+from lumos.predict.prediction import simulate_plan
+from lumos.predict.search import SHORT_PIPELINE, _iteration, candidates, search
 from lumos.cli import main as lumos_main
 
 
@@ -47,7 +47,7 @@ def test_search_ranks_fitting_layouts_and_lists_the_rest(tiny_runs, capsys):
 
 
 def _replayed(plan, pp, dp, m):
-    from lumos.transform.whatif import transform
+    from lumos.predict.whatif import transform
 
     return float(simulate_plan(transform(plan, pp=pp, dp=dp, global_batch=m * dp))[2].as_dict()["iteration_us"])
 
@@ -80,7 +80,7 @@ def test_search_does_not_depend_on_its_workers(tiny_runs):
 def test_a_plan_rebuilt_twice_gives_the_same_graph(tiny_plan):
     """The rebuild keeps its templates in the plan's memo (a search rebuilds one plan twice); what one
     rebuild counted must not leak into the next."""
-    from lumos.transform.whatif import transform
+    from lumos.predict.whatif import transform
 
     def graph(plan, pp, m):
         g = transform(plan, pp=pp, global_batch=m * plan.dp).graph

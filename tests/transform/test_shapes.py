@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lumos.transform.shapes import parameter_shapes, rewrite_batch, rewrite_width
-from lumos.transform.suppliers.compute import ComputeSpec, attention_bshd, gemm_mkn, work
+from lumos.durations.compute import ComputeSpec, work
+from lumos.model.ops import attention_bshd, gemm_mkn
 
 T, H, F, HEADS, HD = 8192, 2048, 8192, 16, 128
 WIDTH = {2048: 3072, 6144: 9216, 8192: 12288, 16: 24}      # hidden / FFN / heads x1.5

@@ -15,16 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import predict
-from lumos.analysis.search import search
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict
+from lumos.predict.search import search
 from lumos.cli import main as lumos_main
 from lumos.emulator import emulate, write_result
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run, schema
 from lumos.trace.steps import select_step
 from lumos.transform.plan import block_mask, dp_group
-from lumos.transform.suppliers import CollectiveSpec
-from lumos.transform.whatif import base_plan, layout_memory, memory_settings, transform
+from lumos.durations import CollectiveSpec
+from lumos.predict.whatif import base_plan, layout_memory, memory_settings, transform
 
 SHAPES = {"base": (2, 2, 4), "dp8": (2, 2, 8), "pp4": (2, 4, 4), "pp1": (2, 1, 4), "tp4": (4, 2, 4),
           "tp1": (1, 2, 4)}
@@ -195,7 +196,8 @@ def test_shard_grad_op_from_a_full_shard_base_drops_the_backward_gathers_as_the_
     assert {r: (c["allgather"], c["reduce_scatter"]) for r, c in actual.items()} == (
         {0: (12, 3), 8: (12, 3)} if target == "base" else {0: (16, 2), 8: (8, 1), 16: (8, 1), 24: (16, 2)})
     assert _predicted_collectives(out) == actual
-    doc = predict(runs["base"], {"pp": pp}, actual_tables=grad_op[target], plan=plan, fsdp_strategy="shard_grad_op")
+    doc = predict(runs["base"], {"pp": pp}, PredictOptions(fsdp_strategy="shard_grad_op"), actual_tables=grad_op[target],
+                  plan=plan)
     assert doc["target"]["dp_sharding"] == "fsdp_grad_op" and doc["base_config"]["dp_sharding"] == "fsdp_full"
     assert doc["memory"]["assumptions"]["sharding"] == "zero2"
     # the tiny model is host-bound and its gathers small: the change is below its run-to-run noise (the

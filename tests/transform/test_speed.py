@@ -7,8 +7,8 @@ import pytest
 
 from lumos.graph.model import TaskKind
 from lumos.transform.speed import change_speed
-from lumos.transform.suppliers import CollectiveSpec
-from lumos.transform.suppliers.compute import op_class
+from lumos.durations import CollectiveSpec
+from lumos.model.ops import op_class
 
 
 def test_compute_speed_divides_kernel_time_above_the_fixed_part(tiny_plan):

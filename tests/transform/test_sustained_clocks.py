@@ -1,4 +1,4 @@
-"""Sustained clocks (lumos/transform/suppliers/clocks.py): the model's arithmetic, its fit on the shipped
+"""Sustained clocks (lumos/durations/clocks.py): the model's arithmetic, its fit on the shipped
 calibration recordings (measured on hardware: the H200's 4-micro-batch runs), and what it does to a
 prediction."""
 
@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from lumos.analysis.predict import measured_steps, predict
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import measured_steps, predict
 from lumos.config import config_dir
 from lumos.trace import TraceError, load_run
 from lumos.trace.kernels import read_kernels
-from lumos.transform.suppliers.clocks import SustainedClock, busy_ratios, clock_for, fit_sustained_clock
+from lumos.durations.clocks import SustainedClock, busy_ratios, clock_for, fit_sustained_clock
 
 H200 = Path(__file__).resolve().parents[2] / "resources" / "traces" / "h200"
 CLOCK = SustainedClock(boost_ms=850.0, dip_ms=150.0, dip=0.10, steady=0.04)
@@ -64,7 +65,7 @@ def test_the_shipped_calibration_runs_slow_down_after_850_ms(recordings):
 
 
 def test_profile_constants_are_the_fit_of_the_calibration_runs(recordings):
-    """config/predict/cluster.yaml records what `python benchmarks/h200_clocks.py` fits."""
+    """config/predict/cluster.yaml records what `python studies/h200/clocks.py` fits."""
     base, calib = recordings
     windows = [b.window_ms() for b in base]
     model, fit = fit_sustained_clock([busy_ratios(base, c) for c in calib], windows)
@@ -95,7 +96,7 @@ def _measured(name):
 def test_a_wider_model_runs_past_the_boost_and_is_predicted_slower(base_tables):
     """Width 2x: ~420 ms iterations, the profiled window (840-2100 ms of work) all after the boost."""
     target = {"hidden": 4096, "ffn": 16384}
-    off = predict(base_tables, target, clocks="off")
+    off = predict(base_tables, target, PredictOptions(clocks="off"))
     on = predict(base_tables, target)
     c = on["clock"]
     assert c["mode"] == "recorded" and c["gpu"] == "NVIDIA H200"
@@ -106,7 +107,7 @@ def test_a_wider_model_runs_past_the_boost_and_is_predicted_slower(base_tables):
     measured = _measured("width_2x")
     assert abs(on["predicted"]["iteration_us"] - measured) < abs(off["predicted"]["iteration_us"] - measured)
     assert any(n.startswith("sustained clocks (NVIDIA H200, recorded): compute kernels x1.0") for n in on["notes"])
-    steady = predict(base_tables, target, clocks="steady")
+    steady = predict(base_tables, target, PredictOptions(clocks="steady"))
     assert steady["clock"]["factor"] == pytest.approx(1 + CLOCK_FROM_PROFILE().steady)
 
 
@@ -118,7 +119,7 @@ def test_the_unchanged_base_keeps_its_clock(base_tables):
 def test_explicit_clock_mode_names_what_the_base_lacks():
     """A base without its profiler schedule (a trace `lumos capture` did not write) gets no clock model
     under auto, and a one-line reason under an explicit mode; so does a GPU the profile does not list."""
-    from lumos.analysis.predict import clock_setting
+    from lumos.predict.prediction import clock_setting
 
     t = load_run(H200 / "base_r1")[0]
     t.metadata = {k: v for k, v in t.metadata.items() if k != "lumosCapture"}
@@ -139,21 +140,18 @@ def CLOCK_FROM_PROFILE() -> SustainedClock:
 
 @pytest.fixture(scope="module")
 def h200_plan():
-    from lumos.transform.whatif import base_plan
+    from lumos.predict.whatif import base_plan
 
     return base_plan(load_run(H200 / "base_r0"))
 
 
 @pytest.fixture(scope="module")
 def clock_steps():
-    """`benchmarks/h200_clock_steps.py`, whose numbers the test below pins."""
-    import importlib.util
+    """`lumos.studies.h200`, whose `kernel_ms` `studies/h200/clock_steps.py` prints with: the test below
+    pins its numbers."""
+    from lumos.studies import h200
 
-    path = H200.parents[2] / "benchmarks" / "h200_clock_steps.py"
-    spec = importlib.util.spec_from_file_location("h200_clock_steps", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return h200
 
 
 @pytest.mark.parametrize("recording, target, first, dip", [
@@ -169,7 +167,7 @@ def test_shape_laws_hold_at_the_bases_clock_and_the_dip_is_what_is_left(h200_pla
     clock model's 1.060-1.071 for it: that is the residual, not the shape laws."""
     from lumos.graph import build_graph
     from lumos.trace import find_steps
-    from lumos.transform.whatif import transform
+    from lumos.predict.whatif import transform
 
     pred_gemm, pred_all = clock_steps.kernel_ms(transform(h200_plan, **target).graph)
     table = load_run(H200 / recording)[0]
@@ -180,6 +178,6 @@ def test_shape_laws_hold_at_the_bases_clock_and_the_dip_is_what_is_left(h200_pla
     assert ratios[0] == (pytest.approx(first[0], abs=1e-3), pytest.approx(first[1], abs=1e-3))
     assert ratios[1] == (pytest.approx(dip[0], abs=1e-3), pytest.approx(dip[1], abs=1e-3))
     clock = predict(load_run(H200 / "base_r0"), {k: v for k, v in target.items() if k != "micro_batch"},
-                    plan=h200_plan, micro_batch=target.get("micro_batch"))["clock"]
+                    PredictOptions(micro_batch=target.get("micro_batch")), plan=h200_plan)["clock"]
     assert clock["step_levels"][0] * clock["factor"] == pytest.approx(1.0, abs=1e-4)
     assert ratios[1][1] > clock["step_levels"][1] * clock["factor"] + 0.03

@@ -7,15 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import predict, read_manifest
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict, read_manifest
 from lumos.cli import main as lumos_main
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run
 from lumos.transform.plan import stage_ranks
-from lumos.transform.suppliers import CollectiveSpec, ComputeSpec
-from lumos.transform.suppliers.compute import ComputeModel, gemm_tile, gemm_waves
+from lumos.durations import CollectiveSpec, ComputeSpec
+from lumos.durations.compute import ComputeModel, gemm_tile, gemm_waves
 from lumos.transform.tp import change_tp, rewrite_tp
-from lumos.transform.whatif import transform
+from lumos.predict.whatif import transform
 
 
 def _pairs(base, out, op):
@@ -125,7 +126,7 @@ def test_predict_tp4_against_the_emulated_tp4_run(tiny_runs):
     assert abs(doc["error_pct"]) < 10.0
     assert doc["suppliers"]["gemm"] == {"model": "waves", "num_sms": 132}
     # tiny is host-bound: its GPU kernels are off the critical path, so the GEMM model does not move it
-    flops = predict(load_run(tiny_runs["base"]), {"tp": 4}, gemm_efficiency="flops")
+    flops = predict(load_run(tiny_runs["base"]), {"tp": 4}, PredictOptions(gemm_efficiency="flops"))
     assert flops["suppliers"]["gemm"]["model"] == "flops"
 
 

@@ -6,14 +6,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from lumos.analysis.predict import simulate_plan
+from lumos.predict.prediction import simulate_plan
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.transform.dp import change_dp
 from lumos.transform.layers import change_layers
 from lumos.transform.pp import change_pp
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import one_f_one_b
-from lumos.transform.suppliers import CollectiveSpec
+from lumos.durations import CollectiveSpec
 from lumos.transform.width import change_width
 
 
@@ -143,7 +143,7 @@ def test_a_warm_up_forward_keeps_the_host_time_its_base_step_had_after_a_hand_of
     prediction had the next send spinning, and "other" came out 24% short, exposed communication 67%
     long (tiny 2x2x2 -> 2x4x2, EMULATED)."""
     from lumos.trace import load_run
-    from lumos.analysis.predict import predict
+    from lumos.predict.prediction import predict
     from lumos.transform.templates import Templates
 
     tm = Templates(tiny_plan)

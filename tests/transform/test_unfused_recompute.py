@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from lumos.analysis.predict import predict
+from lumos.predict.options import PredictOptions
+from lumos.predict.prediction import predict
 from lumos.cli import main as lumos_main
 from lumos.emulator.actuals import emulate_actuals
 from lumos.graph.run_graph import build_run_graph
 from lumos.trace import load_run
 from lumos.transform.shapes import rewrite_batch
-from lumos.transform.structure import find_structure
-from lumos.transform.whatif import trace_sms
+from lumos.model.structure import find_structure
+from lumos.predict.whatif import trace_sms
 
 VTRAIN = ["cluster=a100_vtrain", "training=vtrain", "model=tiny", "model.num_heads=4", "model.head_dim=16",
           "model.hidden=64", "model.ffn_hidden=256", "model.seq_length=128"]
@@ -63,6 +64,6 @@ def test_folded_attention_dims_scale_with_the_micro_batch():
 def test_micro_batch_and_layout_changes_match_the_emulated_actual(vtrain_base, target):
     tp, pp, dp, mbs, gbs = target
     actual = emulate_actuals(_overrides(*target), [0])[0]["iteration_us"]
-    got = predict(vtrain_base, {"tp": tp, "pp": pp, "dp": dp}, global_batch=gbs, micro_batch=mbs)
+    got = predict(vtrain_base, {"tp": tp, "pp": pp, "dp": dp}, PredictOptions(global_batch=gbs, micro_batch=mbs))
     err = 100 * (got["predicted"]["iteration_us"] / actual - 1)
     assert abs(err) < 6.0, err

@@ -11,11 +11,11 @@ import pytest
 from lumos.emulator import emulate, write_result
 from lumos.graph.model import EdgeClass, TaskKind
 from lumos.trace import load_run, schema
-from lumos.transform.launchers import launching_events
-from lumos.transform.structure import _rank_blocks
-from lumos.transform.recover import recover_layers
+from lumos.model.launchers import launching_events
+from lumos.model.structure import _rank_blocks
+from lumos.model.recover import recover_layers
 from lumos.transform.templates import Templates
-from lumos.transform.whatif import base_plan
+from lumos.predict.whatif import base_plan
 
 from tests.replaced_loops import rank_blocks_by_walk
 

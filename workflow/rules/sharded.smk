@@ -126,7 +126,7 @@ for _mode, _targets in sharded_targets().items():
 
 
 # Measured on this machine (CPU): FSDP2 over gloo (resources/traces/fsdp_cpu, fsdp_cpu_sizes). The DP
-# changes a host-collective base is predicted for (lumos/transform/host_dp.py): 2 ranks -> 1 (`lumos
+# changes a host-collective base is predicted for (lumos/transform/dp_host.py): 2 ranks -> 1 (`lumos
 # predict BASE --dp 1`), and 1 -> 2 with what 2 ranks add fitted on other model sizes (`--dp-calibration`),
 # from each base recording against every recording of the target.
 FSDP_CPU = config.get("fsdp_cpu") or {}

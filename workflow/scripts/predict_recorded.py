@@ -11,7 +11,7 @@ from _shim import logged, run_cli, write_json  # noqa: E402
 
 smk = snakemake  # noqa: F821
 with logged(smk):
-    from lumos.analysis.predict import measured_steps
+    from lumos.predict.prediction import measured_steps
 
     samples = ["--samples", str(smk.params.samples), "--seed", "0"] if smk.params.samples else []
     extra = list(smk.params.get("extra", None) or [])

@@ -9,7 +9,7 @@ smk = snakemake  # noqa: F821
 with logged(smk):
     import pandas as pd
 
-    from lumos.analysis.search import search
+    from lumos.predict.search import search
     from lumos.emulator.actuals import emulate_actuals
     from lumos.report.tables import write_csv
     from lumos.trace import load_run

@@ -1,0 +1,83 @@
+"""What an op means, from its name and Input Dims: its class and a GEMM's or attention's dimensions.
+
+The structure reader (`lumos.model.structure`), the shape rewriter (`lumos.transform.shapes`) and
+the compute cost model (`lumos.durations.compute`) all ask the same questions of an op; this
+module is the one place that answers them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["GEMM_OPS", "op_class", "gemm_mkn", "attention_bshd", "elements"]
+
+GEMM_OPS = frozenset({"aten::mm", "aten::matmul", "aten::addmm", "aten::linear", "aten::bmm"})
+
+
+def op_class(op: str) -> str:
+    if op in GEMM_OPS:
+        return "gemm"
+    if "attention" in op:
+        return "attention"
+    return "elementwise"
+
+
+def elements(d) -> float:
+    p = 1.0
+    for x in d:
+        if isinstance(x, (list, tuple)):
+            return 0.0
+        p *= float(x)
+    return p
+
+
+def _matrix(x) -> bool:
+    return isinstance(x, (list, tuple)) and len(x) >= 2 and all(isinstance(v, (int, float)) for v in x)
+
+
+def gemm_mkn(op: str, dims) -> tuple | None:
+    """(m, k, n) of a GEMM op from its Input Dims, or None when they do not say.
+
+    `aten::mm` [[m,k],[k,n]]; `aten::addmm` [[bias],[m,k],[k,n]]; `aten::bmm`
+    [[b,m,k],[b,k,n]] (m counts all b); `aten::linear` / `aten::matmul` with an
+    N-d input [..., k] and a weight [n, k] (linear) or [k, n] (matmul), m the
+    product of the leading input dims.
+    """
+    if not dims:
+        return None
+    try:
+        mats = [tuple(int(v) for v in d) for d in dims if _matrix(d)]
+        if op == "aten::linear" and len(mats) >= 2 and len(mats[1]) == 2:
+            x, w = mats[0], mats[1]
+            return (int(np.prod(x[:-1])), x[-1], w[0])
+        if op == "aten::matmul" and len(mats) >= 2 and len(mats[1]) == 2:
+            x, w = mats[0], mats[1]
+            return (int(np.prod(x[:-1])), x[-1], w[1])
+        if op == "aten::bmm" and len(mats) >= 2 and len(mats[0]) == 3:
+            a, b = mats[0], mats[1]
+            return (a[0] * a[1], a[2], b[2])
+        two = [d for d in mats if len(d) == 2]
+        if len(two) >= 2 and two[-2][1] == two[-1][0]:
+            return (two[-2][0], two[-2][1], two[-1][1])
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+#: attention ops whose tensors are (batch, heads, seq, head_dim), as torch's
+#: scaled_dot_product_attention takes them; the flash / memory-efficient kernels'
+#: own ops (and the emulator's) take (batch, seq, heads, head_dim).
+_HEADS_SECOND = ("scaled_dot_product", "cudnn_attention")
+
+
+def attention_bshd(op: str, dims) -> tuple | None:
+    """(batch, seq, heads, head_dim) of an attention op's query, or None."""
+    if not dims:
+        return None
+    q = next((d for d in dims if _matrix(d) and len(d) == 4), None)
+    if q is None:
+        return None
+    b, x, y, hd = (int(v) for v in q)
+    if any(k in op for k in _HEADS_SECOND):
+        return (b, y, x, hd)
+    return (b, x, y, hd)

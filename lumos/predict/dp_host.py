@@ -1,0 +1,130 @@
+"""Predict a DP change of a CPU run whose data parallelism runs on the host's collectives (gloo).
+
+The what-if transforms rebuild a run from its layers and re-time device collectives; a CPU
+capture's collectives are host ops, which they do not re-time (`whatif.refuse_unmodelled_dp`).
+Two DP changes are made here (`lumos.transform.dp_host`):
+- to a group of one, where FSDP2 issues no collective: a CPU capture holds everything for it
+  (`predict_one_rank`);
+- from a one-rank FSDP2 capture to N ranks, with what N ranks add in each FSDP2 hook read off
+  calibration recordings of the same program at another size (`predict_from_one_rank`): the one-rank
+  trace has the hooks but none of the work, and nothing in it times gloo on this host.
+The step graph of the base's lowest rank is replayed, its host work the median over its profiled
+steps (and over other recordings', `recordings`) as for every prediction.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from lumos.graph import build_graph
+from lumos.graph.profiled_steps import profiled_steps, with_step_medians
+from lumos.sim import simulate
+from lumos.trace import TraceTable
+from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
+from lumos.transform.dp_host import from_one_rank, to_one_rank
+from lumos.durations.dp_host import fit_host_collective_costs
+from .options import PredictOptions
+from .whatif import check_steps
+
+from .prediction import add_actual, round_metrics
+from lumos.analysis.run_replay import run_breakdown
+
+__all__ = ["host_collective_run", "one_rank_fsdp_run", "predict_from_one_rank", "predict_one_rank"]
+
+
+def host_collective_run(tables: Sequence[TraceTable], step=None) -> bool:
+    """A run with no device event whose DP collectives are host ops (gloo on CPU)."""
+    for t in tables:
+        if (t.stream >= 0).any() or (t.device >= 0).any():
+            return False
+    return any(find_dp_flavour(t, step).collectives for t in tables)
+
+
+def one_rank_fsdp_run(tables: Sequence[TraceTable], step=None) -> bool:
+    """A run with no device event that trains with FSDP on a group of one (no collective at all)."""
+    for t in tables:
+        if (t.stream >= 0).any() or (t.device >= 0).any():
+            return False
+    flavours = [find_dp_flavour(t, step) for t in tables]
+    return all(f.kind == "fsdp" and not f.collectives for f in flavours)
+
+
+def _median_step_graph(table: TraceTable, step, host: str, recordings):
+    """The base's step graph, its host work the median over its (and `recordings`') profiled steps."""
+    graph = build_graph(table, step=step)
+    steps = [graph.summary.get("step")]
+    if host == "median":
+        pairing = profiled_steps(graph, table, recordings)
+        graph = with_step_medians(graph, pairing, kernels=False)   # a CPU run: no kernels
+        steps = list(pairing.steps)
+    return graph, steps
+
+
+def _document(table: TraceTable, target, base_dp: int, base_sharding: str, dp: int, sharding: str,
+              notes: list, graph_counts: dict, host: str, steps: list, base_name: str) -> dict:
+    """The `lumos predict` JSON of a host-DP prediction, without memory, interval or rebuild."""
+    sched = simulate(target)
+    predicted = round_metrics(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
+    cfg = (table.metadata.get("lumosCapture") or {}).get("config") or {}
+    microbatches = (table.metadata.get("lumosCapture") or {}).get("microbatches")
+    shape = {"layers": cfg.get("layers"), "hidden": cfg.get("hidden"), "ffn": cfg.get("ffn"),
+             "micro_batch": cfg.get("micro_batch")}
+    return {"base": base_name,
+            "target": {"tp": 1, "pp": 1, "dp": dp, **shape, "dp_sharding": sharding},
+            "base_config": {"tp": 1, "pp": 1, "dp": base_dp, **shape, "dp_sharding": base_sharding},
+            "microbatches": microbatches,
+            "predicted": predicted,
+            "critical_stage_rank": int(table.rank),
+            "graph": {"tasks": int(target.n_tasks), "edges": int(target.n_edges), "rendezvous": 0, **graph_counts},
+            "notes": notes + [f"from rank {table.rank}'s step graph (the ranks run the same program)"],
+            "host": {"mode": host, "steps": {str(table.rank): steps}}}
+
+
+def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
+                          calibration: Sequence[tuple[Sequence[TraceTable], Sequence[TraceTable]]],
+                          options: PredictOptions = PredictOptions(), *,
+                          actual_tables: Sequence[TraceTable] | None = None,
+                          recordings: Sequence[Sequence[TraceTable]] = (), base_name: str = "") -> dict:
+    """The base (a `one_rank_fsdp_run`) at `dp` ranks, what the ranks add fitted on `calibration`:
+    pairs (the same program at another size at DP `dp`, the same at one rank). Of `options`, `step`
+    and `host` apply."""
+    step, host = options.step, options.host
+    check_steps(base_tables, host, recordings=recordings)
+    table = min(base_tables, key=lambda t: t.rank)
+    if not one_rank_fsdp_run(base_tables, step):
+        raise ValueError(f"{table.path}: not a one-rank FSDP2 capture without device work: the calibrated "
+                         "DP change is made from one rank only")
+    costs = fit_host_collective_costs(calibration)
+    if costs.dp != dp:
+        raise ValueError(f"{table.path}: --dp {dp} asked, but the calibration recordings ran at DP {costs.dp}: "
+                         "record them at the degree to predict")
+    graph, steps = _median_step_graph(table, step, host, recordings)
+    target, added, notes = from_one_rank(graph, table, costs)
+    # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
+    doc = _document(table, target, 1, "fsdp", dp, costs.sharding, notes,
+                    {"added_us": round(sum(added.values()), 1)}, host, steps, base_name)
+    doc["calibration"] = costs.as_dict()
+    if actual_tables is not None:
+        add_actual(doc, actual_tables, step)
+    return doc
+
+
+def predict_one_rank(base_tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(), *,
+                     actual_tables: Sequence[TraceTable] | None = None,
+                     recordings: Sequence[Sequence[TraceTable]] = (), base_name: str = "") -> dict:
+    """The base (a `host_collective_run`) at DP 1: the `lumos predict` JSON shape, without memory,
+    interval or rebuild (`graph.rendezvous` 0). Of `options`, `step` and `host` apply."""
+    step, host = options.step, options.host
+    check_steps(base_tables, host, recordings=recordings)
+    table = min(base_tables, key=lambda t: t.rank)
+    flavours = {t.rank: find_dp_flavour(t, step) for t in base_tables}
+    dp = host_dp_degree(base_tables, step, flavours=flavours)
+    if dp <= 1:
+        raise ValueError(f"{table.path}: the base runs at DP 1 already (its host collectives span a group of one)")
+    graph, steps = _median_step_graph(table, step, host, recordings)
+    target, found, notes = to_one_rank(graph, table)
+    doc = _document(table, target, dp, flavours[table.rank].kind, 1, "none", notes,
+                    {"taken_out": int(found.tasks.sum())}, host, steps, base_name)
+    if actual_tables is not None:
+        add_actual(doc, actual_tables, step)
+    return doc

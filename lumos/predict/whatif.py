@@ -1,0 +1,278 @@
+"""The base run as a plan, and the what-if changes applied to it: graph surgery only.
+
+base traces -> run graph (one rank per stage, rendezvous) -> structure and
+suppliers fitted on the base -> transforms (width, DP, layers/PP/micro-batches).
+Replaying the result and scoring it is analysis (`lumos.predict.prediction`),
+which sits above this layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from lumos.graph.model import TaskKind
+from lumos.graph.run_graph import build_run_graph
+from lumos.trace import TraceTable
+
+from lumos.transform.dp import change_dp
+from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
+from lumos.transform.dp_sharding import change_fsdp_strategy
+from .memory_calibration import calibrate, measured_peak
+from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
+from lumos.transform.rebuild import rebuild
+from lumos.model.recover import recover_layers, summary
+from lumos.transform.schedule import layers_per_stage
+from lumos.model.structure import find_structure
+from lumos.durations import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
+from lumos.durations.collectives import level_of, load_profile
+from lumos.durations.contention import NO_CONTENTION, base_shares, fit_contention
+from lumos.transform.micro_batch_size import change_micro_batch
+from .micro_batch_count import target_micro_batches
+from .options import STEP_MODES, PredictOptions
+from lumos.transform.speed import change_speed, compute_mask
+from lumos.transform.tp import change_tp
+from lumos.transform.width import change_width
+
+__all__ = ["STEP_MODES", "base_plan", "check_steps", "transform", "memory_of", "structure_report",
+           "data_parallel_report"]
+
+
+
+def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(), *,
+              profile: dict | None = None, recordings: Sequence[Sequence[TraceTable]] = ()) -> Plan:
+    """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it, as
+    `options` says (its PLAN_FIELDS: step, gemm_efficiency, host, kernels, contention; `options.py`).
+    `recordings`: other recordings of the base's configuration, whose profiled steps join the medians
+    (and, for host work, the interval's draw). `profile`: the cluster profile (default: the config's)."""
+    step, host, kernels = options.step, options.host, options.kernels
+    check_steps(tables, host, kernels, recordings)
+    graph = build_run_graph(tables, step=step, host_medians=host == "median", kernel_medians=kernels == "median",
+                            recordings=recordings)
+    profile = profile or load_profile()
+    found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
+    if all(h.source == "none" for h in how):
+        raise ValueError(f"{tables[0].path}: {how[0].note}. The what-if transforms rebuild a run from its "
+                         "transformer layers; this trace has none (`lumos replay --structure` says what was found)")
+    flavours = dp_flavours(tables, step)
+    refuse_unmodelled_dp(tables, flavours, on_device=bool(np.any(graph.comm)))
+    st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
+    st.recovery = [h.as_dict() for h in how]
+    role = comm_roles(st)
+    slowdown = alone_under_comm(graph, st, found) if options.contention == "fit" else NO_CONTENTION
+    samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
+               for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
+    coll_model = fit_alpha_beta(samples, profile)
+    gpu = np.flatnonzero((graph.kind == TaskKind.GPU) & ~graph.comm & (st.op_dims != None))  # noqa: E711
+    comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
+                       sms=trace_sms(tables, profile) if options.gemm_efficiency == "waves" else 0)
+    ranks = sorted(st.stage_of_rank)
+    sharding = base_sharding(flavours)
+    measured = measured_peak(tables, st.stage_of_rank, st.shape, layers_per_stage(st.pp, st.layers), st.pp, st.dp,
+                             st.microbatches, step=step, sharding=SHARDED_MEMORY.get(sharding))
+    return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
+                layers=st.layers, microbatches=st.microbatches, ranks=ranks,
+                collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
+                profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
+                base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown)
+
+
+def alone_under_comm(graph, st, tables: Sequence[TraceTable]):
+    """The slowdown the base's compute kernels show under communication (`durations/contention.py`),
+    with each kernel's duration set, in place, to its time alone: the suppliers fitted next and every
+    transform see durations free of the base's overlap, and the replay puts back the target's."""
+    tasks = np.flatnonzero(compute_mask(graph, st) & (graph.event >= 0))
+    dur, share = base_shares(graph, tables, tasks)
+    keys = np.array([f"{graph.name[t]}|{st.op_dims[t]}" for t in tasks.tolist()], dtype=object)
+    fitted = fit_contention(keys, dur, share)
+    if fitted.active:
+        graph.dur[tasks] = fitted.alone(graph.dur[tasks], share)
+    return fitted
+
+
+def crossing_kinds(st, role: np.ndarray, gpus_per_host: int) -> frozenset:
+    """(role, kind) of the base's collectives whose process group spans hosts."""
+    return frozenset((role[t], st.coll[t]) for t in np.flatnonzero(st.coll != None).tolist()  # noqa: E711
+                     if st.group[t] and level_of(st.group[t], gpus_per_host) == "inter_host")
+
+
+def check_steps(tables: Sequence[TraceTable], host: str, kernels: str = "median",
+                recordings: Sequence[Sequence[TraceTable]] = ()) -> None:
+    """A clear error for a step mode the predictions do not know, or other recordings that cannot
+    lend the base anything (`lumos.graph.profiled_steps` pools them into medians)."""
+    for what, mode in (("host", host), ("kernels", kernels)):
+        if mode not in STEP_MODES:
+            raise ValueError(f"{what} must be one of {', '.join(STEP_MODES)}, got {mode!r}")
+    if recordings and host != "median" and kernels != "median":
+        raise ValueError("other recordings (--other-recordings) are pooled into medians: they need --host median "
+                         "or --kernels median, not both 'step'")
+    base_ranks = {t.rank for t in tables}
+    for run in recordings:
+        if run and not base_ranks & {t.rank for t in run}:
+            raise ValueError(f"{run[0].path}: a recording with none of the base's ranks "
+                             f"({', '.join(map(str, sorted(base_ranks)))}) cannot lend it host work or kernels")
+
+
+def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
+    """The GPU's streaming multiprocessors: the trace's own `deviceProperties` (Kineto writes them,
+    so do our emulator and capture), else the profile's `num_sms` (0: unknown)."""
+    for t in tables:
+        for dev in t.metadata.get("deviceProperties") or []:
+            if isinstance(dev, dict) and isinstance(dev.get("numSms"), int) and dev["numSms"] > 0:
+                return int(dev["numSms"])
+    return int(profile.get("num_sms", 0))
+
+
+def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
+              layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
+              global_batch: int | None = None, micro_batch: int | None = None,
+              compute_speed: float | None = None, network_speed: float | None = None,
+              microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
+    """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
+    FSDP strategy, then one pipeline rebuild. Micro-batches per iteration: `global_batch`, else
+    `microbatch_rule` (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else
+    the base's). `fsdp_strategy` (full_shard, shard_grad_op; `fsdp_strategy.py`) from an FSDP base."""
+    tp = tp or plan.tp
+    pp = pp or plan.pp
+    dp = dp or plan.dp
+    out = change_speed(plan, compute_speed, network_speed)
+    out = change_width(out, hidden, ffn)
+    out = change_tp(out, tp)
+    out = change_micro_batch(out, micro_batch)
+    out = change_dp(out, dp)
+    strategy = change_fsdp_strategy(out, fsdp_strategy)
+    restrategy = strategy is not out
+    out = strategy
+    m, note = target_micro_batches(plan.microbatches, plan.tp, plan.pp, tp=tp, pp=pp, dp=dp,
+                                  micro_batch=out.shape.micro_batch, global_batch=global_batch,
+                                  rule=microbatch_rule)
+    if out is plan:  # nothing so far copied the base: its notes must not collect this target's
+        out = dataclasses.replace(plan, notes=list(plan.notes))
+    out.notes.append(note)
+    layers = layers or plan.layers
+    changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
+    if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
+            or restrategy):
+        refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
+        out = rebuild(out, pp=pp, layers=layers, microbatches=m)
+    return out
+
+
+def memory_settings(plan: Plan, overrides: dict | None = None):
+    """Memory-model settings for predictions from `plan`'s base: the cluster profile's, `overrides`
+    applied, the workspace constant calibrated from the base's GPU `[memory]` events where its trace
+    has them and `overrides` sets no `workspace_gib` (`memory_calibration.py`)."""
+    from .memory import MemorySettings
+
+    overrides = dict(overrides or {})
+    if plan.sharding and overrides.get("sharding") is None:   # the base's own sharding, unless told otherwise
+        overrides["sharding"] = SHARDED_MEMORY[plan.sharding]
+    settings = MemorySettings.from_profile(load_profile(), **overrides)
+    if plan.measured_memory is not None and overrides.get("workspace_gib") is None:
+        settings = calibrate(settings, plan.measured_memory)
+    return settings
+
+
+def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
+    """Peak memory per GPU of a plan's configuration (`memory.py`), settings from `memory_settings`."""
+    return layout_memory(plan.shape, plan.pp, plan.dp, plan.layers, plan.microbatches,
+                         memory_settings(plan, overrides))
+
+
+def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, settings) -> dict:
+    """Peak memory per GPU of `shape` (its TP and micro-batch size) laid out over `pp` stages and
+    `dp` replicas (`memory.plan_memory`), without building the layout's graph."""
+    from .memory import plan_memory
+
+    return plan_memory(shape, layers_per_stage(pp, layers), pp, dp, microbatches, settings)
+
+
+def dp_flavours(tables: Sequence[TraceTable], step=None) -> dict:
+    """rank -> the DP flavour of its iteration (`dp_flavour.find_dp_flavour`), read once per base."""
+    return {t.rank: find_dp_flavour(t, step) for t in tables}
+
+
+def _dp_hint(graph, tables: Sequence[TraceTable], flavours: dict) -> int:
+    """The DP degree for `find_structure` to take when no gradient all-reduce says one: the group of
+    a sharded run's all-gathers and reduce-scatters, or of a CPU run's host collectives."""
+    if any(f.sharded for f in flavours.values()) or not np.any(graph.comm):
+        return host_dp_degree(tables, flavours=flavours)
+    return 1
+
+
+# sharded flavours whose DP change the transforms make (`dp.change_dp`), and the memory model's stage
+# for each: FULL_SHARD shards parameters, gradients and optimizer state (ZeRO-3); SHARD_GRAD_OP keeps
+# whole parameters from forward to backward (ZeRO-2's peak); a sharded optimizer alone cannot tell its
+# gradients' sharding from the trace, so ZeRO-1 (the larger) is taken
+SHARDED_MEMORY = {"fsdp_full": "zero3", "zero3": "zero3", "fsdp_grad_op": "zero2", "zero12": "zero1"}
+
+
+def base_sharding(flavours: dict) -> str:
+    """The base's sharded DP flavour (a key of SHARDED_MEMORY), '' for all-reduce DP or none."""
+    kinds = {f.kind for f in flavours.values() if f.sharded}
+    return next(iter(kinds)) if len(kinds) == 1 and kinds <= set(SHARDED_MEMORY) else ""
+
+
+def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device: bool) -> None:
+    """A clear error rather than an answer for a different program: the transforms re-time device
+    collectives, all-reduce DP and the sharded flavours of SHARDED_MEMORY (issue 32); a base whose
+    collectives are host ops (gloo on CPU), HSDP or FSDP over a group of one (no collective to resize)
+    is not re-timed by them."""
+    for t in tables:
+        f = flavours[t.rank]
+        if not on_device and f.collectives:
+            c = f.collectives[0]
+            raise ValueError(f"{t.path}: the base's collectives are host ops ({len(f.collectives)} in the "
+                             f"iteration, e.g. {t.name[c.row]}) and no device collective: the transforms "
+                             "re-time device collectives only, so a prediction would leave them unmodelled")
+        if f.sharded and f.kind not in SHARDED_MEMORY:
+            hint = (". From a one-rank FSDP2 capture on CPU, --dp N alone is predicted, with --dp-calibration "
+                    "RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a one-rank CPU capture\")"
+                    if f.kind == "fsdp" and not on_device else "")
+            raise ValueError(f"{t.path}: the base trains with {f.label}; {f.reason}. The what-if transforms "
+                             "model all-reduce DP, FSDP / ZeRO-3, SHARD_GRAD_OP and sharded optimizers with "
+                             "their collectives in the trace; a prediction from this base would answer for a "
+                             "different program, so none is made (`lumos replay --structure` shows what was "
+                             "found)" + hint)
+    kinds = {f.kind for f in flavours.values()}
+    if len(kinds) > 1 and kinds & set(SHARDED_MEMORY):
+        raise ValueError(f"{tables[0].path}: the base's ranks train with different DP flavours "
+                         f"({', '.join(sorted(kinds))}): no one DP change fits them all")
+
+
+def data_parallel_report(found: dict) -> dict:
+    """The DP flavour of the run (rank -> flavour, `dp_flavours`): one entry when every rank agrees,
+    else per rank."""
+    kinds = {f.kind for f in found.values()}
+    first = found[min(found)]
+    if len(kinds) == 1:
+        return {**first.as_dict(), "ranks": sorted(found)}
+    return {"kind": "mixed", "label": "ranks differ", "reason": "; ".join(
+        f"rank {r}: {f.label}" for r, f in sorted(found.items())),
+        "per_rank": {str(r): f.as_dict() for r, f in sorted(found.items())}}
+
+
+def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
+    """What the transforms would work on in this run: where its layers came from (ranges in the
+    trace, repetition, or none), layers, micro-batches, parallelism and blocks by kind."""
+    graph = build_run_graph(tables, step=step)
+    found, how = recover_layers(list(tables), step)
+    out = summary([h.as_dict() for h in how])
+    flavours = dp_flavours(tables, step)
+    out["data_parallel"] = data_parallel_report(flavours)
+    if out["source"] == "none":
+        out["what_if"] = "none: the what-if transforms need transformer layers"
+        return out
+    try:
+        st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
+    except ValueError as exc:   # e.g. one rank of a pipeline: the stages are not all here
+        out["error"] = str(exc)
+        return out
+    kinds: dict[str, int] = {}
+    for b in st.blocks:
+        kinds[b.kind] = kinds.get(b.kind, 0) + 1
+    out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp, blocks=kinds,
+               what_if="every transform")
+    return out

@@ -1,0 +1,173 @@
+"""FSDP2 on the host's collectives (gloo on CPU) taken to one rank.
+
+On a CPU run a collective is host work. The issuing op (`c10d::_allgather_base_`, ...) enqueues
+it; a gloo worker thread runs it (a `gloo:all_gather` range: a few copies, with the wait for the
+peer between them); the main thread waits for the worker. The graph's gap rule
+(`lumos.graph.edges.inter_thread`) gives that wait an edge from the worker's last op, and the
+enqueue one from the issuing op to the worker's first.
+
+At a group of one, FSDP2 issues no collective (torch `distributed/fsdp/_fully_shard/`):
+- `_fsdp_param_group.py`, `unshard`: returns before its `FSDP::all_gather` range, so the copy-in
+  and the issuing op are not run;
+- `wait_for_unshard`: copies each parameter's shard instead of `FSDP::all_gather_copy_out`;
+- `_fsdp_collectives.py`, `foreach_reduce`: copies the gradient instead of reduce-scattering it.
+
+`to_one_rank` takes out of a step graph of such a base every op inside an `FSDP::all_gather` range,
+inside a collective's issuing op, and inside the worker threads' collective ranges, and the
+waits on them. It keeps the Python before and after each stretch. A task taken out stays as a
+placeholder with no length and no lag into it, so every other task, edge and row is unchanged.
+Kept as measured, and said in the notes: the copy-out (at one rank the per-parameter copies take
+its place); the optimizer step (it then updates every parameter, not 1/DP of them; on the CPU
+captures its cost is per call more than per element); the compute of ranks that shared the
+machine's cores.
+
+`from_one_rank` goes the other way, where a one-rank base holds nothing of the work: each FSDP2 hook
+range of the step (`fsdp_hooks`) gets the time a larger group adds inside it, read off
+calibration recordings of another model size (`host_dp_costs`), as host time before the first op
+the hook runs; the time outside the hooks is scaled by the calibration's slowdown of processes
+sharing the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lumos.graph.model import EdgeClass, Graph, TaskKind
+from lumos.trace import TraceTable
+
+from lumos.trace.steps import select_step
+
+from lumos.model.dp_flavour import collective_kind, find_dp_flavour
+from lumos.model.dp_hooks import hook_ranges, role_label
+from lumos.durations.dp_host import HostCollectiveCosts
+
+__all__ = ["HostCollectives", "find_host_collectives", "from_one_rank", "to_one_rank"]
+
+ALL_GATHER_RANGE = "FSDP::all_gather"          # FSDP2's unshard; not its `FSDP::all_gather_copy_out`
+COPY_OUT_RANGE = "FSDP::all_gather_copy_out"
+WORKER_PREFIX = "gloo:"                         # the worker thread's range of one collective
+
+
+@dataclass
+class HostCollectives:
+    """The host-side collective work of one step graph: which tasks it holds, and why."""
+    tasks: np.ndarray          # bool per task: inside an unshard range, an issuing op or a worker range
+    waits: np.ndarray          # bool per edge: a cross-thread edge with a taken-out end
+    ranges: dict               # what was found: unshard ranges, issuing ops, worker ranges (counts)
+
+
+def _rows_inside(graph: Graph, table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """Tasks of `graph` whose trace op lies inside one of the ranges `rows`, on the same thread."""
+    inside = np.zeros(graph.n_tasks, dtype=bool)
+    if not len(rows):
+        return inside
+    cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
+    rows_of = graph.event[cpu]
+    tid, ts = table.tid[rows_of], table.ts[rows_of]   # as measured: a graph's durations may be medians
+    end = ts + table.dur[rows_of]
+    for r in rows.tolist():
+        lo, hi = float(table.ts[r]), float(table.ts[r] + table.dur[r])
+        inside[cpu[(tid == table.tid[r]) & (ts >= lo) & (end <= hi)]] = True
+    return inside
+
+
+def find_host_collectives(graph: Graph, table: TraceTable) -> HostCollectives:
+    """The host collective work of `graph` (one step of `table`)."""
+    name = table.name
+    lo, hi = graph.summary["window_us"]
+    in_window = (table.ts < hi) & (table.ts + table.dur > lo) & (table.tid >= 0)
+    rows = np.flatnonzero(in_window)
+    unshard = np.array([r for r in rows.tolist() if str(name[r]).startswith(ALL_GATHER_RANGE)
+                        and not str(name[r]).startswith(COPY_OUT_RANGE)], dtype=np.int64)
+    issuing = np.array([r for r in rows.tolist() if str(name[r]).startswith("c10d::")
+                        and collective_kind(str(name[r]))], dtype=np.int64)
+    worker = np.array([r for r in rows.tolist() if str(name[r]).startswith(WORKER_PREFIX)], dtype=np.int64)
+    tasks = _rows_inside(graph, table, unshard) | _rows_inside(graph, table, issuing) \
+        | _rows_inside(graph, table, worker)
+    waits = (graph.cls == EdgeClass.INTER_THREAD) & (tasks[graph.src] | tasks[graph.dst])
+    return HostCollectives(tasks=tasks, waits=waits,
+                           ranges={"unshard": len(unshard), "issuing": len(issuing), "worker": len(worker)})
+
+
+def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives, list[str]]:
+    """`graph` as FSDP2 would run it on one rank: the host collective work (`find_host_collectives`)
+    of no length, the lags into it and the waits on it zero; the notes say what was kept."""
+    found = find_host_collectives(graph, table)
+    if not found.tasks.any():
+        raise ValueError(f"{table.path}: no host collective in step {graph.summary.get('step')} (no "
+                         f"{ALL_GATHER_RANGE} range, issuing c10d op or {WORKER_PREFIX}* worker range): "
+                         "nothing to take out for one rank")
+    out = graph.copy()
+    out.dur = out.dur.copy()
+    out.lag = out.lag.copy()
+    out.dur[found.tasks] = 0.0
+    # the Python before a stretch (an edge from kept work into it) stays; inside it, and the waits, go
+    inner = found.tasks[out.src] & found.tasks[out.dst]
+    out.lag[inner | found.waits] = 0.0
+    out.summary = {**graph.summary, "host_collectives": found.ranges}
+    notes = [f"DP -> 1 from host collectives (gloo): {int(found.tasks.sum())} CPU ops taken out "
+             f"({found.ranges['unshard']} FSDP unshard ranges, {found.ranges['issuing']} issuing ops, "
+             f"{found.ranges['worker']} worker-thread collectives) and {int(found.waits.sum())} waits on them, "
+             "as FSDP2 skips them at a group of one",
+             "kept as measured: the all-gather copy-out (the per-parameter copies that replace it at one rank), "
+             "the optimizer step (it then updates every parameter), and every op's time as it ran beside the "
+             "other ranks on this host"]
+    return out, found, notes
+
+
+def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -> tuple[Graph, dict, list[str]]:
+    """`graph` (one step of a one-rank FSDP2 run, `table`) as it would run at `costs.dp` ranks: each
+    hook range's added time (`HostCollectiveCosts.cost` at its unit's size) as a lag before the
+    first CPU task that starts in it, or after it where none does; every task and lag outside
+    the hooks scaled by `costs.outside_scale`. Also what was added, per hook role."""
+    step = select_step(table, graph.summary.get("step"))
+    hooks = hook_ranges(table, step)
+    if not hooks:
+        raise ValueError(f"{table.path}: no FSDP2 hook range in step {graph.summary.get('step')}: "
+                         "nothing tells where a larger group's collectives would run")
+    elements = find_dp_flavour(table, graph.summary.get("step")).unit_elements
+    cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
+    cpu = cpu[np.argsort(table.ts[graph.event[cpu]], kind="stable")]
+    cpu_ts = table.ts[graph.event[cpu]]
+    added = np.zeros(graph.n_tasks)
+    by_role: dict[str, float] = {}
+    for h in hooks:
+        if h.unit not in elements:
+            raise ValueError(f"{table.path}: the size of FSDP2 unit {h.unit!r} (hook {h.name}) is not in the "
+                             "trace (no fsdp::chunk_cat inside its hooks)")
+        extra = costs.cost(h.role, elements[h.unit], f"{table.path}: {h.name}")
+        i = int(np.searchsorted(cpu_ts, h.start))
+        if i == len(cpu):
+            raise ValueError(f"{table.path}: no CPU op at or after FSDP2 hook {h.name} in step "
+                             f"{graph.summary.get('step')}")
+        added[cpu[i]] += extra
+        by_role[role_label(h.role)] = by_role.get(role_label(h.role), 0.0) + extra
+    out = graph.copy()
+    out.dur, out.lag = out.dur.copy(), out.lag.copy()
+    outside = (graph.kind == TaskKind.CPU) & ~_rows_inside(graph, table, np.array([h.row for h in hooks], dtype=np.int64))
+    out.dur[outside] *= costs.outside_scale
+    out.lag[outside[out.dst]] *= costs.outside_scale
+    incoming = np.bincount(out.dst, minlength=out.n_tasks) > 0
+    hit = np.flatnonzero(added != 0)
+    first = hit[~incoming[hit]]            # the step's first task: the time runs before it ends
+    # a hook whose fitted time is below zero (a few us of noise, on hooks that add nothing) takes
+    # out no more than the lag or op it lands on
+    out.dur[first] = np.maximum(out.dur[first] + added[first], 0.0)
+    into = incoming[out.dst] & (added[out.dst] != 0)
+    out.lag[into] = np.maximum(out.lag[into] + added[out.dst[into]], 0.0)
+    out.summary = {**graph.summary, "host_collectives_added_us": {k: round(v, 1) for k, v in by_role.items()}}
+    notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {len(hooks)} FSDP2 hook ranges of the step each "
+             f"given the time {costs.dp} ranks add inside it ({sum(by_role.values()) / 1e3:.3f} ms in all), "
+             f"fitted per hook on {len(costs.recordings)} calibration pairs ({', '.join(costs.recordings)}); "
+             f"the time outside the hooks x{costs.outside_scale:.3f} (the calibration's processes sharing "
+             "the host's cores)"]
+    far = sorted({f"{h.unit} ({elements[h.unit]})" for h in hooks
+                  if not (costs.hooks[h.role].elements[0] <= elements[h.unit] <= costs.hooks[h.role].elements[1])})
+    flat = any(c.elements[0] == c.elements[1] for c in costs.hooks.values())
+    if far:
+        notes.append(f"units outside the calibration's sizes (parameters): {', '.join(far)}; "
+                     + ("their hooks' added time taken as at the one calibration size, not scaled" if flat else
+                        "extrapolated along each hook's fitted line"))
+    return out, by_role, notes

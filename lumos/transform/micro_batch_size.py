@@ -1,0 +1,53 @@
+"""Micro-batch size: each micro-batch's GPU work re-shaped for the new batch and re-timed.
+
+Inside the layer, embedding and head blocks every GEMM has the token count b*s as
+one of its dimensions, attention its batch, and element-wise work its activations'
+leading dim (rewritten by role in `shapes.py`); the compute supplier re-times each
+kernel by the FLOP or element ratio. Tensor-parallel and pipeline messages carry
+activations and scale with the batch; data-parallel gradients, the optimizer and
+host-side (CPU) time do not change. The number of micro-batches per iteration is
+the caller's business (`predict` derives it from `--global-batch`).
+
+Assumes a kernel's efficiency does not change with its batch: for small batches
+(few tokens per GEMM) real kernels lose efficiency and short kernels are bound by
+launch latency, so a smaller micro-batch is predicted faster than it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .plan import Plan, block_mask
+from .shapes import parameter_shapes, reshape_tasks, rewrite_batch
+from lumos.durations import CollectiveSpec
+
+PER_MICRO_BATCH = ("layer", "embedding", "head")
+
+
+def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
+    sh = plan.shape
+    if micro_batch is None or micro_batch == sh.micro_batch:
+        return plan
+    if micro_batch < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {micro_batch}")
+    out = plan.clone()
+    g, st = out.graph, out.st
+    ratio = micro_batch / sh.micro_batch
+    tokens = sh.seq * sh.micro_batch
+    params = parameter_shapes(st.op_name, st.op_dims)
+    in_mb = block_mask(st, PER_MICRO_BATCH)
+    is_coll = st.coll != None      # noqa: E711 (element-wise)
+    for t in np.flatnonzero(in_mb & is_coll & ((out.role == "tp") | (out.role == "pp"))).tolist():
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.nbytes[t] *= ratio
+        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(),
+                  lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
+                                              heads_per_rank=sh.heads // sh.tp))
+    out.shape = dataclasses.replace(sh, micro_batch=micro_batch)
+    out.st.shape = out.shape
+    out.notes.append(f"micro-batch size {sh.micro_batch} -> {micro_batch}: GEMM, attention and activation "
+                     f"element-wise kernels re-timed by x{ratio:g} work; CPU time unchanged")
+    return out
