@@ -1,6 +1,6 @@
 """The loops that issue 33 (`lumos predict`'s start-up) replaced by array code, kept as the
-definitions the array versions are tested against (tests/transform/test_nesting.py,
-tests/transform/test_vectorised_reads.py)."""
+definitions the array versions are tested against (tests/model/test_nesting.py,
+tests/model/test_vectorised_reads.py)."""
 
 import numpy as np
 

@@ -8,7 +8,7 @@ instead of loading a script by its file path.
 
 - `emulated`: the emulated traces the timing benchmarks read (made once with `lumos emulate`).
 - `h200`: where the H200 recordings are, a target's `lumos predict` flags as `predict` arguments,
-  kernel time by class (the H200 studies, `tests/transform/test_sustained_clocks.py`).
+  kernel time by class (the H200 studies, `tests/durations/test_sustained_clocks.py`).
 - `prereg`: the pre-registered H200 check (`studies/prereg/`, `tests/benchmarks/test_prereg.py`).
   Its recorder is `lumos.capture.evidence`, which lives in `lumos.capture` because it imports torch.
 

@@ -1,7 +1,7 @@
 """What the H200 studies (`studies/h200/*.py`) share: where the recordings are, a target's
 `lumos predict` flags as `predict` arguments, and kernel time by class.
 
-`tests/transform/test_sustained_clocks.py` pins the shape-law ratios that `kernel_ms` gives
+`tests/durations/test_sustained_clocks.py` pins the shape-law ratios that `kernel_ms` gives
 (`studies/h200/clock_steps.py` prints them for every target).
 """
 

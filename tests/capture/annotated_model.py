@@ -1,6 +1,6 @@
 """A plain PyTorch transformer (no Lumos code in it) and its annotated CPU capture, for the tests.
 
-Shared by tests/capture/test_annotate.py and tests/transform/test_capture_structure.py.
+Shared by tests/capture/test_annotate.py and tests/model/test_capture_structure.py.
 """
 
 from __future__ import annotations

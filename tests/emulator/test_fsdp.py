@@ -1,7 +1,7 @@
 """The emulator's FSDP2 mode (`training.dp_sharding=fsdp`, EMULATED): per unit an all-gather before its
 forward and its backward on the all-gather stream, overlapping the neighbour's compute; reduce-scatters
 after the last micro-batch's backward; each rank's optimizer over its shard. The predictor's recogniser
-must read it as the real FSDP2 captures (tests/transform/test_dp_flavour.py)."""
+must read it as the real FSDP2 captures (tests/model/test_dp_flavour.py)."""
 
 from __future__ import annotations
 

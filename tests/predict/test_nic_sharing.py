@@ -72,7 +72,7 @@ def test_the_gathers_and_reduce_scatters_newly_cross_hosts_and_the_pipeline_send
 
 def test_fsdp_dp16_from_a_quiet_base_within_2_percent_with_the_nic_shared_and_7_percent_short_without(
         quiet_fsdp, monkeypatch):
-    plan = base_plan(quiet_fsdp[4], PredictOptions(contention="off"))   # NIC sharing alone: tests/analysis/test_contention.py
+    plan = base_plan(quiet_fsdp[4], PredictOptions(contention="off"))   # NIC sharing alone: tests/predict/test_contention.py
     shared = predict(quiet_fsdp[4], {"dp": 16}, plan=plan, actual_tables=quiet_fsdp[16])
     monkeypatch.setattr(predict_module, "nic_effect", lambda plan, graph: None)
     alone = predict(quiet_fsdp[4], {"dp": 16}, plan=plan, actual_tables=quiet_fsdp[16])
