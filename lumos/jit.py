@@ -4,10 +4,10 @@ The kernels every `lumos replay` and `lumos predict` runs (the trace scanner, th
 the critical-path and call-tree walks) are C, built with the package as `lumos._kernels`
 (lumos/kernels/kernels.h). They load in microseconds, so they run wherever they are built: numba
 had cost every process 0.4-0.6 s to start before its first compiled call returned, more than
-the work on most traces (issue 33; docs/performance.md). Each has a plain twin in Python (the
-scanner's is `orjson` plus `parse_document`, the simulator's `simulate_reference`, the critical
-path's `critical_path_reference`, the call-tree walk's its own Python body) that the tests hold
-it to.
+the work on most traces (docs/notes/2026-12-03-startup-against-hta.md; docs/performance.md).
+Each has a plain twin in Python (the scanner's is `orjson` plus `parse_document`, the simulator's
+`simulate_reference`, the critical path's `critical_path_reference`, the call-tree walk's its own
+Python body) that the tests hold it to.
 
 `LUMOS_JIT=auto|always|never` (default auto): auto takes the C kernels where they are built and
 the twins otherwise (with one warning: a checkout used without `pip install -e .`); always

@@ -2,8 +2,9 @@
 
 A `lumos replay` process spends its start-up importing numpy and its own modules, holding the
 interpreter lock; reading and gunzipping the trace (zlib lets go of the lock) can run beside
-that on the second core (issue 16), and so can the first pass over the bytes that the caller
-hands in as `then` (the reader's scan, whose C kernels let go of the lock too: issue 33). Only
+that on the second core (docs/notes/2026-12-02-per-job-cost.md), and so can the first pass over
+the bytes that the caller hands in as `then` (the reader's scan, whose C kernels let go of the lock
+too: docs/notes/2026-12-03-startup-against-hta.md). Only
 the first file of a path is prefetched, so a directory of many ranks is not held in memory twice.
 
 `start(path, then)` begins; `take(file)` gives (bytes, what `then` made of them or None) if that

@@ -1,4 +1,4 @@
-"""The loops that issue 33 (`lumos predict`'s start-up) replaced by array code, kept as the
+"""The loops that array code replaced (for `lumos predict`'s start-up), kept as the
 definitions the array versions are tested against (tests/model/test_nesting.py,
 tests/model/test_vectorised_reads.py)."""
 
@@ -42,7 +42,7 @@ def innermost_by_walk(table, cand, pid, tid, ts, outermost=False):
 
 
 def rank_blocks_by_walk(graph, table, tasks, first_proc, proc_role, coll, tp_group_size) -> list[Block]:
-    """The definition `_rank_blocks` replaced (lumos/model/structure.py before issue 33's arrays)."""
+    """The definition `_rank_blocks` replaced (lumos/model/structure.py before its array version)."""
     cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
     cev = graph.event[cpu]
     names = table.name.astype(str)

@@ -102,7 +102,7 @@ def test_import_linter_sees_every_import():
     assert all(module.startswith("lumos.commands.") for module, _ in lumos.cli.COMMANDS.values())
 
 
-# Issue 33: modules small enough to read; one over it is split by what its parts do.
+# Modules small enough to read; one over it is split by what its parts do.
 MAX_MODULE_LINES = 600
 
 

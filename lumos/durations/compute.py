@@ -24,7 +24,7 @@ Assumptions:
   pick another). Without a tile in the name, or with `--gemm-efficiency flops`, the FLOP
   ratio stands. A per-tile cost (time = waves x (k + k0), k0 fitted on the base's GEMMs) was
   tried and dropped: on the H200 recordings (measured) it moved the width predictions 1-3
-  points further from the measured times (docs/prediction.md, "Tensor parallelism").
+  points further from the measured times (docs/notes/2026-12-01-tp-changes.md).
 - Other efficiency changes with shape (short reductions, kernel choice, clocks) are not
   modelled; they are the supplier's main error for large changes.
 """

@@ -8,7 +8,7 @@ bandwidths, so they are read off calibration recordings: the same training progr
 host at another model size, recorded once at the target's DP degree and once at one rank.
 
 For each hook range the two recordings share (the same name, the same occurrence in the step;
-`fsdp_hooks.hook_ranges`), its self time at DP N minus its self time at one rank, averaged over
+`lumos.model.dp_hooks.hook_ranges`), its self time at DP N minus its self time at one rank, averaged over
 the profiled steps (and the DP run's ranks), is one point: (the hook, whether its unit is the
 root) -> (the unit's parameter count, the added time). A line through each hook's points, over
 every calibration pair, gives its added time for a unit of any size (a constant where every

@@ -3,9 +3,10 @@
 
    Why C and not numba: numba cost every process 0.4-0.6 s before its first compiled call
    returned (importing it, then building its compiled-code target and loading the cached machine
-   code), more than the work itself on a trace of a few hundred thousand events (issue 33,
-   docs/performance.md). A C extension loads in microseconds. Each kernel here is the line-by-line
-   twin of a definition in Python that the tests hold it to, bit for bit:
+   code), more than the work itself on a trace of a few hundred thousand events
+   (docs/notes/2026-12-03-startup-against-hta.md, docs/performance.md). A C extension loads in
+   microseconds. Each kernel here is the line-by-line twin of a definition in Python that the tests
+   hold it to, bit for bit:
 
      scan, classify, gather  scan.c      lumos/trace/scan.py (the plain path: orjson + parse_document)
      count_byte              scan.c      bytes.count

@@ -8,8 +8,9 @@ backward. This module finds the two periods, where a layer begins in them and ho
 layers a micro-batch runs, and appends the ranges `find_structure` reads to the table as
 annotation rows (the graph's rows keep their index), so every transform works on the
 result. Where the trace has autograd sequence numbers, each backward op also votes for the layer
-whose forward created its node, which fixes the backward's phase. The rules, what was checked and
-the limits: docs/prediction.md, "Layers without annotations". A trace without such repetition (DLRM, ResNet) gets nothing and the reason:
+whose forward created its node, which fixes the backward's phase. The rules: docs/prediction.md,
+"Layers without annotations"; what was checked and the limits: docs/notes/2026-12-01-layer-recovery.md.
+A trace without such repetition (DLRM, ResNet) gets nothing and the reason:
 no layers are ever invented.
 """
 

@@ -373,8 +373,8 @@ TRANSFORM_KINDS = {"all_reduce": "allreduce", "all_gather": "allgather"}
 
 def _read_collectives(table: TraceTable, graph: Graph, comm_tasks: np.ndarray, coll, group, nbytes) -> None:
     """Kind (in the transforms' names), process group and bytes of each communication kernel, as the
-    issue-31 classifier reads it (`lumos.trace.collectives.classify_rows`), so PyTorch's own names
-    (FSDP2's `allgather_into_tensor_coalesced` and `reduce_scatter_tensor_coalesced`,
+    one reader of collectives whatever their name reads it (`lumos.trace.collectives.classify_rows`),
+    so PyTorch's own names (FSDP2's `allgather_into_tensor_coalesced` and `reduce_scatter_tensor_coalesced`,
     `_allgather_base`, `allreduce_coalesced`) are the gathers, reduce-scatters and all-reduces they
     are: read verbatim, an FSDP2 GPU trace's gathers were no FSDP gathers to the rebuild, and a PP
     change of it came out half the emulated time without a word. A kernel without its call's args

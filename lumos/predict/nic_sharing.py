@@ -7,7 +7,7 @@ FSDP shows it: the backward's reduce-scatter of one layer runs beside the prefet
 the next, on two streams (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py). The alpha-beta
 model times each transfer with the NIC to itself, so without sharing, every backward collective of
 an FSDP base predicted at DP 8-32 came out about half as long as the emulated cluster ran it
-(docs/prediction.md, "NIC sharing").
+(docs/notes/2026-12-06-nic-sharing.md).
 
 The model, a fluid share per GPU (each transfer in flight gets 1/n of the NIC):
 - a transfer's time is the collective model's bandwidth term (`AlphaBeta.transfer_us`); what the

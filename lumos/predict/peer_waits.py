@@ -6,8 +6,8 @@ kernel time (`AlphaBeta.retime`: measured + the model's change). That is right w
 kernel starts where it started in the base; it is not when the target's longer transfers queue
 the buckets behind each other, since a queued bucket starts after its peers are ready and waits
 for nobody. Seen on the pipeline's emulated 15B base: one seed whose buckets waited up to 5.8 ms
-predicts DP 8 at +2.9%, one whose buckets never waited at -2.5% (docs/prediction.md, "Peer
-waits as arrivals"). With `peer_waits="anchored"` each wait becomes an arrival instead:
+predicts DP 8 at +2.9%, one whose buckets never waited at -2.5% (docs/notes/2026-12-05-peer-waits.md).
+With `peer_waits="anchored"` each wait becomes an arrival instead:
 
 - split: an occurrence's transfer is at most its class's median (class: rank, kind, message,
   group size; 5 occurrences or more) times the model's time. Waiting only lengthens a
@@ -136,8 +136,9 @@ def resolve_mode(base: Plan, mode: str) -> str:
     collectives are many (FSDP: every unit's gather in every micro-batch), each waiting for its peers,
     so kept as kernel time those waits stand for most of what a gather takes beyond its transfer;
     on the pipeline's FSDP base, anchored reads DP x2 / x4 / x8 at -2.7 / -1.4 / -4.2% over 10 seeds
-    against -5.3 / -4.6 / -7.6% additive (docs/prediction.md, "Peer waits as arrivals"). On the
-    all-reduce base additive reads closer to the seeds' mean (the same section)."""
+    against -5.3 / -4.6 / -7.6% additive (docs/notes/2026-12-06-nic-sharing.md, its 10-seed columns;
+    docs/notes/2026-12-06-fsdp-seed-spread.md). On the all-reduce base additive reads closer to the
+    seeds' mean (docs/notes/2026-12-05-peer-waits.md)."""
     if mode not in PEER_WAIT_MODES:
         raise ValueError(f"peer_waits must be one of {', '.join(PEER_WAIT_MODES)}, got {mode!r}")
     if mode == "auto":

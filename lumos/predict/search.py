@@ -51,7 +51,7 @@ SHORT_PIPELINE = 8
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
     """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`, each with every FSDP strategy the
-    base can be changed to (`fsdp_strategy.reachable`; key `fsdp_strategy`, FSDP bases only); a
+    base can be changed to (`dp_sharding.reachable`; key `fsdp_strategy`, FSDP bases only); a
     sharded optimizer's base keeps its TP, PP and micro-batch count (its buckets are not re-cut,
     `plan.refuse_rebucketing`)."""
     out = []

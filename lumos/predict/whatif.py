@@ -132,8 +132,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
     """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
     FSDP strategy, then one pipeline rebuild. Micro-batches per iteration: `global_batch`, else
-    `microbatch_rule` (`microbatch_count.py`: auto = the paper's TP x PP when the base follows it, else
-    the base's). `fsdp_strategy` (full_shard, shard_grad_op; `fsdp_strategy.py`) from an FSDP base."""
+    `microbatch_rule` (`micro_batch_count.py`: auto = the paper's TP x PP when the base follows it, else
+    the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
+    FSDP base."""
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
@@ -217,7 +218,7 @@ def base_sharding(flavours: dict) -> str:
 
 def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device: bool) -> None:
     """A clear error rather than an answer for a different program: the transforms re-time device
-    collectives, all-reduce DP and the sharded flavours of SHARDED_MEMORY (issue 32); a base whose
+    collectives, all-reduce DP and the sharded flavours of SHARDED_MEMORY (FSDP / ZeRO); a base whose
     collectives are host ops (gloo on CPU), HSDP or FSDP over a group of one (no collective to resize)
     is not re-timed by them."""
     for t in tables:

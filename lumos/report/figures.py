@@ -372,7 +372,7 @@ def realism_figure(rows: pd.DataFrame, summary: pd.DataFrame):
     return fig
 
 
-# ---- interval coverage (issue 15) ----------------------------------------------------------------
+# ---- interval coverage (prediction intervals) ----------------------------------------------------
 
 COVERAGE_STYLE = {"replay": ("#264653", "o"), "DP": ("#2A9D8F", "s"), "PP": ("#E9C46A", "^"),
                   "DP+PP": ("#F4A261", "v"), "variant": ("#E76F51", "D")}
@@ -402,7 +402,7 @@ def coverage_figure(table: pd.DataFrame):
     return fig
 
 
-# ---- prediction vs hardware (issue 29) -----------------------------------------------------------
+# ---- prediction vs hardware (the multi-node ground truth) ----------------------------------------
 
 ENDTOEND_NOTE = ("P: lumos predict from an EMULATED base (mean over its seeds, 95% CI); "
                  "M: MEASURED on hardware (published)")

@@ -355,7 +355,7 @@ def format_cell(v, col: str = "") -> str:
     return str(v)
 
 
-# ---- transfer on real traces (issue 12) ---------------------------------------------------
+# ---- transfer on real traces (the graph under changed durations) --------------------------
 
 TRANSFER_METHODS = {"lumos": "lumos_err_pct", "dpro": "dpro_err_pct", "same_as_k": "same_as_k_err_pct",
                     "kernel_ratio": "kernel_ratio_err_pct"}
@@ -403,7 +403,7 @@ def write_transfer_table(rows: pd.DataFrame, summary: pd.DataFrame, csv_path, md
     write_text_atomic(md_path, md)
 
 
-# ---- emulator realism: emulated vs measured (issue 11) -------------------------------------
+# ---- emulator realism: emulated vs measured ------------------------------------------------
 
 REALISM_SUMMARY = {"n": "n", "mean_abs_err_pct": "mean_abs_error_pct", "median_abs_err_pct": "median_abs_error_pct",
                    "worst_abs_err_pct": "worst_abs_error_pct", "mean_err_pct": "mean_error_pct",
@@ -460,7 +460,7 @@ def write_realism_table(summary: pd.DataFrame, configs: pd.DataFrame, csv_path, 
     write_text_atomic(md_path, md)
 
 
-# ---- interval coverage (issue 15) -------------------------------------------------------------
+# ---- interval coverage (prediction intervals) -------------------------------------------------
 
 COVERAGE_LEVELS = ("50", "90", "95")
 COVERAGE_POOLS = {"scale-out (DP, PP, DP+PP)": ("DP", "PP", "DP+PP"), "variants": ("variant",),

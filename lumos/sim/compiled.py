@@ -37,7 +37,7 @@ of many separate small ones); arrays only syncs touch are separate np.zeros
 ready list, touched at a few places, are allocated inside the C code.
 
 The C code was written from this module's numba version (in the history before
-issue 33's change), line by line; `tests/sim/test_compiled.py` holds it to the
+the start-up work against HTA moved it to C), line by line; `tests/sim/test_compiled.py` holds it to the
 reference.
 
 `longest_path_bound` is the benchmark's yardstick: one compiled pass in

@@ -6,7 +6,8 @@ a CPU op `c10d::alltoall_base_`, a range `nccl:all_to_all`, and (PyTorch >= 2.1)
 `record_param_comms` op whose args say `Collective name: all_to_all`. Coalesced calls
 become one `ncclDevKernel_Generic` kernel under `nccl:coalesced`, often with no message
 size or group in their args. Peer tools that read one of these spellings and not the
-others pair the wrong calls or none (issue 31). This module is the one place that maps
+others pair the wrong calls or none (users' traces in HTA, Chakra and ASTRA-sim;
+`tests/corpus/test_collective_names.py` has them). This module is the one place that maps
 them all onto a fixed vocabulary (`KINDS`), so that the graph, the breakdown and the
 what-if transforms agree on what a call is.
 

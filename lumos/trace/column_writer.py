@@ -1,7 +1,8 @@
 """Trace events encoded to JSON a column at a time, for writers that hold columns, not dicts.
 
 One rank of a large emulated run records millions of events; building a dict per event and
-handing the list to orjson cost more than the emulation (issue 16). Here an event is a row:
+handing the list to orjson cost more than the emulation (measured:
+docs/notes/2026-12-02-per-job-cost.md). Here an event is a row:
 
     head            numbers, each after its kind's separator            pre  tail  post
     {"ph":"X",...,"pid":  7  ,"tid":  7  ,"ts":  1.5  ,"dur":  2.25  ,"args":  {...}  }

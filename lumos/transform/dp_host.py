@@ -22,8 +22,8 @@ captures its cost is per call more than per element); the compute of ranks that 
 machine's cores.
 
 `from_one_rank` goes the other way, where a one-rank base holds nothing of the work: each FSDP2 hook
-range of the step (`fsdp_hooks`) gets the time a larger group adds inside it, read off
-calibration recordings of another model size (`host_dp_costs`), as host time before the first op
+range of the step (`lumos.model.dp_hooks`) gets the time a larger group adds inside it, read off
+calibration recordings of another model size (`lumos.durations.dp_host`), as host time before the first op
 the hook runs; the time outside the hooks is scaled by the calibration's slowdown of processes
 sharing the host.
 """

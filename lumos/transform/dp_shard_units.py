@@ -21,7 +21,7 @@ prefix holds:
 A stage of the target that holds neither the embedding nor the head has no
 root unit, so a root-sized gather in a copied prefix is left out there. A
 target that keeps its units gathered from forward to backward (SHARD_GRAD_OP,
-`fsdp_strategy.py`) takes no backward prefix: each holds only gathers, their
+`dp_sharding.py`) takes no backward prefix: each holds only gathers, their
 prefetches and the compute's waits on them.
 """
 

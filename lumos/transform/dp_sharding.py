@@ -8,7 +8,7 @@ the backward issues no all-gather and its prefetches find the unit gathered
 reshards only with `reshard_after_forward`, `unshard` returns early on a
 gathered unit). The change is made by the rebuild: the base's backward glue
 (its gathers, their prefetches and the compute's waits on them,
-`sharded_glue.py`) is left out of every backward step, and the memory model
+`dp_shard_units.py`) is left out of every backward step, and the memory model
 takes ZeRO-2's peak (whole parameters, sharded gradients and optimizer state).
 
 The other direction would have to create backward gathers the base never ran,

@@ -72,8 +72,8 @@ class Plan:
 def refuse_rebucketing(plan: Plan, change: str) -> None:
     """A sharded optimizer's base (`zero12`) predicts DP and hardware-speed changes only: any other
     change would have to re-cut its buckets (their reduce-scatters and the parameter all-gathers after
-    the step), which is not built (issue 32), so `change` is refused with the reason. An FSDP base takes
-    every change (`dp.change_dp`, `tp.change_tp`, `width.change_width`, the rebuild with `sharded_glue.py`)."""
+    the step), which is not built, so `change` is refused with the reason. An FSDP base takes
+    every change (`dp.change_dp`, `tp.change_tp`, `width.change_width`, the rebuild with `dp_shard_units.py`)."""
     if plan.sharding == "zero12":
         raise ValueError(f"the base trains with sharded data parallelism ({plan.sharding}): Lumos does not predict "
                          f"{change} from it (its buckets' reduce-scatters and parameter all-gathers would have to "

@@ -234,7 +234,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
 def _with_shard_glue(tm: Templates, st: RunStructure, blocks: list, base_rank: int, phase: str, mb: int,
                      m: int, has_root: bool) -> list:
     """A step's blocks with the sharded base's gathers before and reduce-scatters after each
-    (`sharded_glue.py`); a glue block, and a main block after one, enter on the base's own lags."""
+    (`dp_shard_units.py`); a glue block, and a main block after one, enter on the base's own lags."""
     out = []
     for k, (bi, after, layer) in enumerate(blocks):
         next_layer = k + 1 < len(blocks) and st.blocks[blocks[k + 1][0]].kind == "layer"

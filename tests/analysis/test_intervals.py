@@ -1,4 +1,4 @@
-"""Sampled replays (issue 15): the duration model, the Monte Carlo loop, coverage, the CLI."""
+"""Sampled replays (prediction intervals): the duration model, the Monte Carlo loop, coverage, the CLI."""
 
 from __future__ import annotations
 

@@ -232,7 +232,7 @@ def test_kernels_of_both_recordings_on_a_compute_bound_target(capsys):
     assert own["notes"][-1].startswith("host work (CPU ops and the gaps between them): the median over 6")
 
 
-# -- issue 30's bar for the H200 what-ifs, with both base recordings' steps --------------------------------
+# -- the bar set for the H200 what-ifs, with both base recordings' steps -----------------------------------
 WHAT_IFS = {"layers_1.5x": ({"layers": 18}, {}), "layers_2x": ({"layers": 24}, {}),
             "width_1.5x": ({"hidden": 3072, "ffn": 12288}, {}), "width_2x": ({"hidden": 4096, "ffn": 16384}, {}),
             "mbs_2": ({}, {"micro_batch": 2}), "mbs_8": ({}, {"micro_batch": 8})}
@@ -249,7 +249,8 @@ def test_what_ifs_from_each_base_with_both_recordings_meet_the_bar(base, other, 
     4-micro-batch target fitted the clock model) from each base recording, with the profiled steps of the
     other base recording pooled (`lumos predict --other-recordings`, the rows `all base recordings` of
     table h200_whatif), against the mean of the target's six measured iterations: mean |error| <= 3%,
-    worst <= 6% from each (issue 30). Nothing of a target's recordings enters a prediction."""
+    worst <= 6% from each (the bar set for the H200 what-ifs). Nothing of a target's recordings enters a
+    prediction."""
     from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import measured_steps, predict
     from lumos.predict.whatif import base_plan

@@ -149,8 +149,8 @@ def test_trace_diff_ops_of_one_step_only_shift_nothing():
     assert r.matched == {"cpu": "6239/6266", "gpu": "1575/1575"}
     assert (r.predicted_us, r.actual_us) == (77040.0, 76212.0)
     assert transfer_pair(table, 1011, table, 1012, baselines=False).predicted_us == 76622.0
-    # issue 12's bar on this trace (no worse than "same as step k" by more than 0.3 points) and
-    # issue 31's (at most half its error): 0.78% against 1.80%
+    # the transfer bars on this trace: no worse than "same as step k" by more than 0.3 points (the
+    # first), at most half its error (the later one): 0.78% against 1.80%
     df = transfer_steps(table)
     assert len(df) == 8
     lumos, same = df["lumos_err_pct"].abs().mean(), df["same_as_k_err_pct"].abs().mean()

@@ -1,4 +1,4 @@
-"""Collectives whatever their name (issue 31, item 2): one reading of NCCL/RCCL/Gloo calls.
+"""Collectives whatever their name: one reading of NCCL/RCCL/Gloo calls.
 
 Each test is a way a user's trace went wrong in a peer tool (HTA, Chakra, ASTRA-sim): a kernel
 name NCCL changed across versions, a coalesced call with no size or group, an all-to-all whose

@@ -1,4 +1,4 @@
-"""Multi-rank runs without (or with wrong) rank metadata (issue 31, item 3).
+"""Multi-rank runs without (or with wrong) rank metadata.
 
 Each test is a way a user's run reads wrong: files without `distributedInfo`, a rank that does
 not match the file name, process-group metadata partial or absent. Each asserts the ranks and

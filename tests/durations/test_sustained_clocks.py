@@ -160,7 +160,7 @@ def clock_steps():
 ])
 def test_shape_laws_hold_at_the_bases_clock_and_the_dip_is_what_is_left(h200_plan, clock_steps, recording, target,
                                                                         first, dip):
-    """Measured on hardware (docs/prediction.md, "Where the compute residual sits"): the base's kernels
+    """Measured on hardware (docs/notes/2026-12-06-h200-compute-residual.md): the base's kernels
     re-timed to a wider or larger-micro-batch target with no clock model match the target's first
     profiled step (0.5-0.8 s of busy time, before the power limit acts) to within 2% for GEMMs and
     all kernels; its second step, in the first slow stretch, runs 10-13% longer, more than the

@@ -1,4 +1,5 @@
-"""The coverage actuals (issue 15): many seeds measured without traces, as the predictor measures traces."""
+"""The coverage actuals of the prediction intervals: many seeds measured without traces, as the
+predictor measures traces."""
 
 from __future__ import annotations
 

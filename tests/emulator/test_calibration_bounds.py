@@ -1,4 +1,4 @@
-"""The recorded calibration still holds (issue 11): the H100 profile against the paper's measured Fig. 1
+"""The recorded calibration still holds: the H100 profile against the paper's measured Fig. 1
 and four shipped Fig. 7 breakdowns, the A100 profile against a sample of vTrain's single-node runs."""
 
 from __future__ import annotations

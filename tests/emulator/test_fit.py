@@ -74,7 +74,7 @@ def test_record_rewrites_only_the_fitted_knobs_with_a_comment(tmp_path, monkeypa
 
 
 def test_the_selene_fit_cannot_move_single_node_or_h100_points():
-    """Issue 29: the Selene fit records the A100 network (NIC efficiency, congestion) in a100_vtrain.yaml and
+    """The Selene fit records the A100 network (NIC efficiency, congestion) in a100_vtrain.yaml and
     Selene's NVLink in a100_selene.yaml, so vTrain's single-node rows (no NIC crossed; a100_selene is not
     read) and the H100 points (h100_roce.yaml, not written) stay as they are; a run across hosts moves."""
     from lumos.emulator.measured import selene_overrides, vtrain_overrides

@@ -1,4 +1,4 @@
-"""The emulator's switchable physics each change what they should (issue 11 item 2)."""
+"""The emulator's switchable physics each change what they should."""
 
 from __future__ import annotations
 
@@ -139,8 +139,9 @@ def test_unfused_attention_materialises_the_score_matrix(plain):
     (["model=gpt3_117b", "parallel.tp=8", "parallel.pp=8", "parallel.dp=4"], False),  # 8 x 64 x 12 x 2 = 12,288
     (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1536",
       "parallel.tp=8", "parallel.pp=8", "parallel.dp=8"], True),                   # 8 x 192 x 12 x 3 = 55,296
-    # issue 29's search base (micro-batch 2): 8 x 96 x 12 x 3 = 27,648 stays fine, so TP what-ifs keep the
-    # element-wise work a fused kernel would hide (docs/prediction.md, "Coarse traces")
+    # the 175B search base of the multi-node ground truth (micro-batch 2): 8 x 96 x 12 x 3 = 27,648 stays
+    # fine, so TP what-ifs keep the element-wise work a fused kernel would hide
+    # (docs/notes/2026-12-02-coarse-traces.md)
     (["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "model.global_batch_size=1536",
       "model.micro_batch_size=2", "parallel.tp=8", "parallel.pp=8", "parallel.dp=8"], False),
     (["model=gpt3_15b", "emulator.granularity=coarse"], True),
@@ -221,7 +222,7 @@ def test_stage_granularity_emulates_close_to_coarse_with_one_block_per_micro_bat
     assert abs(stage.iteration_us / coarse.iteration_us - 1) < 0.05
 
 
-# -- multi-node physics (issue 29): each switch moves the event it should -----------------------------------
+# -- multi-node physics: each switch moves the event it should ----------------------------------------------
 
 QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
          "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]   # a transfer then takes its model time
@@ -242,8 +243,8 @@ def test_nccl_tuner_model_picks_as_nccl_does():
 
     # NVLink pinned at 0.672 of its datasheet bandwidth (the first H100 fit): the intra-host part binds a
     # large message, where a protocol's share of the bandwidth tells; where the network binds instead
-    # (NVLink at 0.74, seen in an issue-29 refit), LL128 and Simple tie on bandwidth within 0.1% and the
-    # pick is latency's
+    # (NVLink at 0.74, seen in one of the H100 refits tried during the multi-node work), LL128 and Simple
+    # tie on bandwidth within 0.1% and the pick is latency's
     s = from_config(_compose(["emulator.comm.algorithm=nccl", "++cluster.emulator.comm.nvlink_eff=0.6721"]))
     costs = CommCosts(s.cluster, s.knobs.comm, job_hosts=16)
     pick = costs.nccl_choice

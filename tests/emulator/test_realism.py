@@ -200,7 +200,7 @@ def test_vtrain_command_on_a_tiny_model_emulates_an_a100(tmp_path):
     assert _gemm_names(h100) and not any(n.startswith("ampere") for n in _gemm_names(h100))
 
 
-# ---- the multi-node Selene data sets (issue 29) ------------------------------------------------------
+# ---- the multi-node Selene data sets (the multi-node ground truth) -----------------------------------
 
 def test_selene_rows_are_the_printed_tables_with_derived_iteration_times():
     from lumos.emulator.measured import korthikanti_points, megatron_flops, sc21_points

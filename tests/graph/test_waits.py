@@ -1,6 +1,6 @@
-"""Issue 12's graph fixes on hand-written traces: blocking copies, stalled calls, the
-carried-in backlog and the step period, each with the exact edge, lag and duration and
-what a replay does when one duration changes."""
+"""What keeps the graph right under changed durations, on hand-written traces: blocking copies,
+stalled calls, the carried-in backlog and the step period, each with the exact edge, lag and
+duration and what a replay does when one duration changes."""
 
 from __future__ import annotations
 

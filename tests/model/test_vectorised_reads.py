@@ -1,4 +1,4 @@
-"""The array versions of the rebuild's per-block reads against the loops they replaced (issue 33:
+"""The array versions of the rebuild's per-block reads against the loops they replaced (for
 `lumos predict`'s start-up): `find_structure`'s blocks (`_rank_blocks`), the kernels' launching
 events (`launchers`) and the templates' per-block edges (`templates._block_edges`), on the emulated
 tiny run (all-reduce DP and FSDP) and a measured H200 trace."""

@@ -144,7 +144,7 @@ def test_search_on_a_coarse_base(gpt15, capsys):
     Relative to each base's own iteration, coarse vs fine, measured: the layouts at the base's TP 2
     -0.9% to +0.5%; at a higher TP the coarse base is lower, by the replicated element-wise work
     that shrank with its GEMM (TP 4: -2.3% to -5.1%, TP 8: -5.2% and -8.6%; TP 1: -0.9% to +1.9%;
-    docs/prediction.md, "Coarse traces")."""
+    docs/notes/2026-12-02-coarse-traces.md)."""
     rows = {}
     for g in ("fine", "coarse"):
         assert lumos_main(["search", str(gpt15[g]), "--gpus", "8", "--global-batch", "16", "--micro-batch", "1,2",

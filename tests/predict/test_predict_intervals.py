@@ -1,4 +1,4 @@
-"""`lumos predict --samples` (issue 15) on the emulated tiny runs (EMULATED, not measured)."""
+"""`lumos predict --samples` (prediction intervals) on the emulated tiny runs (EMULATED, not measured)."""
 
 from __future__ import annotations
 

@@ -129,8 +129,8 @@ def test_micro_batch_size_scales_layer_gemms_and_keeps_host_time(base):
 def test_predictions_against_the_recorded_targets(base_tables):
     """From the base to each recorded target, within the bounds the h200_whatif table reports
     (regression guard; the table has the measured spread beside every error). With the sustained-clock
-    model (test_clocks.py) on, as `lumos predict` has it by default on an H200 base; mbcount_4 is the
-    recording its constants were fitted on."""
+    model (tests/durations/test_sustained_clocks.py) on, as `lumos predict` has it by default on an H200
+    base; mbcount_4 is the recording its constants were fitted on."""
     cases = [({"layers": 18}, {}, "layers_1.5x", 0.03),
              ({"hidden": 4096, "ffn": 16384}, {}, "width_2x", 0.05),
              ({}, {"global_batch": 16}, "mbcount_4", 0.03),

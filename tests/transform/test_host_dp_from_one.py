@@ -1,4 +1,5 @@
-"""FSDP2 over gloo from one rank to two (lumos.model.dp_hooks, host_dp_costs, host_dp.from_one_rank,
+"""FSDP2 over gloo from one rank to two (lumos.model.dp_hooks, lumos.durations.dp_host,
+lumos.transform.dp_host.from_one_rank,
 `lumos predict --dp 2 --dp-calibration`), on the CPU captures MEASURED ON THIS MACHINE in
 resources/traces/fsdp_cpu_sizes: three model sizes, each at one and two ranks, three interleaved rounds."""
 

@@ -81,7 +81,8 @@ def prediction_targets():
 def sweep_batches():
     """batch name -> runs: the prediction sweep (the base, then every target) in batches of runs that
     share their seeds. One job emulates a batch's runs at one seed, one job predicts them, so a process
-    start, the imports and numba's cache load are paid once per batch, not once per run (issue 16)."""
+    start, the imports and numba's cache load are paid once per batch, not once per run
+    (docs/notes/2026-12-02-per-job-cost.md)."""
     by_seeds = {}
     for run in dict.fromkeys([BASE.name] + [run for _, _, run in prediction_targets()]):
         by_seeds.setdefault(len(seeds_of(run)), []).append(run)

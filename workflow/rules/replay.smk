@@ -4,7 +4,8 @@
 
 # One job replays every trace of one group (real traces, microbenchmarks, H200 recordings) with one
 # simulator, and every seed of one emulated run with one simulator: the process start and numba's cache
-# load are paid once per batch (issue 16); each trace keeps its JSON and resolved config.
+# load are paid once per batch (docs/notes/2026-12-02-per-job-cost.md); each trace keeps its JSON and
+# resolved config.
 REPLAY_GROUPS = {"real": "real_traces", "microbench": "microbenchmarks", "h200": "h200_traces"}
 
 

@@ -1,4 +1,4 @@
-# Sharded data parallelism, checked on the emulator (emulated; issue 32): for each emulator mode
+# Sharded data parallelism (FSDP / ZeRO), checked on the emulator (emulated): for each emulator mode
 # (training.dp_sharding: fsdp = FSDP2 FULL_SHARD, zero1 = Megatron's distributed optimizer) the base and
 # every target emulated in that mode, and `lumos predict BASE --tp T --pp P --dp D` from the base of the
 # same mode and seed against the target's emulated actual. A strategy change (`strategies`: fsdp_grad_op =

@@ -26,7 +26,8 @@ def speed_flags(variant):
             + (["--micro-batch", str(v["micro_batch"])] if "micro_batch" in v else []))
 
 
-# One job per seed emulates every variant, one predicts them (issue 16: start-up paid once per batch).
+# One job per seed emulates every variant, one predicts them (start-up paid once per batch:
+# docs/notes/2026-12-02-per-job-cost.md).
 rule emulate_speed:
     input:
         config=lambda w: hydra_inputs("emulate", speed_base().emulate_overrides()),

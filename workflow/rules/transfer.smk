@@ -1,5 +1,6 @@
-# Transfer on real traces (issue 12): each step's graph replayed with a neighbouring step's durations,
-# against "same as step k", the kernel-time ratio and the dPRO-style transfer. One job for the real traces,
+# Transfer on real traces (is the graph right under changed durations?): each step's graph replayed
+# with a neighbouring step's durations, against "same as step k", the kernel-time ratio and the
+# dPRO-style transfer. One job for the real traces,
 # one for the H200 recordings (start-up paid once per batch); one CSV per trace.
 
 
