@@ -1,6 +1,6 @@
 """What the compute slowdown under communication costs a prediction (lumos.predict.contention,
-docs/prediction.md, "Compute under communication"): the nine scale-out targets from one plan of
-the 15B 2x2x4 base, with `contention="off"` and `"fit"`, timed in one process.
+docs/notes/2026-12-06-compute-under-communication.md): the nine scale-out targets from one plan of
+the 15B 2x2x4 base, with `PredictOptions(contention="off")` and `"fit"`, timed in one process.
 
     python benchmarks/bench_contention.py [--base results/default/emulated/gpt3_15b-2x2x4/seed0] [--repeats 3]
 
@@ -15,6 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
+from lumos.predict.options import PredictOptions
 from lumos.predict.prediction import predict
 from lumos.trace import load_run
 from lumos.predict.whatif import base_plan
@@ -33,7 +34,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for mode in times:
             t0 = time.perf_counter()
-            plan = base_plan(tables, contention=mode)
+            plan = base_plan(tables, PredictOptions(contention=mode))
             t1 = time.perf_counter()
             for target in NINE:
                 predict(tables, target, plan=plan)

@@ -1,5 +1,5 @@
-"""Whole-process time of `lumos emulate` on the largest 175B layouts (issue 11: any valid row,
-up to 512 GPUs, in under 60 s on this machine), with the granularity `auto` picked.
+"""Whole-process time of `lumos emulate` on the largest 175B layouts (the target set for emulation
+time: any valid row, up to 512 GPUs, in under 60 s on this machine), with the granularity `auto` picked.
 
 Each row runs the CLI in a fresh process, as the check does, and prints the wall time
 (`/usr/bin/time`-style, perf_counter around the subprocess), the emulated iteration and the

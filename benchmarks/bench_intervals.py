@@ -1,4 +1,4 @@
-"""Sampled replays (issue 15): speed, stability of the bounds, coverage of other iterations.
+"""Sampled replays (prediction intervals): speed, stability of the bounds, coverage of other iterations.
 
     python benchmarks/bench_intervals.py                      # N=1000 on the emulated 175B rank 0 and a real trace
     python benchmarks/bench_intervals.py --trace FILE ...     # N=1000 on these traces instead

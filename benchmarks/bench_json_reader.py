@@ -1,4 +1,4 @@
-"""The trace reader against a typed decoder from a well-kept library (issue 16).
+"""The trace reader against a typed decoder from a well-kept library: does the scanner earn its place?
 
     python benchmarks/bench_json_reader.py [FILE ...]     # default: shipped real traces + emulated ranks
 

@@ -1,4 +1,5 @@
-"""Where a pipeline job's time goes (issue 16): per stage, in one run.
+"""Where a pipeline job's time goes (against the targets set for the cost of a pipeline job): per
+stage, in one run.
 
     python benchmarks/bench_pipeline.py [--trace RANK.json.gz] [--base DIR] [--repeat 3]
 

@@ -1,4 +1,5 @@
-"""Whole-process times of `lumos replay` and `lumos predict` against HTA and against the floor (issue 33).
+"""Whole-process times of `lumos replay` and `lumos predict` against HTA and against the floor (the
+targets set for start-up: docs/notes/2026-12-03-startup-against-hta.md).
 
     python benchmarks/bench_startup.py [--repeat 5] [--env-python PY] [--before CHECKOUT] [--csv FILE] [TRACE ...]
     python benchmarks/bench_startup.py --kernels
@@ -7,8 +8,8 @@
 Every figure is a median of `--repeat` whole processes, the commands of one trace interleaved
 so that machine load hits them alike; the ratios are of medians from the same run.
 
-Every process runs in the benchmark's own environment, HTA installed beside lumos (the issue's
-terms): `--env-python`, or a venv made on first use under the temp dir (`pip install
+Every process runs in the benchmark's own environment, HTA installed beside lumos (as the
+start-up targets ask): `--env-python`, or a venv made on first use under the temp dir (`pip install
 HolisticTraceAnalysis==0.5.0 'pandas<3' 'numpy<2.3'`, then `pip install -e` this checkout under
 the same pins; pandas 3 breaks HTA 0.5.0). Both commands then start the same interpreter with the
 same site-packages. Until 2026-12-06 lumos ran under the interpreter that runs this script while
@@ -23,7 +24,7 @@ that figure: `lumos replay` under the interpreter running this script.
 - HTA 0.5.0 (HolisticTraceAnalysis): `TraceAnalysis(trace_dir)` then
   `critical_path_analysis(rank, "ProfilerStep", None)`, the trace alone in a directory.
 - `lumos predict` GPT-3 15B 2x2x4 -> 2x8x8 from the emulated base (`lumos.studies.emulated`)
-  against the floor the issue names: a process that starts Python, imports numpy and numba
+  against the floor the start-up targets name: a process that starts Python, imports numpy and numba
   and reads (gunzips) the same base files.
 
 `--csv FILE` also writes the rows (the README's start-up claim reads benchmarks/startup_vs_hta.csv,

@@ -1,8 +1,9 @@
-"""Kineto JSON -> the reader's columns through msgspec's typed decoder (issue 16's comparison).
+"""Kineto JSON -> the reader's columns through msgspec's typed decoder (the comparison that asked
+whether the trace scanner earns its place against a typed decoder).
 
 Not used by Lumos: `benchmarks/bench_json_reader.py` times it against the shipped
 reader (`lumos/trace/reader.py` with its numba scanner) and checks the columns equal;
-docs/performance.md has the figures and why the scanner stays.
+docs/notes/2026-12-01-reader-vs-typed-decoder.md has the figures and why the scanner stays.
 
 msgspec decodes the event list straight into small typed structs, skipping every
 field Lumos does not read, in C; the columns are then gathered from the structs.

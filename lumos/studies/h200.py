@@ -16,7 +16,7 @@ FLAGS = {"--layers": "layers", "--hidden": "hidden", "--ffn": "ffn", "--micro-ba
 
 def predict_args(flags: list) -> tuple[dict, dict]:
     """A target's `lumos predict` flags (config `h200.targets.*.flags`) as `predict`'s `target` dict and
-    its keyword arguments."""
+    the rest as keywords (global_batch, micro_batch): `PredictOptions(**kw)`'s, and `transform`'s."""
     kw = {FLAGS[f]: int(v) for f, v in zip(flags[::2], flags[1::2])}
     return {k: kw.pop(k) for k in ("layers", "hidden", "ffn") if k in kw}, kw
 

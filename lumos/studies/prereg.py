@@ -72,8 +72,8 @@ H200_DIR = "resources/traces/h200"
 BASES = ("base_r0", "base_r1")
 REPEAT = ("base_r2", 2)                    # the base recorded once more (name, seed): not a prediction
 # The base with 20 profiled steps (2.8 s of work): calibration for the sustained-clock model, whose
-# constants come from runs that end at 1.3 s (docs/prediction.md, "Sustained clocks": does the dip
-# at 0.85-1.0 s recur?). Not a prediction; `python studies/h200/clocks.py` reads it.
+# constants come from runs that end at 1.3 s (docs/notes/2026-12-02-sustained-clocks.md: does the
+# dip at 0.85-1.0 s recur?). Not a prediction; `python studies/h200/clocks.py` reads it.
 LONG = ("base_long", 3, 20)                # (name, seed, profiled steps)
 PREDICTIONS = "benchmarks/prereg/predictions.csv"
 POOLED = "benchmarks/prereg/predictions_pooled.csv"   # the same from each base with the other's steps too

@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--per-size", type=int, default=6)
     ap.add_argument("--out", type=Path, default=Path("/tmp/lumos_a100"))
     args = ap.parse_args()
+    from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import predict
     from lumos.emulator import realism
     from lumos.emulator.actuals import emulate_actuals
@@ -59,8 +60,8 @@ def main() -> None:
         base = load_run(emulate_base(args.out / f"h{h}_L{L}", h, L))
         for p, t in pts[:args.per_size]:
             actual = emulate_actuals(p.overrides, [0])[0]["iteration_us"] / 1e3
-            doc = predict(base, {"tp": t["tp"], "pp": t["pp"], "dp": t["dp"]}, global_batch=t["gbs"],
-                          micro_batch=t["mbs"])
+            doc = predict(base, {"tp": t["tp"], "pp": t["pp"], "dp": t["dp"]},
+                          PredictOptions(global_batch=t["gbs"], micro_batch=t["mbs"]))
             pred = doc["predicted"]["iteration_us"] / 1e3
             rows.append((p.label, pred, actual, p.total_ms, 100 * (pred / actual - 1), 100 * (pred / p.total_ms - 1)))
         print(f"h{h} L{L} done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Compute kernels slow down under communication kernels: what a trace shows of it, and how much of
-a sharded DP prediction's miss it is (EMULATED; issue 32's remaining bias, docs/prediction.md,
-"Sharded data parallelism").
+a sharded DP prediction's miss it is (EMULATED; the sharded DP predictions' remaining bias,
+docs/notes/2026-12-03-sharded-dp.md).
 
     python studies/contention/comm_contention.py [--out DIR] [--dp 8 32] [--noisy]
     python studies/contention/comm_contention.py --real
@@ -72,6 +72,7 @@ def real_traces() -> None:
 
 
 def main() -> None:
+    from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import predict
     from lumos.emulator.emulate import emulate, write_result
     from lumos.trace import load_run
@@ -116,7 +117,8 @@ def main() -> None:
     base = load_run(runs[4])
     for contention in ("off", "fit"):
         for dp in args.dp:
-            doc = predict(base, {"dp": dp}, actual_tables=load_run(runs[dp]), contention=contention)
+            doc = predict(base, {"dp": dp}, PredictOptions(contention=contention),
+                          actual_tables=load_run(runs[dp]))
             p, m = doc["predicted"], doc["measured"]
             pc = (p["exposed_compute_us"] + p["overlapped_us"]) / 1e3
             mc = (m["exposed_compute_us"] + m["overlapped_us"]) / 1e3

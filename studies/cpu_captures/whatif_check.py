@@ -87,6 +87,7 @@ def measured(path: Path) -> float:
 
 def predicted(base: Path) -> dict:
     """Median over the base's steps of each target's predicted iteration, ms; and how layers were found."""
+    from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import predict
     from lumos.trace import find_steps, load_run
 
@@ -97,12 +98,12 @@ def predicted(base: Path) -> dict:
         vals = []
         for s in steps:
             kw = {"global_batch": m * MBS, "micro_batch": MBS} if m != BASE[1] else {}
-            doc = predict(tables, {"layers": layers}, step=s, **kw)
+            doc = predict(tables, {"layers": layers}, PredictOptions(step=s, **kw))
             vals.append(doc["predicted"]["iteration_us"] / 1e3)
             source = doc["structure"]["source"]
         out[name] = statistics.median(vals)
     out["base (no change)"] = statistics.median(
-        predict(tables, {}, step=s)["predicted"]["iteration_us"] / 1e3 for s in steps)
+        predict(tables, {}, PredictOptions(step=s))["predicted"]["iteration_us"] / 1e3 for s in steps)
     return {"predicted": out, "source": source}
 
 

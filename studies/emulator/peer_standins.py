@@ -1,5 +1,5 @@
-"""How much the emulator's statistical DP peers move the ground truth (EMULATED; docs/emulator.md,
-"Stand-in peers against every rank emulated").
+"""How much the emulator's statistical DP peers move the ground truth (EMULATED;
+docs/notes/2026-12-06-stand-in-peers.md).
 
     python studies/emulator/peer_standins.py [--mode fsdp|zero1|none] [--seeds 0 1 2] [--targets 2x2x8 ...]
                                        [--set KEY=VALUE ...] [--out DIR] [--workers 2]

@@ -1,4 +1,5 @@
-"""Emulated iteration time with each multi-node physics switch (issue 29) on, against all off.
+"""Emulated iteration time with each multi-node physics switch (added with the multi-node ground
+truth) on, against all off.
 
 Two layouts: vTrain's A100 stack at GPT-3 175B TP8 PP8 DP8 (global batch 512, 64 hosts) and the
 H100 base, GPT-3 15B TP2 PP2 DP32 (16 hosts). Seed 0 unless `--seed`. `--quiet-noise` also turns every jitter,

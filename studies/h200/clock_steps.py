@@ -25,6 +25,7 @@ from lumos.studies.h200 import H200, kernel_ms, predict_args
 def main() -> None:
     from omegaconf import OmegaConf
 
+    from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import predict
     from lumos.config import config_dir
     from lumos.graph import build_graph
@@ -49,7 +50,7 @@ def main() -> None:
         t = cfg["targets"][label]
         target, kw = predict_args(t["flags"])
         pred_gemm, pred_all = kernel_ms(transform(plan, **target, **kw).graph)
-        clock = predict(base, target, plan=plan, **kw)["clock"]
+        clock = predict(base, target, PredictOptions(**kw), plan=plan)["clock"]
         name = f"{label}{' (calibration)' if label in calib else ''}"
         for run in sorted(H200.glob(f"{t['config']}_r*")):
             table = load_run(run)[0]

@@ -84,6 +84,7 @@ def main() -> None:
 def predictions(calib: set) -> None:
     from omegaconf import OmegaConf
 
+    from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import measured_steps, predict
     from lumos.config import config_dir
     from lumos.trace import load_run
@@ -101,7 +102,8 @@ def predictions(calib: set) -> None:
                                 for s in measured_steps(d)])
             row = []
             for mode in ("off", "recorded"):
-                e = 100 * (predict(tables, target, clocks=mode, **kw)["predicted"]["iteration_us"] / measured - 1)
+                doc = predict(tables, target, PredictOptions(clocks=mode, **kw))
+                e = 100 * (doc["predicted"]["iteration_us"] / measured - 1)
                 row.append(e)
                 if label not in calib and label != "mbs_2":
                     errs[mode].append(abs(e))

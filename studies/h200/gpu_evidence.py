@@ -1,4 +1,5 @@
-"""Record the H200 evidence traces (issue 17): the bundled GPT, every configuration twice.
+"""Record the H200 evidence traces (the measured runs the H200 checks read): the bundled GPT, every
+configuration twice.
 
     bash studies/h200/gpu_evidence.sh DEST                             # on the GPU: record, pack, pieces to DEST
     python studies/h200/gpu_evidence.py --out DIR                      # on the GPU (bf16, side stream)

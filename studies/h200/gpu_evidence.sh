@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Record the H200 evidence traces (issue 17) and bring them home in pieces.
+# Record the H200 evidence traces (the measured runs the H200 checks read) and bring them home in pieces.
 #
 #   bash studies/h200/gpu_evidence.sh DEST [extra gpu_evidence.py flags]
 #   bash studies/h200/gpu_evidence.sh /tmp/ev --device cpu --tiny     # the CPU check of the same path

@@ -10,8 +10,9 @@ time, compute kernels at one profiled step's clock). Errors against the mean of 
 measured iterations (2 recordings x 3 profiled steps), the interval in % of that mean, and the
 share of the six inside it. Prints, per base recording, each profiled step's host work (the
 summed replay durations of its CPU ops and the summed program-order gaps between them,
-`lumos.graph.profiled_steps`), then the Markdown rows docs/prediction.md shows, then the mean and worst
-|error| over the what-ifs that fitted nothing (micro-batch 2 apart, then with it); ~1 minute on 2 cores.
+`lumos.graph.profiled_steps`), then the Markdown rows docs/notes/2026-12-02-h200-host-work.md shows, then
+the mean and worst |error| over the what-ifs that fitted nothing (micro-batch 2 apart, then with it);
+~1 minute on 2 cores.
 Kernels are the selected step's own throughout (`--kernels step`): this compares host work alone.
 """
 
@@ -27,6 +28,7 @@ from lumos.studies.h200 import H200, predict_args
 def main() -> None:
     from omegaconf import OmegaConf
 
+    from lumos.predict.options import PredictOptions
     from lumos.predict.prediction import measured_steps, predict
     from lumos.config import config_dir
     from lumos.trace import load_run
@@ -38,7 +40,8 @@ def main() -> None:
     args = ap.parse_args()
     cfg = OmegaConf.to_container(OmegaConf.load(config_dir() / "config.yaml"))["h200"]
     bases = {b: load_run(H200 / b) for b in cfg["bases"]}
-    plans = {(b, h): base_plan(t, host=h, kernels="step") for b, t in bases.items() for h in ("step", "median")}
+    plans = {(b, h): base_plan(t, PredictOptions(host=h, kernels="step"))
+             for b, t in bases.items() for h in ("step", "median")}
     for b in bases:
         for rank, h in plans[(b, "median")].host_steps.items():
             ops = " / ".join(f"{x / 1e3:.1f}" for x in np.nansum(h.task, axis=1))
@@ -53,9 +56,10 @@ def main() -> None:
         mean = measured.mean()
         cells = [f"`{label}`"]
         for b, tables in bases.items():
-            step = predict(tables, target, plan=plans[(b, "step")], host="step", kernels="step", **kw)
-            med = predict(tables, target, plan=plans[(b, "median")], host="median", kernels="step",
-                          samples=args.samples, seed=args.seed, **kw)
+            step = predict(tables, target, PredictOptions(host="step", kernels="step", **kw),
+                           plan=plans[(b, "step")])
+            med = predict(tables, target, PredictOptions(host="median", kernels="step", samples=args.samples,
+                                                         seed=args.seed, **kw), plan=plans[(b, "median")])
             lo, hi = med["interval"]["iteration_us"]["90"]
             inside = int(((measured >= lo) & (measured <= hi)).sum())
             err = [100 * (d["predicted"]["iteration_us"] / mean - 1) for d in (step, med)]

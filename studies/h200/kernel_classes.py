@@ -1,4 +1,4 @@
-"""Where an H200 what-if's device time goes wrong, by kernel class (issue 30; measured on hardware).
+"""Where an H200 what-if's device time goes wrong, by kernel class (measured on hardware).
 
     python studies/h200/kernel_classes.py [--base base_r0] [TARGET ...]
 

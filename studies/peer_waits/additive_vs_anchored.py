@@ -1,6 +1,6 @@
 """DP changes predicted with the base's peer waits kept as kernel time (additive, the default for an all-reduce base) or
 replayed as the peers' arrival (`--peer-waits anchored`, lumos/predict/peer_waits.py), against
-the emulated actual of the same seed (EMULATED; docs/prediction.md, "Peer waits as arrivals").
+the emulated actual of the same seed (EMULATED; docs/notes/2026-12-05-peer-waits.md).
 
     python studies/peer_waits/additive_vs_anchored.py [--seeds 10]
     python studies/peer_waits/additive_vs_anchored.py --coverage [--samples 1000]
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lumos.predict.options import PredictOptions
 from lumos.predict.prediction import predict
 from lumos.trace import load_run
 from lumos.predict.whatif import base_plan
@@ -57,7 +58,8 @@ def main() -> None:
             for dp in dps:
                 actual = load_run(root / target.format(dp=dp) / f"seed{k}")
                 for m in MODES:
-                    doc = predict(base, {"dp": dp}, actual_tables=actual, plan=plan, peer_waits=m)
+                    doc = predict(base, {"dp": dp}, PredictOptions(peer_waits=m), actual_tables=actual,
+                                  plan=plan)
                     errs[(dp, m)].append(doc["error_pct"])
                     if m == "anchored":
                         waits[dp].append(doc["peer_waits"]["anchored_wait_ms"])
@@ -79,7 +81,7 @@ def coverage(dps: list[int], samples: int) -> None:
         name = target.format(dp=dp)
         actual = pd.read_csv(ROOT / "coverage" / "actuals" / f"{name}.csv")["iteration_us"].to_numpy()
         for m in MODES:
-            doc = predict(base, {"dp": dp}, plan=plan, peer_waits=m, samples=samples, seed=0)
+            doc = predict(base, {"dp": dp}, PredictOptions(peer_waits=m, samples=samples, seed=0), plan=plan)
             lo, hi = doc["interval"]["iteration_us"]["90"]
             inside = np.mean((actual >= lo) & (actual <= hi))
             print(f"| 2x2x{dp} | {m} | {doc['predicted']['iteration_us'] / 1e3:.1f} | {lo / 1e3:.1f}-{hi / 1e3:.1f} | "

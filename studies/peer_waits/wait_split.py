@@ -1,5 +1,5 @@
-"""Where the FSDP DP predictions' seed-to-seed spread comes from (issue 32, docs/prediction.md,
-"Sharded data parallelism", item 2): the split of each base DP collective into transfer and wait.
+"""Where the FSDP DP predictions' seed-to-seed spread comes from (item 2 of
+docs/notes/2026-12-06-fsdp-seed-spread.md): the split of each base DP collective into transfer and wait.
 
     python studies/peer_waits/wait_split.py [--runs results/default/emulated_sharded/fsdp] [--seeds 0 1 2 ...] [--scaled]
 
@@ -18,7 +18,8 @@ Part 2 predicts DP x2, x4 and x8 from every seed's base twice: with `cap="class"
 collectives of the same message and group size (the same bytes over the same links). Against runs
 emulated with statistical stand-in peers (`sharded.ranks: stage`) the cap narrowed the spread over
 seeds but read every seed low; against runs with every rank emulated (the pipeline's default since)
-it is the better of the two (`studies/emulator/peer_standins.py`, docs/prediction.md). `--scaled` adds both splits with every anchored wait scaled by the ratio of
+it is the better of the two (`studies/emulator/peer_standins.py`, docs/notes/2026-12-06-fsdp-seed-spread.md).
+`--scaled` adds both splits with every anchored wait scaled by the ratio of
 the expected maxima of N - 1 and 3 standard normal draws (the slowest of the target's other replicas
 against the base's three, were their lags normal and the base's rank typical). EMULATED runs (`snakemake --cores 2` leaves them in results/default).
 """

@@ -7,8 +7,9 @@ Builds `build_graph(load_trace(f))` for every shipped real trace (`resources/tra
 the first six rank files of the H200 recordings ending in `_r0`, and any `--extra` files (e.g. the
 pipeline's emulated ranks), and stores every field of the Graph (or the error it raised). The
 compare step reports each trace whose arrays differ in dtype, shape or value (NaN equal to NaN).
-Issue 16's build changes were checked this way on 35 traces (the real ones, six H200 ranks and the
-15B 2x2x4 ranks 0 and 8 and 175B 8x4x8 rank 0 of the pipeline's seed 0).
+The graph-building changes made for the cost of a pipeline job were checked this way on 35 traces
+(the real ones, six H200 ranks and the 15B 2x2x4 ranks 0 and 8 and 175B 8x4x8 rank 0 of the
+pipeline's seed 0).
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@ emulated cluster ranks them (EMULATED actuals).
 
     python studies/search/search_check.py [--seeds 3] [--top 5] [--exact-top] [--out /tmp/lumos_search]
     python studies/search/search_check.py --case 15b --extrapolation    # extrapolated vs whole replays
-    python studies/search/search_check.py --case 175b_auto --top 0     # issue 29: time the search alone
+    python studies/search/search_check.py --case 175b_auto --top 0     # the multi-node ground truth's base, the search alone
 
-Default case (issue 14): GPT-3 175B on the A100 profile with vTrain's training setup
-(`cluster=a100_vtrain training=vtrain`: full recomputation, unfused attention), base TP 8 x PP 4 x
-DP 8 (256 GPUs, the paper's Fig. 1 layout), seed 0, searched for 512 GPUs at global batch 1536
-over micro-batch sizes 1, 2, 4, 8 with the distributed optimizer (without it, at 18 bytes per
-parameter, a layout needs TP x PP >= 64 to fit in 80 GB). `--case 15b`: the pipeline's
-15B 2x2x4 H100 base for 64 GPUs at global batch 128, micro-batch sizes 1, 2 (table `search`).
+Default case (set with the TP changes, the A100/vTrain check, the memory model and the search):
+GPT-3 175B on the A100 profile with vTrain's training setup (`cluster=a100_vtrain training=vtrain`:
+full recomputation, unfused attention), base TP 8 x PP 4 x DP 8 (256 GPUs, the paper's Fig. 1
+layout), seed 0, searched for 512 GPUs at global batch 1536 over micro-batch sizes 1, 2, 4, 8 with
+the distributed optimizer (without it, at 18 bytes per parameter, a layout needs TP x PP >= 64 to
+fit in 80 GB). `--case 15b`: the pipeline's 15B 2x2x4 H100 base for 64 GPUs at global batch 128,
+micro-batch sizes 1, 2 (table `search`).
 
 The search runs as one `lumos search` process, timed whole (wall clock). Its top `--top` fitting
 layouts are then emulated over `--seeds` seeds (same micro-batch size and count) and the two
@@ -34,8 +35,9 @@ CASES = {
                        "parallel.pp=4", "parallel.dp=8"],
                  search=["--gpus", "512", "--global-batch", "1536", "--micro-batch", "1,2,4,8",
                          "--distributed-optimizer", "--recompute", "full", "--no-flash-attention"]),
-    # issue 29: the A100 175B base of the issue (TP8 PP8 DP8, micro-batch 2, global batch 1536) at the
-    # default granularity (auto: coarse for this run), micro-batch sizes 1-16, memory deciding what fits
+    # the A100 175B base of the multi-node ground truth (TP8 PP8 DP8, micro-batch 2, global batch 1536)
+    # at the default granularity (auto: coarse for this run), micro-batch sizes 1-16, memory deciding
+    # what fits
     "175b_auto": dict(base=["cluster=a100_vtrain", "training=vtrain", "model=gpt3_175b", "parallel.tp=8",
                             "parallel.pp=8", "parallel.dp=8", "model.micro_batch_size=2",
                             "model.global_batch_size=1536"],

@@ -1,4 +1,4 @@
-"""Per-kernel check of the sharded DP predictions (issue 32, docs/prediction.md, "Sharded data parallelism"):
+"""Per-kernel check of the sharded DP predictions (docs/notes/2026-12-03-sharded-dp.md):
 the median all-gather and reduce-scatter kernel of one iteration, emulated vs predicted, for the
 pipeline's sharded base and each DP target.
 

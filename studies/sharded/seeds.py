@@ -1,4 +1,4 @@
-"""Why the FSDP DP predictions spread over seeds (issue 32, docs/prediction.md, "Sharded data parallelism"):
+"""Why the FSDP DP predictions spread over seeds (docs/notes/2026-12-06-fsdp-seed-spread.md):
 each seed's error beside what that seed's base waited for its peers.
 
     python studies/sharded/seeds.py [--runs results/default/emulated_sharded/fsdp] [--targets 2x2x8 2x2x32]

@@ -1,4 +1,4 @@
-"""What the collective fit's transfer quantile does to the predictions (issue 32, docs/prediction.md, "NIC sharing").
+"""What the collective fit's transfer quantile does to the predictions (docs/notes/2026-12-06-nic-sharing.md).
 
     python studies/sharded/transfer_quantile.py [--quantile 0.1] [--seeds 10] [--scaleout-seeds 3]
 

@@ -4,7 +4,7 @@ Strips every `user_annotation` but `ProfilerStep#N` from each rank of RUN_DIR, r
 layers (`lumos.model.recover`), and prints: how many graph tasks land in a different block
 than with the annotations, the recovery time, and the predicted iteration from the stripped and
 the annotated traces for each target (their difference in %). The command behind the numbers in
-docs/prediction.md, "Layers without annotations":
+docs/notes/2026-12-01-layer-recovery.md:
 
     python studies/structure/recover_check.py results/default/emulated/gpt3_15b-2x2x4/seed0 --scaleout --variants
     python studies/structure/recover_check.py results/default/emulated/gpt3_175b-8x4x8/seed0 \\

@@ -1,5 +1,6 @@
-"""Per-kernel check of the TP all-reduces of a TP change (issue 30, docs/prediction.md, "Tensor
-parallelism"): emulated vs predicted median kernel, with every random draw off so that no peer waits.
+"""Per-kernel check of the TP all-reduces of a TP change (why the TP changes read low in exposed
+communication, docs/notes/2026-12-06-tp-collectives.md): emulated vs predicted median kernel, with
+every random draw off so that no peer waits.
 
     python studies/tp/collectives.py [--out /tmp/lumos_tp_quiet] [--targets 4x2x4 8x2x4]
 
