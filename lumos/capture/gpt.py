@@ -528,7 +528,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reduce gradients on the compute stream (CUDA); CPU never uses one")
     p.add_argument("--rank", type=int, default=None,
                    help="rank for the file name when not under torchrun (default 0)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the initial parameters and, plus the rank, of the token batches (default %(default)s)")
     p.add_argument("--no-annotate", dest="annotate", action="store_false",
                    help="write no range of ours but ProfilerStep#N, like any training loop: the "
                         "predictor then finds the layers itself, from module calls (--with-stack) or "

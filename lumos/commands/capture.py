@@ -14,6 +14,8 @@ import argparse
 
 from lumos.errors import UserError
 
+from .flags import non_negative_int, output_path, positive_int, retype
+
 
 def register(subparsers) -> None:
     from lumos.capture.gpt import add_arguments  # torch-free at import time
@@ -25,6 +27,9 @@ def register(subparsers) -> None:
     g = which.add_parser("gpt", help="train a small self-contained GPT under the profiler",
                          description="Train a small GPT under the profiler; write OUT/rank{R}.json.gz.")
     add_arguments(g)
+    retype(g, {**dict.fromkeys(("layers", "hidden", "ffn", "heads", "seq", "micro_batch", "micro_batches", "vocab",
+                                "steps"), positive_int),
+               **dict.fromkeys(("warmup", "rank", "seed"), non_negative_int), "out": output_path})
     g.set_defaults(func=run)
 
 

@@ -23,6 +23,7 @@ import argparse
 from lumos.errors import UserError
 from lumos.graph import DEFAULT_GAP_THRESHOLD_US
 
+from .flags import ENGINE_HELP, FORMAT_HELP, check, non_negative_float, non_negative_int
 from .output import emit
 
 NAME_WIDTH = 70  # device op names (C++ templates) are cut to this many characters in the table
@@ -33,29 +34,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="trace A (a .json/.json.gz Kineto trace of one rank)")
     p.add_argument("b", help="trace B (may be A itself, with --step SA:SB)")
-    p.add_argument("--step", default=None, metavar="SA[:SB]", help="steps of A and B (default: each trace's default)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--top", type=int, default=5, help="device ops listed by change in summed duration (default 5)")
-    p.add_argument("--gap-threshold-us", type=float, default=DEFAULT_GAP_THRESHOLD_US,
+    p.add_argument("--step", type=parse_steps, default=(None, None), metavar="SA[:SB]",
+                   help="steps of A and B (default: each trace's default)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
+    p.add_argument("--top", type=non_negative_int, default=5,
+                   help="device ops listed by change in summed duration (default 5)")
+    p.add_argument("--gap-threshold-us", type=non_negative_float, default=DEFAULT_GAP_THRESHOLD_US,
                    help="inter-thread gap rule threshold (us)")
-    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
+    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto", help=ENGINE_HELP)
     p.add_argument("--iteration", choices=("step", "gpu"), default="step",
                    help="compare step periods (default) or the GPU spans of the steps' work")
     p.set_defaults(func=run)
 
 
-def parse_steps(text: str | None) -> tuple[int | None, int | None]:
-    if text is None:
-        return None, None
-    parts = text.split(":")
+@check
+def parse_steps(text: str) -> tuple[int, int]:
+    """--step 'SA' or 'SA:SB' -> (SA, SB) (SA for both where SB is left out): its argparse type."""
     try:
-        if len(parts) == 1:
-            return int(parts[0]), int(parts[0])
-        if len(parts) == 2:
-            return int(parts[0]), int(parts[1])
+        steps = [int(s) for s in text.split(":")]
     except ValueError:
-        pass
-    raise UserError(f"--step takes SA or SA:SB (integers), not {text!r}")
+        steps = []
+    if len(steps) not in (1, 2) or min(steps) < 0:
+        raise argparse.ArgumentTypeError(f"takes SA or SA:SB (step numbers, integers >= 0), got {text!r}")
+    return steps[0], steps[-1]
 
 
 def run(args) -> int:
@@ -63,7 +64,7 @@ def run(args) -> int:
     from lumos.commands.replay import load_one_rank
     from lumos.sim import SimulationError
 
-    sa, sb = parse_steps(args.step)
+    sa, sb = args.step
     a = load_one_rank(args.a, "A")
     b = load_one_rank(args.b, "B")
     try:

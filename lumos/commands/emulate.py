@@ -7,6 +7,8 @@ import sys
 
 from lumos.errors import UserError
 
+from .flags import output_file, positive_int
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -22,15 +24,16 @@ def register(subparsers) -> None:
                         "scaling); vtrain | fig7 | selene: fit the knobs calibrated on that data set and print "
                         "before/after (--write records them in config/); all: the three fits in turn")
     p.add_argument("--write", action="store_true", help="--calibrate vtrain|fig7|selene|all: record the fitted values")
-    p.add_argument("--max-evals", type=int, metavar="K",
+    p.add_argument("--max-evals", type=positive_int, metavar="K",
                    help="--calibrate vtrain|fig7|selene|all: emulator runs each fit may use")
     p.add_argument("--realism", action="store_true",
                    help="emulate every published measurement (resources/measurements/) and print emulated vs "
                         "measured per data set: n, mean/median/worst |error|, signed mean, Spearman")
-    p.add_argument("--sample", type=int, metavar="N", help="--realism: a stratified sample of N vTrain rows "
-                                                           "(default: all 1,440)")
-    p.add_argument("--workers", type=int, metavar="W", help="--realism: processes (default: every core)")
-    p.add_argument("--out", metavar="CSV", help="--realism: write every emulated vs measured row here")
+    p.add_argument("--sample", type=positive_int, metavar="N",
+                   help="--realism: a stratified sample of N vTrain rows (default: all 1,440)")
+    p.add_argument("--workers", type=positive_int, metavar="W", help="--realism: processes (default: every core)")
+    p.add_argument("--out", type=output_file, metavar="CSV",
+                   help="--realism: write every emulated vs measured row here")
     p.add_argument("--datasets", metavar="LIST", help="--realism: comma-separated, of fig1,fig7,vtrain_single,"
                                                             "sc21_table1,sc21_table2,korthikanti_2022")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")

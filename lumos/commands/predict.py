@@ -13,30 +13,33 @@ from lumos.errors import UserError
 from lumos.transform.dp_sharding import STRATEGIES
 from lumos.predict.micro_batch_count import MICROBATCH_RULES
 
+from .flags import (ENGINE_HELP, FORMAT_HELP, non_negative_float, non_negative_int, output_file, positive_float,
+                    positive_int)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict a new configuration from a base trace (what-if)",
                        description=__doc__)
     p.add_argument("base", help="directory of the base run (one trace per pipeline stage)")
-    p.add_argument("--tp", type=int, default=None,
+    p.add_argument("--tp", type=positive_int, default=None,
                    help="tensor-parallel degree (re-shards GEMMs, heads and TP collectives: lumos/transform/tp.py)")
-    p.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
-    p.add_argument("--dp", type=int, default=None, help="data-parallel degree")
-    p.add_argument("--layers", type=int, default=None, help="number of transformer layers")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size")
-    p.add_argument("--ffn", type=int, default=None, help="FFN hidden size")
-    p.add_argument("--global-batch", type=int, default=None,
+    p.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
+    p.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree")
+    p.add_argument("--layers", type=positive_int, default=None, help="number of transformer layers")
+    p.add_argument("--hidden", type=positive_int, default=None, help="hidden size")
+    p.add_argument("--ffn", type=positive_int, default=None, help="FFN hidden size")
+    p.add_argument("--global-batch", type=positive_int, default=None,
                    help="global batch (sequences): micro-batches per iteration = B / (dp x micro-batch); "
                         "default: --microbatch-rule")
-    p.add_argument("--micro-batch", type=int, default=None,
+    p.add_argument("--micro-batch", type=positive_int, default=None,
                    help="micro-batch size (sequences); with --global-batch it also sets the micro-batch count")
     p.add_argument("--microbatch-rule", choices=MICROBATCH_RULES, default="auto",
                    help="micro-batches per iteration without --global-batch: tp_x_pp (the paper's protocol, "
                         "TP x PP of the target), keep (the base's count), auto (default: tp_x_pp when the "
                         "base's count is its TP x PP, else keep)")
-    p.add_argument("--compute-speed", type=float, default=None,
+    p.add_argument("--compute-speed", type=positive_float, default=None,
                    help="compute kernels X times faster (0.5 = half as fast)")
-    p.add_argument("--network-speed", type=float, default=None,
+    p.add_argument("--network-speed", type=positive_float, default=None,
                    help="collective bandwidth (NVLink and network) Y times higher")
     p.add_argument("--gemm-efficiency", choices=("waves", "flops"), default="waves",
                    help="how a re-shaped GEMM is re-timed: waves (default: waves x k, wave quantization over "
@@ -80,22 +83,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "size recorded at DP N and at one rank, on the same host; what N ranks add in each FSDP2 "
                         "hook is fitted on these pairs (repeat the option for more pairs; "
                         "lumos/durations/dp_host.py)")
-    p.add_argument("--step", type=int, default=None, help="ProfilerStep number of the base (and actual)")
+    p.add_argument("--step", type=non_negative_int, default=None,
+                   help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
-    p.add_argument("--out", default=None, help="write the prediction JSON here")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
-    p.add_argument("--samples", type=int, default=0, metavar="N",
+    p.add_argument("--out", type=output_file, default=None, help="write the prediction JSON here")
+    p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
+    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto", help=ENGINE_HELP)
+    p.add_argument("--samples", type=non_negative_int, default=0, metavar="N",
                    help="also replay the prediction N times with durations drawn from the spread fitted on "
                         "the base and report the median and 50/90/95%% intervals (docs/intervals.md)")
-    p.add_argument("--seed", type=int, default=0, help="seed of --samples (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of --samples (default 0)")
     p.set_defaults(func=run)
 
 
 def add_memory_flags(p: argparse.ArgumentParser) -> None:
     """The memory model's settings as flags (`lumos predict` and `lumos search` share them)."""
     mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
-    mem.add_argument("--bytes-per-param", type=float, default=None,
+    mem.add_argument("--bytes-per-param", type=positive_float, default=None,
                      help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
     mem.add_argument("--distributed-optimizer", action="store_true", default=None,
                      help="optimizer state sharded over data-parallel ranks")
@@ -103,16 +107,20 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
                      help="data-parallel sharding of optimizer state (zero1), + gradients (zero2, FSDP "
                           "SHARD_GRAD_OP), + parameters (zero3, FSDP FULL_SHARD); default: the base's own "
                           "(none for all-reduce DP). Memory only: the step time is that of the base's DP")
-    mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
-    mem.add_argument("--sequence-parallel", action="store_true", default=None)
+    mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None,
+                     help="activation recomputation (Korthikanti et al.): none, selective (attention scores "
+                          "recomputed, not kept) or full (each layer keeps its input only); default: the profile's")
+    mem.add_argument("--sequence-parallel", action="store_true", default=None,
+                     help="sequence parallelism: the activations TP would replicate (layer norms, dropout) "
+                          "sharded over the TP ranks too")
     mem.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
                      help="attention keeps its s x s scores (unfused); default: a fused kernel keeps none")
-    mem.add_argument("--activation-bytes", type=float, default=None,
+    mem.add_argument("--activation-bytes", type=positive_float, default=None,
                      help="bytes per activation element: 2 (bf16/fp16, default), 4 (float32)")
-    mem.add_argument("--workspace-gib", type=float, default=None,
+    mem.add_argument("--workspace-gib", type=non_negative_float, default=None,
                      help="the constant part (default: calibrated from the base's GPU [memory] events, "
                           "else the profile's)")
-    mem.add_argument("--gpu-memory-gib", type=float, default=None, help="memory of one GPU")
+    mem.add_argument("--gpu-memory-gib", type=positive_float, default=None, help="memory of one GPU")
 
 
 def memory_overrides(args) -> dict:
@@ -196,6 +204,8 @@ def _run(args) -> int:
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
     if unmodelled:   # the base's device work the prediction leaves out, per rank
         doc["not_modelled"] = unmodelled
+    from lumos.predict.base_measured import measured_base
+    doc["measured_base"] = measured_base(base, plan, options, doc)
     return _emit(args, doc)
 
 
@@ -249,9 +259,10 @@ def _run_host_dp(args, options) -> int:
                         f"lumos/transform/dp_host.py), not {asked}: a larger group would need gloo's time per "
                         "message and FSDP2's host work per collective at that size, and the other transforms "
                         "re-time device work, which a CPU run has none of")
+    recordings = [load_run(r) for r in args.recordings]
     doc = predict_one_rank(base, options, actual_tables=load_run(args.actual) if args.actual else None,
-                           recordings=[load_run(r) for r in args.recordings], base_name=str(args.base))
-    return _emit(args, doc)
+                           recordings=recordings, base_name=str(args.base))
+    return _emit(args, _with_measured_base(doc, base, options, recordings))
 
 
 def _run_from_one_rank(args, options) -> int:
@@ -272,10 +283,19 @@ def _run_from_one_rank(args, options) -> int:
                         "--dp-calibration RUN_AT_DP RUN_AT_ONE, the same program at another model size recorded "
                         f"at DP {args.dp} and at one rank on the same host (e.g. resources/traces/fsdp_cpu_sizes)")
     pairs = [(load_run(a), load_run(b)) for a, b in args.dp_calibration]
+    recordings = [load_run(r) for r in args.recordings]
     doc = predict_from_one_rank(base, args.dp, pairs, options,
                                 actual_tables=load_run(args.actual) if args.actual else None,
-                                recordings=[load_run(r) for r in args.recordings], base_name=str(args.base))
-    return _emit(args, doc)
+                                recordings=recordings, base_name=str(args.base))
+    return _emit(args, _with_measured_base(doc, base, options, recordings))
+
+
+def _with_measured_base(doc: dict, base, options, recordings) -> dict:
+    """`doc` with the host-DP base's measured iteration and its unchanged replay (`lumos.predict.base_measured`)."""
+    from lumos.predict.base_measured import measured_host_base
+
+    doc["measured_base"] = measured_host_base(base, options, doc, recordings)
+    return doc
 
 
 def _sharding_note(memory: str, base: str, target: str) -> str:
@@ -305,7 +325,13 @@ def format_table(doc: dict) -> str:
             err = f"{100 * (p - m) / m:+.2f}" if m else "-"
             row += f"{m / 1e3:>22.3f}{err:>9}"
         lines.append(row)
-    if "memory" in doc:
+    if "measured_base" in doc:
+        from lumos.predict.base_measured import format_base
+        lines.append(format_base(doc["measured_base"]))
+    if "memory" in doc and doc["memory"].get("gpu_memory_gib") is None:   # a CPU-only base: no GPU to fit in
+        lines.append(f"  memory (peak stage, the model's estimate): {doc['memory']['memory_gib_per_gpu']:.1f} GiB; "
+                     "no GPU (a CPU-only trace): no capacity, no fit verdict")
+    elif "memory" in doc:
         m = doc["memory"]
         shard = m.get("assumptions", {}).get("sharding", "none")
         base_dp = doc.get("base_config", {}).get("dp_sharding", "none")

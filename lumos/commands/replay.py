@@ -41,6 +41,7 @@ from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
 from lumos.sim import SimulationError
 from lumos.trace import load_run
 
+from .flags import ENGINE_HELP, FORMAT_HELP, fraction, non_negative_float, non_negative_int, output_path
 from .output import emit
 
 
@@ -48,12 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="replay a measured iteration (one trace file or a directory of ranks)",
                        description=__doc__)
     p.add_argument("path", help="a .json/.json.gz Kineto trace, or a directory with one file per rank")
-    p.add_argument("--step", type=int, default=None, help="ProfilerStep number (default: a steady-state step)")
-    p.add_argument("--out", default=None, help="write the replayed timeline (a file; a directory for several ranks)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--gap-threshold-us", type=float, default=DEFAULT_GAP_THRESHOLD_US,
+    p.add_argument("--step", type=non_negative_int, default=None,
+                   help="ProfilerStep number (default: a steady-state step)")
+    p.add_argument("--out", type=output_path, default=None,
+                   help="write the replayed timeline (a file; a directory for several ranks)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
+    p.add_argument("--gap-threshold-us", type=non_negative_float, default=DEFAULT_GAP_THRESHOLD_US,
                    help="inter-thread gap rule threshold (us)")
-    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto")
+    p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto", help=ENGINE_HELP)
     p.add_argument("--iteration", choices=ITERATION_KINDS, default="step",
                    help="what the iteration is: the step period (step start to next step start on the thread "
                         "that marks steps; default) or the GPU span of the step's work ('gpu', as the paper "
@@ -61,10 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulator", choices=("lumos", "dpro"), default="lumos",
                    help="lumos: the execution graph and Algorithm 1; dpro: the dPRO-style baseline")
     add_edge_class_args(p)
-    p.add_argument("--drop-random", type=float, default=0.0, metavar="FRACTION",
+    p.add_argument("--drop-random", type=fraction, default=0.0, metavar="FRACTION",
                    help="after the build, drop this fraction of all edges at random (ablation)")
-    p.add_argument("--seed", type=int, default=0, help="seed of --drop-random and of --samples (default 0)")
-    p.add_argument("--samples", type=int, default=0, metavar="N",
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of --drop-random and of --samples (default 0)")
+    p.add_argument("--samples", type=non_negative_int, default=0, metavar="N",
                    help="also replay N times with durations drawn from a model fitted on the trace and "
                         "report the median and 50/90/95%% intervals (docs/intervals.md)")
     p.add_argument("--ranks-from-files", action="store_true",
@@ -102,8 +106,8 @@ def edge_classes_from(args) -> frozenset:
 
 
 def _check_variant_args(args, classes: frozenset) -> None:
-    if not 0.0 <= args.drop_random < 1.0:
-        raise UserError(f"--drop-random must be a fraction in [0, 1), not {args.drop_random}")
+    if args.samples and args.simulator != "lumos":
+        raise UserError("--samples N (N > 0) samples the Lumos replay; not with --simulator dpro")
     if args.simulator == "dpro" and (classes != ALL_EDGE_CLASSES or args.drop_random > 0
                                      or args.gap_threshold_us != DEFAULT_GAP_THRESHOLD_US):
         raise UserError("--drop, --drop-random and --gap-threshold-us change the Lumos graph; "
@@ -185,8 +189,6 @@ def _intervals(args, doc: dict, result: RunReplay, tables) -> list[str]:
     if not args.samples:
         return []
     from lumos.analysis.uncertainty import attach_intervals
-    if args.samples < 0 or args.simulator != "lumos":
-        raise UserError("--samples N (N > 0) samples the Lumos replay; not with --simulator dpro")
     return attach_intervals(doc, result.ranks, tables, args.samples, args.seed, iteration=args.iteration,
                             engine="reference" if args.engine == "reference" else "compiled")
 
@@ -356,6 +358,9 @@ def run_transfer(args) -> int:
     except SimulationError as exc:
         raise UserError(f"the graph with the other step's durations cannot be replayed: {exc}") from None
     doc = {"trace": table.path, "durations_from": other.path, **r.as_dict()}
+    for b in doc.get("baselines", {}).values():
+        if b["iteration_us"] != b["iteration_us"]:   # NaN: the kernel-time ratio of a step with no GPU time
+            b.update(iteration_us=None, error_pct=None, note="no GPU kernels")
     emit(doc, args.format, format_transfer)
     return 0
 
@@ -376,6 +381,9 @@ def format_transfer(doc: dict) -> str:
               "dpro": "dPRO-style transfer"}
     for key, b in doc.get("baselines", {}).items():
         label = "baseline: " + labels.get(key, key)
+        if b["iteration_us"] is None:
+            lines.append(f"  {label:<30}{b.get('note', '-'):>14}")
+            continue
         lines.append(f"  {label:<30}{b['iteration_us'] / 1e3:>14.3f}{_pct(b['error_pct']):>10}")
     return "\n".join(lines)
 

@@ -13,6 +13,7 @@ import sys
 from lumos.predict.search import search
 from lumos.errors import UserError
 
+from .flags import FORMAT_HELP, positive_int, positive_int_list
 from .predict import add_memory_flags, memory_overrides
 
 
@@ -20,16 +21,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="rank every layout of N GPUs predicted from one base trace",
                        description=__doc__.splitlines()[0])
     p.add_argument("base", help="directory of the base run (one trace per pipeline stage)")
-    p.add_argument("--gpus", type=int, required=True)
-    p.add_argument("--global-batch", type=int, default=None, help="sequences per iteration (fixed)")
-    p.add_argument("--micro-batch", default=None,
+    p.add_argument("--gpus", type=positive_int, required=True,
+                   help="GPUs of every layout: TP x PP x DP = N")
+    p.add_argument("--global-batch", type=positive_int, default=None, help="sequences per iteration (fixed)")
+    p.add_argument("--micro-batch", type=positive_int_list, default=None,
                    help="micro-batch sizes to try, comma-separated (default: the base's)")
-    p.add_argument("--top", type=int, default=None, help="show the K fastest fitting layouts")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--top", type=positive_int, default=None, help="show the K fastest fitting layouts")
+    p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
     p.add_argument("--exact", action="store_true",
                    help="replay every layout's micro-batches whole (default: more than 2 x max(8, PP) are "
                         "extrapolated from two shorter replays, lumos/predict/search.py)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="processes sharing the layouts (default: every core; the ranking does not depend on it)")
     add_memory_flags(p)
     p.set_defaults(func=run)
@@ -40,12 +42,8 @@ def run(args) -> int:
 
     tables = load_run(args.base)
     try:
-        mbs = [int(x) for x in args.micro_batch.split(",")] if args.micro_batch else None
-    except ValueError:
-        raise UserError(f"--micro-batch takes comma-separated integers, got {args.micro_batch!r}") from None
-    try:
-        rows = search(tables, args.gpus, mbs, args.global_batch, memory=memory_overrides(args), exact=args.exact,
-                      workers=args.workers)
+        rows = search(tables, args.gpus, args.micro_batch, args.global_batch, memory=memory_overrides(args),
+                      exact=args.exact, workers=args.workers)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     shown = rows if args.top is None else [r for r in rows if r["fits"]][:args.top]

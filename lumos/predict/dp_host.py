@@ -29,7 +29,7 @@ from .whatif import check_steps
 from .prediction import add_actual, round_metrics
 from lumos.analysis.run_replay import run_breakdown
 
-__all__ = ["host_collective_run", "one_rank_fsdp_run", "predict_from_one_rank", "predict_one_rank"]
+__all__ = ["host_collective_run", "one_rank_fsdp_run", "predict_from_one_rank", "predict_one_rank", "replay_unchanged"]
 
 
 def host_collective_run(tables: Sequence[TraceTable], step=None) -> bool:
@@ -58,6 +58,16 @@ def _median_step_graph(table: TraceTable, step, host: str, recordings):
         graph = with_step_medians(graph, pairing, kernels=False)   # a CPU run: no kernels
         steps = list(pairing.steps)
     return graph, steps
+
+
+def replay_unchanged(base_tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(),
+                     recordings: Sequence[Sequence[TraceTable]] = ()) -> float:
+    """Iteration (us) of the base's lowest rank's step graph replayed unchanged, its host work as the
+    predictions from it take it (`options.step`, `options.host`, `recordings`)."""
+    table = min(base_tables, key=lambda t: t.rank)
+    graph, _ = _median_step_graph(table, options.step, options.host, recordings)
+    sched = simulate(graph)
+    return round(float(run_breakdown(graph, sched.start, sched.end).iteration.iteration_us), 3)
 
 
 def _document(table: TraceTable, target, base_dp: int, base_sharding: str, dp: int, sharding: str,

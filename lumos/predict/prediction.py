@@ -23,6 +23,8 @@ from lumos.transform.speed import compute_kernels
 from lumos.model.recover import summary as structure_summary
 from .options import PredictOptions
 from .whatif import base_plan, memory_of, transform
+from .device_memory import device_memory, with_device
+from .no_op import cpu_only_note, refuse_no_ops, tp_note
 
 from lumos.analysis.breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
 from .contention import contention_effect
@@ -94,6 +96,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     if plan is None:
         plan = base_plan(base_tables, options, recordings=recordings)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn")}
+    refuse_no_ops(plan, tgt, options)   # a change that would change nothing: refused, with what the base lacks
     engine, peer_waits, compute_speed = options.engine, options.peer_waits, options.compute_speed
     mode = resolve_mode(plan, peer_waits)
     waits = _peer_waits(plan, mode, engine)
@@ -143,6 +146,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
                     "steps": {str(r): list(h.steps) for r, h in sorted(plan.profiled_steps.items())}},
            "structure": structure_summary(plan.st.recovery)}
     doc["notes"] += median_notes(plan.profiled_steps, options.host, options.kernels)
+    doc["notes"] += [n for n in (tp_note(plan, tgt), cpu_only_note(plan)) if n]
     if graph.summary.get("nic_sharing"):
         doc["nic_sharing"] = ns = graph.summary["nic_sharing"]
         doc["notes"].append(f"NIC sharing: {ns['slowed']} of the {ns['of']} transfers that cross hosts only in the "
@@ -167,7 +171,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
                             f"arrival, not kernel time ({pw['rounds']} replay(s) after the first settled the floors)")
     if clock is not None:
         doc["clock"] = {k: v for k, v in clock_doc.items() if k != "note"}
-    doc["memory"] = memory_of(out, options.memory)
+    memory, device = device_memory(base_tables, options.memory)   # the base's own GPU, else the profile's
+    doc["memory"] = with_device(memory_of(out, memory), device)
     if options.samples:
         from lumos.analysis.uncertainty import predict_interval
         clock_steps = None

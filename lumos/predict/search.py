@@ -38,6 +38,7 @@ from lumos.transform.dp_sharding import STRATEGIES, reachable
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.tp import change_tp, tp_misfits
 from .whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
+from .device_memory import device_memory, on_device
 
 from .prediction import simulate_plan
 
@@ -84,7 +85,13 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
            workers: int | None = None) -> list[dict]:
     """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
     fitting ones ranked fastest first. `workers` processes (default: every core) share the work by
-    (TP, micro-batch size); the result does not depend on their number."""
+    (TP, micro-batch size); the result does not depend on their number. Memory is judged against the
+    base's own GPU (`device_memory`: its trace's deviceProperties, else the profile's; `memory` may give it)."""
+    if not on_device(tables):
+        raise ValueError(f"{tables[0].path}: a CPU-only trace (no GPU kernel): lumos search ranks layouts of GPUs, "
+                         "and a layout's TP, DP and micro-batch size re-time GPU kernels and device collectives, "
+                         "which this base has none of")
+    memory, _ = device_memory(tables, memory)
     base = base_plan(tables)
     micro_batches = micro_batches or [base.shape.micro_batch]
     cands = candidates(base, gpus, micro_batches, global_batch)

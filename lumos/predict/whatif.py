@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from lumos.errors import UserError
 from lumos.graph.model import TaskKind
 from lumos.graph.run_graph import build_run_graph
 from lumos.trace import TraceTable
@@ -138,6 +139,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
+    _refuse_empty_stages(pp, layers or plan.layers, pp != plan.pp)
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
     out = change_tp(out, tp)
@@ -158,7 +160,21 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
             or restrategy):
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
+        if layers % pp and (pp != plan.pp or layers != plan.layers):
+            out.notes.append(f"layers split unevenly over {pp} stages: "
+                             + "/".join(map(str, layers_per_stage(pp, layers))))
     return out
+
+
+def _refuse_empty_stages(pp: int, layers: int, pp_asked: bool) -> None:
+    """A pipeline of more stages than layers would replay stages that hold no layer."""
+    if pp <= layers:
+        return
+    if pp_asked:
+        raise UserError(f"--pp {pp} is more pipeline stages than the model's {layers} layers: --pp must be at most "
+                        f"{layers} (each stage holds at least one layer)")
+    raise UserError(f"--layers {layers} is fewer layers than the {pp} pipeline stages: --layers must be at least "
+                    f"{pp} (each stage holds at least one layer)")
 
 
 def memory_settings(plan: Plan, overrides: dict | None = None):

@@ -134,8 +134,10 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
     out.st.shape = out.shape
     out.st.tp = tp
     out.tp = tp
-    out.notes.append(f"TP {plan.tp} -> {tp}: GEMMs, attention heads and shard-wide element-wise work re-sharded "
-                     f"({'with' if sp else 'without'} sequence parallelism, as the base's TP collectives show); "
+    out.notes.append(f"TP {plan.tp} -> {tp}: GEMMs, attention heads and shard-wide element-wise work re-sharded"
+                     + (f" ({'with' if sp else 'without'} sequence parallelism, as the base's TP collectives show); "
+                        if np.any(is_tp) else "; ")
                      + ("TP collectives removed" if tp == 1 else "TP collectives re-grouped over "
-                        + ("one host" if tp <= out.collectives.gpus_per_host else "hosts")))
+                        + ("one host" if tp <= out.collectives.gpus_per_host else "hosts")
+                        if np.any(is_tp) else "the base has no TP collective to re-group"))
     return out

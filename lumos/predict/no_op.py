@@ -1,0 +1,89 @@
+"""What-ifs that would change nothing they were asked to change: refused with the reason.
+
+The transforms re-time what the base has; none inserts what it lacks:
+- `--dp` re-groups the base's data-parallel collectives (`lumos/transform/dp.py`): a base without
+  any (a one-GPU run) would be predicted at its own time, whatever the degree;
+- `--network-speed` re-times the base's collectives: a base without any keeps its time;
+- on a CPU-only base (no GPU kernel: the host does the work), `--micro-batch`, `--compute-speed`
+  and `--tp` re-time GPU kernels only (the compute supplier), so its CPU ops keep their time.
+Each is refused (`refuse_no_ops`), one line naming what was asked and what the base lacks. What
+such a base's prediction does change is said in a note: a CPU-only base's rebuild (layers,
+micro-batches, the optimizer's host loop; `cpu_only_note`), a TP change of a base without TP
+collectives (its GEMMs re-sharded, no TP collective inserted; `tp_note`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lumos.graph.model import TaskKind
+
+__all__ = ["cpu_only", "refusals", "refuse_no_ops", "cpu_only_note", "tp_note"]
+
+
+def cpu_only(plan) -> bool:
+    """A base with no GPU task: a CPU capture, the host does all the work."""
+    return not np.any(plan.graph.kind == TaskKind.GPU)
+
+
+def _has(plan, role: str) -> bool:
+    return bool(np.any(plan.role == role))
+
+
+def _run_of(plan) -> str:
+    one = plan.tp * plan.pp * plan.dp == 1
+    if cpu_only(plan):
+        return "a one-rank CPU run" if one else "a CPU-only run"
+    return "a one-GPU run" if one else f"it runs at DP {plan.dp}"
+
+
+def refusals(plan, target: dict, options) -> list[str]:
+    """One line per change asked of `plan`'s base that would change nothing there (`target`: tp, dp, ...;
+    None = as the base; `options`: a PredictOptions)."""
+    tp, dp = target.get("tp"), target.get("dp")
+    micro_batch, compute, network = options.micro_batch, options.compute_speed, options.network_speed
+    out = []
+    if cpu_only(plan):
+        host = "the base is a CPU-only trace (no GPU kernel), and {}: the base's CPU ops would keep their time"
+        if micro_batch is not None and micro_batch != plan.shape.micro_batch:
+            out.append(f"--micro-batch {micro_batch}: " + host.format(
+                "a micro-batch size change re-times GPU kernels only (the compute supplier)"))
+        if compute is not None and compute != 1.0:
+            out.append(f"--compute-speed {compute:g}: " + host.format("the compute speed scales GPU kernels only"))
+        if tp is not None and tp != plan.tp:
+            out.append(f"--tp {tp}: " + host.format(
+                "a TP change re-shards GPU kernels and re-groups TP collectives only"))
+    if dp is not None and dp != plan.dp and not _has(plan, "dp"):
+        bigger = "a larger layout" if dp > plan.dp else f"a DP {dp} layout"
+        out.append(f"--dp {dp}: the base has no data-parallel collective to re-time ({_run_of(plan)}); inserting "
+                   f"the collectives {bigger} needs is not built yet")
+    if network is not None and network != 1.0 and not np.any(plan.st.coll != None):  # noqa: E711 (element-wise)
+        out.append(f"--network-speed {network:g}: the base has no collective to re-time ({_run_of(plan)}): a faster "
+                   "network changes nothing in it")
+    return out
+
+
+def refuse_no_ops(plan, target: dict, options) -> None:
+    """A ValueError (one line) naming each change asked that would change nothing (`refusals`)."""
+    said = refusals(plan, target, options)
+    if said:
+        raise ValueError("; ".join(said))
+
+
+def cpu_only_note(plan) -> str | None:
+    """What a prediction from a CPU-only base re-times and what it does not; None for a GPU base."""
+    if not cpu_only(plan):
+        return None
+    return ("a CPU-only base (no GPU kernel): no op is re-timed for a new shape (the compute supplier re-times "
+            "GPU kernels only); what changes is what the rebuild copies (layers, micro-batches per iteration) and "
+            "the optimizer's host loop, scaled with the parameters")
+
+
+def tp_note(plan, target: dict) -> str | None:
+    """A TP change of a GPU base without TP collectives: what is and is not in its prediction."""
+    tp = target.get("tp")
+    if tp is None or tp == plan.tp or _has(plan, "tp") or cpu_only(plan):
+        return None
+    return (f"TP {plan.tp} -> {tp} from a base with no tensor-parallel collective: its GEMMs, heads and shard-wide "
+            f"element-wise work are re-sharded, but no TP collective is inserted (not built yet), so this "
+            f"prediction has none of the all-reduces a TP {tp} layout runs")
