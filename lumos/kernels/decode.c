@@ -70,11 +70,11 @@ static double number_value(const uint8_t *b, int64_t i, int64_t e, int plain_int
 {
     int neg = b[i] == 45;
     int64_t p = i + neg;
-    if (plain_int) {
-        int64_t v = 0;
+    if (plain_int && 0 < e - p && e - p <= 18) {   /* more digits than int64 holds go the general way */
+        uint64_t v = 0;   /* unsigned: no overflow whatever the bytes of a span a caller calls T_INT */
         for (; p < e; p++)
-            v = v * 10 + (b[p] - 48);
-        return (double)(neg ? -v : v);
+            v = v * 10 + (uint64_t)(b[p] - 48);
+        return (double)(int64_t)(neg ? 0 - v : v);   /* "-0" is 0.0 */
     }
     /* the exact fast path (Clinger): a significand of at most 2^53 times or over 10^k, k <= 22, is one
        correctly rounded operation on two exact doubles */
@@ -82,6 +82,8 @@ static double number_value(const uint8_t *b, int64_t i, int64_t e, int plain_int
     int nd = 0, many = 0;
     int64_t e10 = 0;
     p = significand_digits(b, p, e, &w, &nd, &many);
+    if (p == i + neg)   /* no digit */
+        return NAN;
     if (p < e && b[p] == 46) {
         int64_t q = significand_digits(b, p + 1, e, &w, &nd, &many);
         e10 -= q - (p + 1);   /* each fraction digit scales the significand by 10 */
@@ -89,15 +91,19 @@ static double number_value(const uint8_t *b, int64_t i, int64_t e, int plain_int
     }
     if (p < e && (b[p] == 101 || b[p] == 69)) {
         p++;
-        int eneg = b[p] == 45;
-        if (b[p] == 43 || b[p] == 45)
+        int eneg = p < e && b[p] == 45;
+        if (p < e && (b[p] == 43 || b[p] == 45))
             p++;
+        if (p >= e)   /* an exponent without digits */
+            return NAN;
         int64_t x = 0;
-        for (; p < e; p++)
+        for (; p < e && 48 <= b[p] && b[p] <= 57; p++)
             if (x < 100000)
                 x = x * 10 + (b[p] - 48);
         e10 += eneg ? -x : x;
     }
+    if (p != e)   /* not one JSON number (the scanner's spans always are) */
+        return NAN;
     if (!many && w <= ((uint64_t)1 << 53)) {
         double d = (double)w;
         if (w == 0)
@@ -172,7 +178,16 @@ fail:
     return NULL;
 }
 
-static inline uint64_t span_hash(const uint8_t *p, int64_t len)
+/* The interner's hashes. First a fast one (fixed, unkeyed, invertible: names can be built to fall in one
+   slot of it, issue 58, which made interning quadratic); where a lookup passes over more than
+   PROBE_LIMIT taken slots, the table is built again under SipHash-1-3 (as CPython's str hash) with a
+   key drawn once per process from os.urandom, under which no set of names can be built to collide,
+   and the rest of the column is looked up under it: linear time whatever the names, at no cost to
+   ordinary ones. Which code a string gets depends on neither hash: codes are given in order of first
+   appearance. */
+#define PROBE_LIMIT 64
+
+static inline uint64_t fast_hash(const uint8_t *p, int64_t len)
 {
     uint64_t h = 0x9E3779B97F4A7C15u ^ (uint64_t)len;
     for (; len >= 8; p += 8, len -= 8) {
@@ -188,17 +203,162 @@ static inline uint64_t span_hash(const uint8_t *p, int64_t len)
     return h ^ (h >> 29);
 }
 
+static uint64_t sip_k0, sip_k1;
+static int sip_keyed;
+
+#define ROTL(x, r) (((x) << (r)) | ((x) >> (64 - (r))))
+#define SIPROUND                                                                                    \
+    do {                                                                                            \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                                   \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                      \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                      \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                                   \
+    } while (0)
+
+static inline uint64_t keyed_hash(const uint8_t *p, int64_t len)
+{
+    uint64_t v0 = sip_k0 ^ 0x736f6d6570736575u, v1 = sip_k1 ^ 0x646f72616e646f6du;
+    uint64_t v2 = sip_k0 ^ 0x6c7967656e657261u, v3 = sip_k1 ^ 0x7465646279746573u;
+    uint64_t last = (uint64_t)len << 56;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t m;
+        memcpy(&m, p, 8);
+        v3 ^= m;
+        SIPROUND;
+        v0 ^= m;
+    }
+    for (int64_t k = 0; k < len; k++)
+        last |= (uint64_t)p[k] << (8 * k);
+    v3 ^= last;
+    SIPROUND;
+    v0 ^= last;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* Draw the key (with the GIL held, before the first use). */
+static int key_the_hash(void)
+{
+    if (sip_keyed)
+        return 0;
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *key = os ? PyObject_CallMethod(os, "urandom", "i", 16) : NULL;
+    Py_XDECREF(os);
+    if (!key)
+        return -1;
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
+        Py_DECREF(key);
+        PyErr_SetString(PyExc_RuntimeError, "lumos._kernels.interned: os.urandom(16) gave no 16 bytes");
+        return -1;
+    }
+    memcpy(&sip_k0, PyBytes_AS_STRING(key), 8);
+    memcpy(&sip_k1, PyBytes_AS_STRING(key) + 8, 8);
+    Py_DECREF(key);
+    sip_keyed = 1;
+    return 0;
+}
+
+/* The interner's table built again under keyed_hash: the distinct strings so far, each at the row
+   where it first appears (`first`), their hashes into `hashes`; how many taken slots it passed. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int64_t rehash_keyed(const uint8_t *b, const int64_t *loc, const int8_t *typ, Py_ssize_t n_fields,
+                            Py_ssize_t field, const int64_t *first, int32_t distinct, uint64_t *hashes, int32_t *slot,
+                            size_t size)
+{
+    int64_t passed = 0;
+    memset(slot, 0, size * sizeof *slot);
+    for (int32_t j = 0; j < distinct; j++) {
+        int64_t fi, fe;
+        field_span(loc, typ, first[j], n_fields, field, &fi, &fe);
+        hashes[j] = keyed_hash(b + fi, fe - fi);
+        size_t q = (size_t)hashes[j] & (size - 1);
+        for (; slot[q]; q = (q + 1) & (size - 1))
+            passed++;
+        slot[q] = j + 1;
+    }
+    return passed;
+}
+
+typedef struct {   /* the interner's hash table */
+    int32_t *slot;     /* distinct string + 1; 0: empty */
+    uint64_t *hashes;  /* of each distinct string */
+    size_t size;       /* slots, a power of 2 */
+    int32_t distinct;
+    int64_t passed;    /* taken slots passed over */
+} Table;
+
+/* Rows at[k0:k1] into the table (`keyed`: under keyed_hash, else fast_hash; a constant at each call,
+   so that each is a loop of its own). Under fast_hash, a lookup that passes PROBE_LIMIT taken slots
+   stops there: *tripped = its k. */
+static inline void intern_rows(Table *tb, const uint8_t *b, const int64_t *loc, const int8_t *typ,
+                               Py_ssize_t n_fields, Py_ssize_t field, const int64_t *at, Py_ssize_t k0,
+                               Py_ssize_t k_at, int keyed, int32_t *codes, int64_t *first, Py_ssize_t *tripped)
+{
+    size_t mask = tb->size - 1;
+    int32_t *slot = tb->slot;
+    uint64_t *hashes = tb->hashes;
+    int32_t distinct = tb->distinct;
+    int64_t passed = tb->passed;
+    *tripped = -1;
+    for (Py_ssize_t k = k0; k < k_at; k++) {
+        PREFETCH_ROWS(k);
+        int64_t r = at[k], i, e;
+        int8_t t = field_span(loc, typ, r, n_fields, field, &i, &e);
+        if (t != T_STR && t != T_STR_ESC) {
+            codes[k] = -1;
+            continue;
+        }
+        uint64_t h = keyed ? keyed_hash(b + i, e - i) : fast_hash(b + i, e - i);
+        int64_t run = 0;
+        for (size_t s = (size_t)h & mask;; s = (s + 1) & mask) {
+            int32_t j = slot[s] - 1;
+            if (j < 0) {   /* new */
+                slot[s] = distinct + 1;
+                hashes[distinct] = h;
+                first[distinct] = r;
+                codes[k] = distinct++;
+                break;
+            }
+            if (hashes[j] == h) {
+                int64_t fi, fe;
+                field_span(loc, typ, first[j], n_fields, field, &fi, &fe);
+                if (fe - fi == e - i && memcmp(b + fi, b + i, (size_t)(e - i)) == 0) {
+                    codes[k] = j;
+                    break;
+                }
+            }
+            if (++run > PROBE_LIMIT && !keyed) {
+                *tripped = k;
+                tb->distinct = distinct;
+                tb->passed = passed + run;
+                return;
+            }
+        }
+        passed += run;
+    }
+    tb->distinct = distinct;
+    tb->passed = passed;
+}
+
 const char interned_doc[] =
-"interned(buf, loc, typ, n_fields, field, at, codes, first) -> distinct\n\n"
+"interned(buf, loc, typ, n_fields, field, at, codes, first, probes=None) -> distinct\n\n"
 "scanned.py's `_interned`: codes[k] = which distinct string (as raw bytes, in order of first\n"
 "appearance) field `field` of row at[k] holds, -1 where it is no string (T_STR, T_STR_ESC);\n"
-"first[j] = the row (of loc, typ) where distinct string j first appears.";
+"first[j] = the row (of loc, typ) where distinct string j first appears. `probes` (int64, one item),\n"
+"where given, receives how many taken slots of the hash table the lookups passed over (linear in\n"
+"len(at) whatever the names: past PROBE_LIMIT in one lookup, the table is hashed again under a key).";
 
 PyObject *py_interned(PyObject *self, PyObject *args)
 {
-    PyObject *buf_o, *loc_o, *typ_o, *at_o, *codes_o, *first_o;
+    PyObject *buf_o, *loc_o, *typ_o, *at_o, *codes_o, *first_o, *probes_o = Py_None;
     Py_ssize_t n_fields, field;
-    if (!PyArg_ParseTuple(args, "OOOnnOOO", &buf_o, &loc_o, &typ_o, &n_fields, &field, &at_o, &codes_o, &first_o))
+    if (!PyArg_ParseTuple(args, "OOOnnOOO|O", &buf_o, &loc_o, &typ_o, &n_fields, &field, &at_o, &codes_o, &first_o,
+                          &probes_o))
         return NULL;
     Views vs = {.n = 0};
     Py_ssize_t n, loc_len, typ_len, k_at, codes_len, first_len;
@@ -208,6 +368,16 @@ PyObject *py_interned(PyObject *self, PyObject *args)
     ARR(at, const int64_t, at_o, I64, 0, &k_at);
     ARR(codes, int32_t, codes_o, I32, 1, &codes_len);
     ARR(first, int64_t, first_o, I64, 1, &first_len);
+    int64_t *probes = NULL;
+    if (probes_o != Py_None) {
+        Py_ssize_t probes_len;
+        if (!(probes = arr(&vs, probes_o, I64, 1, &probes_len, "probes")))
+            goto fail;
+        if (probes_len < 1) {
+            PyErr_SetString(PyExc_ValueError, "lumos._kernels.interned: probes holds no item");
+            goto fail;
+        }
+    }
     Py_ssize_t rows = n_fields > 0 ? typ_len / n_fields : 0;
     if (!field_layout_ok(n_fields, field, typ_len, loc_len) ||
         codes_len != k_at || first_len < k_at || k_at >= INT32_MAX) {
@@ -224,6 +394,8 @@ PyObject *py_interned(PyObject *self, PyObject *args)
             goto fail;
         }
     }
+    if (key_the_hash() < 0)
+        goto fail;
     size_t size = 16;
     while (size < 2 * (size_t)k_at)
         size *= 2;
@@ -235,36 +407,19 @@ PyObject *py_interned(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto fail;
     }
-    int32_t distinct = 0;
+    Table tb = {.slot = slot, .hashes = hashes, .size = size};
+    Py_ssize_t tripped = -1;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < k_at; k++) {
-        PREFETCH_ROWS(k);
-        int64_t r = at[k], i, e;
-        int8_t t = field_span(loc, typ, r, n_fields, field, &i, &e);
-        if (t != T_STR && t != T_STR_ESC) {
-            codes[k] = -1;
-            continue;
-        }
-        uint64_t h = span_hash(b + i, e - i);
-        size_t s = (size_t)h & (size - 1);
-        for (;; s = (s + 1) & (size - 1)) {
-            int32_t j = slot[s] - 1;
-            if (j < 0) {   /* new */
-                slot[s] = distinct + 1;
-                hashes[distinct] = h;
-                first[distinct] = r;
-                codes[k] = distinct++;
-                break;
-            }
-            int64_t fi, fe;
-            field_span(loc, typ, first[j], n_fields, field, &fi, &fe);
-            if (hashes[j] == h && fe - fi == e - i && memcmp(b + fi, b + i, (size_t)(e - i)) == 0) {
-                codes[k] = j;
-                break;
-            }
-        }
+    intern_rows(&tb, b, loc, typ, n_fields, field, at, 0, k_at, 0, codes, first, &tripped);
+    if (tripped >= 0) {   /* names that collide under fast_hash: the table again, keyed, and on from there */
+        tb.passed += rehash_keyed(b, loc, typ, n_fields, field, first, tb.distinct, hashes, slot, size);
+        intern_rows(&tb, b, loc, typ, n_fields, field, at, tripped, k_at, 1, codes, first, &tripped);
     }
     Py_END_ALLOW_THREADS
+    int32_t distinct = tb.distinct;
+    int64_t passed = tb.passed;
+    if (probes)
+        probes[0] = passed;
     free(slot);
     free(hashes);
     release(&vs);

@@ -25,6 +25,10 @@ Two ways in, one result:
   one event at a time. That path is the definition of the result and of every
   error message; tests hold the two equal on every shipped trace, on random
   documents and on corrupted bytes.
+- A malformed trace is one TraceError line naming the file, the event (its index in traceEvents and
+  its name) and the field, never a traceback (issue 58): `args` or `distributedInfo` that is not an
+  object, an integer field beyond int64, a rank outside its world or a world size outside 1 to
+  MAX_RANKS. The scanner leaves each of them to the plain path, so both paths say the same.
 
 The scanner (`scan.py`) compiles in about 7 s the first time (cached in `__pycache__`).
 """
@@ -74,6 +78,62 @@ def _as_int(value, default: int = -1) -> int:
     return default if read is None else read
 
 
+INT64 = (-(1 << 63), 1 << 63)   # the range of an integer column
+MAX_RANKS = (1 << 31) - 1       # the most ranks a world may hold (ranks are int32 in the graph)
+# the integer columns by the keys they are read from, in the order an event's are checked
+INT_SOURCES = (("pid", "pid"), ("tid", "tid"), ("corr", "correlation"), ("ext", "External id"), ("stream", "stream"),
+               ("device", "device"), ("wait_stream", "wait_on_stream"),
+               ("wait_corr", "wait_on_cuda_event_record_corr_id"), ("in_nelems", "In msg nelems"),
+               ("out_nelems", "Out msg nelems"), ("group_size", "Group size"), ("seq", "Sequence number"))
+_EVENT_KEYS = frozenset({"pid", "tid"})
+
+
+def shown(value, most: int = 40) -> str:
+    """A JSON value as an error message shows it: its repr, cut to `most` characters."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+def json_kind(value) -> str:
+    """What a decoded JSON value is, as a message says it ("an array")."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {list: "an array", dict: "an object", str: "a string"}.get(type(value), "null")
+
+
+def event_label(i: int, name: str) -> str:
+    """How a message names event i of traceEvents: '#12 'aten::mm'' (a long name cut)."""
+    return f"#{i} {name!r}" if len(name) <= 120 else f"#{i} {name[:117]!r}..."
+
+
+def _int_columns(cols: dict[str, list], index: list[int], events: list, path) -> dict[str, np.ndarray]:
+    """The integer columns as int64; a value beyond int64 is a TraceError naming the first event
+    that holds one (and the first such field of it, in INT_SOURCES order)."""
+    try:
+        return {c: np.asarray(cols[c], dtype=np.int64) for c in INT_COLUMNS}
+    except OverflowError:
+        pass
+    lo, hi = INT64
+    first = {}
+    for c, _ in INT_SOURCES:
+        first[c] = next((k for k, v in enumerate(cols[c]) if not lo <= v < hi), len(index))
+    row = min(first.values())
+    key = next(key for c, key in INT_SOURCES if first[c] == row)
+    i = index[row]
+    ev = events[i]
+    if key in _EVENT_KEYS:
+        field, value = key, ev.get(key)
+    else:
+        args = ev.get("args") or {}
+        if key == "External id" and "External id" not in args:
+            key = "external id"
+        field, value = f"args.{key}", args.get(key)
+    raise TraceError(path, f"{field!r} {shown(value)} is beyond the 64-bit integer range",
+                     event=event_label(i, ev["name"]))
+
+
 # --- the plain path: a decoded document, one event at a time --------------------------------
 
 def parse_document(doc, path) -> TraceTable:
@@ -91,6 +151,7 @@ def parse_document(doc, path) -> TraceTable:
         raise TraceError(path, "'traceEvents' is not a list")
 
     cols: dict[str, list] = {c: [] for c in INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS}
+    index: list[int] = []   # the event each row is
     codes = schema.CATEGORY_CODES
     unmodelled: dict[str, int] = {}
     unmodelled_us: dict[str, float] = {}
@@ -113,14 +174,17 @@ def parse_document(doc, path) -> TraceTable:
             raise TraceError(path, "event has no name", event=f"#{i}")
         ts, dur = ev.get("ts"), ev.get("dur")
         if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-            raise TraceError(path, "missing or non-numeric 'ts'", event=f"#{i} {name!r}")
+            raise TraceError(path, "missing or non-numeric 'ts'", event=event_label(i, name))
         if not isinstance(dur, (int, float)) or isinstance(dur, bool):
-            raise TraceError(path, "missing or non-numeric 'dur'", event=f"#{i} {name!r}")
+            raise TraceError(path, "missing or non-numeric 'dur'", event=event_label(i, name))
         if dur < 0:
-            raise TraceError(path, f"negative duration {dur}", event=f"#{i} {name!r}")
+            raise TraceError(path, f"negative duration {dur}", event=event_label(i, name))
         if code == schema.CPU_OP and name.startswith("ProfilerStep#"):
             code = schema.ANNOTATION  # legacy traces file steps under 'Operator'
-        args = ev.get("args") or {}
+        args = ev.get("args") or {}   # null, and an empty array, string or number: no args
+        if not isinstance(args, dict):
+            raise TraceError(path, f"'args' is {json_kind(args)}, not an object", event=event_label(i, name))
+        index.append(i)
         gpu = code in schema.GPU_CATEGORIES or code == schema.SYNC or code == schema.GPU_ANNOTATION
         tid = _as_int(ev.get("tid"))
         cols["name"].append(name)
@@ -148,9 +212,7 @@ def parse_document(doc, path) -> TraceTable:
         cols["pg_name"].append(args.get("Process Group Name"))
         cols["input_dims"].append(args.get("Input Dims") if code == schema.CPU_OP else None)
 
-    arrays = {}
-    for c in INT_COLUMNS:
-        arrays[c] = np.asarray(cols[c], dtype=np.int64)
+    arrays = _int_columns(cols, index, events, path)
     arrays["cat"] = arrays["cat"].astype(np.int8)
     for c in FLOAT_COLUMNS:
         arrays[c] = np.asarray(cols[c], dtype=np.float64)
@@ -164,12 +226,33 @@ def _on_device(args) -> bool:
     return isinstance(args, dict) and (args.get("device") is not None or args.get("stream") is not None)
 
 
-def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int], unmodelled_us: dict[str, float]) -> TraceTable:
+def _rank_and_world(doc: dict, path) -> tuple[int, int]:
+    """The rank and world size `distributedInfo` gives (0 and 1 where it gives none), refused where
+    absurd: a world holds 1 to MAX_RANKS ranks, a rank is 0 or more and below its world's size
+    (where the file gives both) and below MAX_RANKS."""
     dist = doc.get("distributedInfo") or {}
+    if not isinstance(dist, dict):
+        raise TraceError(path, f"'distributedInfo' is {json_kind(dist)}, not an object")
+    raw_rank, raw_world = dist.get("rank"), dist.get("world_size")
+    rank, world = _as_int(raw_rank, 0), _as_int(raw_world, 1)
+    if raw_world is not None and not 1 <= world <= MAX_RANKS:
+        raise TraceError(path, f"'distributedInfo.world_size' {shown(raw_world)} is not a world size "
+                               f"(1 to {MAX_RANKS} ranks)")
+    if raw_rank is not None:
+        if raw_world is not None and not 0 <= rank < world:
+            raise TraceError(path, f"'distributedInfo.rank' {shown(raw_rank)} is not a rank of a world of size "
+                                   f"{world} (0 to {world - 1})")
+        if not 0 <= rank < MAX_RANKS:
+            raise TraceError(path, f"'distributedInfo.rank' {shown(raw_rank)} is not a rank (0 to {MAX_RANKS - 1})")
+    return rank, world
+
+
+def _table(arrays: dict, doc: dict, path, unmodelled: dict[str, int], unmodelled_us: dict[str, float]) -> TraceTable:
+    rank, world = _rank_and_world(doc, path)
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
     unmodelled = dict(sorted(unmodelled.items()))
-    table = TraceTable(path=str(path), rank=_as_int(dist.get("rank"), 0),
-                       world_size=_as_int(dist.get("world_size"), 1), metadata=meta, unmodelled=unmodelled,
+    table = TraceTable(path=str(path), rank=rank,
+                       world_size=world, metadata=meta, unmodelled=unmodelled,
                        unmodelled_us=dict(sorted(unmodelled_us.items())),
                        **arrays)
     if len(table) == 0:

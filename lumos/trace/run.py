@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from .errors import TraceError
-from .reader import load_trace
+from .reader import MAX_RANKS, load_trace
 from .table import TraceTable
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -34,9 +34,10 @@ NAME_FORMS = "rank3, rank-3, rank_3 or worker3"
 
 
 def file_rank(name: str) -> int | None:
-    """The rank a file's name says (`FILE_RANK`), None when it says none or two different ones."""
+    """The rank a file's name says (`FILE_RANK`), None when it says none, two different ones, or one
+    no world holds (MAX_RANKS or more)."""
     found = {int(m.group(1)) for m in FILE_RANK.finditer(name)}
-    return found.pop() if len(found) == 1 else None
+    return found.pop() if len(found) == 1 and max(found) < MAX_RANKS else None
 
 
 def trace_files(directory: Path) -> list[Path]:

@@ -85,18 +85,47 @@ def _zeros(items: int, fmt: str) -> memoryview:
     return memoryview(mapped)[:size].cast(fmt)
 
 
+BYTES_PER_ROW = 64   # the shipped traces hold 340 bytes or more per "ph": "X" event
+
+
+def first_cap(data) -> int:
+    """The rows the scanner's table starts with: the document's count of '{' (every event opens with
+    one; an upper bound on its events, near twice their number in a Kineto trace), but no more than
+    one per BYTES_PER_ROW bytes. A table row takes 368 bytes of address space, so a count of braces
+    that lie inside strings (80 million in a 78 KB gzipped file, issue 58) once asked for 29 GB; the
+    table now grows with the events the scan finds (`_scan`)."""
+    most = len(data) // BYTES_PER_ROW + 64
+    return count_byte(data, ord("{"), most)
+
+
 def _scan(buf, cap: int):
-    """Validate the whole document and record where the fields of every "ph": "X" event lie
-    (at most `cap` of them).
+    """Validate the whole document and record where the fields of every "ph": "X" event lie,
+    in a table of `cap` rows at first, doubled (and the scan gone on with) whenever it is full.
 
     Returns (ok, rows, loc, args_ok, events_lo, events_hi): loc[row, field] is the
     field's byte span (start -1: absent); events_lo:events_hi is the traceEvents array.
     """
+    k = jit.kernels()
+    cap = max(int(cap), 0)
     loc = _zeros((cap + 1) * N_FIELDS * 2, "q")  # one spare row for other events
     args_ok = _zeros(cap, "?")
-    ok, rows, lo, hi = jit.kernels().scan(buf, cap, loc, args_ok, EVENT_TABLE, EVENT_LENS, EVENT_IDS, ARG_TABLE,
-                                          ARG_LENS, TRACE_KEY, N_FIELDS, N_EVENT, K_PH, K_ARGS)
-    return ok, rows, loc, args_ok, lo, hi
+    start, rows, lo = -1, 0, -1
+    while True:
+        ok, rows, lo, hi, at = k.scan(buf, cap, loc, args_ok, EVENT_TABLE, EVENT_LENS, EVENT_IDS, ARG_TABLE,
+                                      ARG_LENS, TRACE_KEY, N_FIELDS, N_EVENT, K_PH, K_ARGS, start, rows, lo)
+        if at < 0:
+            return ok, rows, loc, args_ok, lo, hi
+        cap, start = 2 * cap + 64, at   # full: go on from the event that found no row, in a table twice as large
+        loc = _grown(loc, (cap + 1) * N_FIELDS * 2, rows * N_FIELDS * 2, "q")
+        args_ok = _grown(args_ok, cap, rows, "?")
+
+
+def _grown(old: memoryview, items: int, keep: int, fmt: str) -> memoryview:
+    """A zero buffer of `items` items (`_zeros`) holding the first `keep` items of `old`."""
+    new = _zeros(items, fmt)
+    new[:keep] = old[:keep]
+    old.release()
+    return new
 
 
 def _classify(buf, loc, rows: int):
@@ -107,16 +136,16 @@ def _classify(buf, loc, rows: int):
     return typ, iv
 
 
-def count_byte(buf, byte: int) -> int:
-    """How many times `byte` occurs in `buf` (one pass in C; `bytes.count` of a 4-byte pattern
-    takes several times longer)."""
-    return jit.kernels().count_byte(buf, byte)
+def count_byte(buf, byte: int, limit: int = -1) -> int:
+    """How many times `byte` occurs in `buf`, counted up to `limit` where it is >= 0 (one pass in C;
+    `bytes.count` of a 4-byte pattern takes several times longer)."""
+    return jit.kernels().count_byte(buf, byte, limit)
 
 
 def scan_document(data: bytes) -> Scan:
     """The passes of `scanned.scanned_columns` that are C: they let go of the interpreter lock, so
     `lumos.prefetch` runs them beside the process's start-up. Raises Unusual as it does."""
-    ok, rows, loc, args_ok, lo, hi = _scan(data, count_byte(data, ord("{")))  # every event opens with a brace
+    ok, rows, loc, args_ok, lo, hi = _scan(data, first_cap(data))
     if not ok:
         raise Unusual
     typ, iv = _classify(data, loc, rows)

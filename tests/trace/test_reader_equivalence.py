@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lumos.trace import TraceError, load_trace, schema
-from lumos.trace import reader, scanned
+from lumos.trace import reader, scan, scanned
 from lumos.trace.table import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, TraceTable
 
 from ..conftest import ALL_TRACES, REAL
@@ -50,6 +50,29 @@ def _ref_int(value, default=-1):
     return default
 
 
+def _kind(value) -> str:
+    if value is True or value is False:
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {list: "an array", dict: "an object", str: "a string"}.get(type(value), "null")
+
+
+def _label(i, name) -> str:
+    return f"#{i} {name!r}" if len(name) <= 120 else f"#{i} {name[:117]!r}..."
+
+
+def _shown(value) -> str:
+    return repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+
+
+# the integer columns by their keys, in the order an event's are checked for int64 (issue 58)
+INT_KEYS = (("pid", None), ("tid", None), ("corr", "correlation"), ("ext", "External id"), ("stream", "stream"),
+            ("device", "device"), ("wait_stream", "wait_on_stream"), ("wait_corr", "wait_on_cuda_event_record_corr_id"),
+            ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"), ("group_size", "Group size"),
+            ("seq", "Sequence number"))
+
+
 def reference_parse(doc, path) -> TraceTable:
     if not isinstance(doc, dict):
         raise TraceError(path, "top level is not a JSON object")
@@ -63,6 +86,7 @@ def reference_parse(doc, path) -> TraceTable:
     if not isinstance(events, list):
         raise TraceError(path, "'traceEvents' is not a list")
     cols = {c: [] for c in INT_COLUMNS + FLOAT_COLUMNS + OBJECT_COLUMNS}
+    kept = []   # the event of each row
     unmodelled, unmodelled_us = {}, {}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
@@ -86,14 +110,17 @@ def reference_parse(doc, path) -> TraceTable:
             raise TraceError(path, "event has no name", event=f"#{i}")
         ts, dur = ev.get("ts"), ev.get("dur")
         if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-            raise TraceError(path, "missing or non-numeric 'ts'", event=f"#{i} {name!r}")
+            raise TraceError(path, "missing or non-numeric 'ts'", event=_label(i, name))
         if not isinstance(dur, (int, float)) or isinstance(dur, bool):
-            raise TraceError(path, "missing or non-numeric 'dur'", event=f"#{i} {name!r}")
+            raise TraceError(path, "missing or non-numeric 'dur'", event=_label(i, name))
         if dur < 0:
-            raise TraceError(path, f"negative duration {dur}", event=f"#{i} {name!r}")
+            raise TraceError(path, f"negative duration {dur}", event=_label(i, name))
         if code == schema.CPU_OP and name.startswith("ProfilerStep#"):
             code = schema.ANNOTATION
         args = ev.get("args") or {}
+        if not isinstance(args, dict):   # a list, a string, a number: refused (issue 58)
+            raise TraceError(path, f"'args' is {_kind(args)}, not an object", event=_label(i, name))
+        kept.append(i)
         gpu = code in schema.GPU_CATEGORIES or code == schema.SYNC or code == schema.GPU_ANNOTATION
         tid = _ref_int(ev.get("tid"))
         cols["name"].append(name)
@@ -119,6 +146,17 @@ def reference_parse(doc, path) -> TraceTable:
         cols["pg_ranks"].append(args.get("Process Group Ranks"))
         cols["pg_name"].append(args.get("Process Group Name"))
         cols["input_dims"].append(args.get("Input Dims") if code == schema.CPU_OP else None)
+    for row, i in enumerate(kept):   # an integer beyond int64: the first event, its first such field
+        for c, key in INT_KEYS:
+            if not -2**63 <= cols[c][row] < 2**63:
+                ev = events[i]
+                if key is None:
+                    field, value = c, ev[c]
+                else:
+                    key = "external id" if key == "External id" and key not in ev["args"] else key
+                    field, value = f"args.{key}", ev["args"][key]
+                raise TraceError(path, f"{field!r} {_shown(value)} is beyond the 64-bit integer range",
+                                 event=_label(i, ev["name"]))
     arrays = {c: np.asarray(cols[c], dtype=np.int64) for c in INT_COLUMNS}
     arrays["cat"] = arrays["cat"].astype(np.int8)
     arrays.update({c: np.asarray(cols[c], dtype=np.float64) for c in FLOAT_COLUMNS})
@@ -128,9 +166,20 @@ def reference_parse(doc, path) -> TraceTable:
             arr[k] = v
         arrays[c] = arr
     dist = doc.get("distributedInfo") or {}
+    if not isinstance(dist, dict):
+        raise TraceError(path, f"'distributedInfo' is {_kind(dist)}, not an object")
+    rank, world = _ref_int(dist.get("rank"), 0), _ref_int(dist.get("world_size"), 1)
+    top = 2**31 - 1
+    if dist.get("world_size") is not None and not 1 <= world <= top:
+        raise TraceError(path, f"'distributedInfo.world_size' {_shown(dist['world_size'])} is not a world size "
+                               f"(1 to {top} ranks)")
+    if dist.get("rank") is not None and dist.get("world_size") is not None and not 0 <= rank < world:
+        raise TraceError(path, f"'distributedInfo.rank' {_shown(dist['rank'])} is not a rank of a world of size "
+                               f"{world} (0 to {world - 1})")
+    if dist.get("rank") is not None and not 0 <= rank < top:
+        raise TraceError(path, f"'distributedInfo.rank' {_shown(dist['rank'])} is not a rank (0 to {top - 1})")
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
-    table = TraceTable(path=str(path), rank=_ref_int(dist.get("rank"), 0),
-                       world_size=_ref_int(dist.get("world_size"), 1), metadata=meta,
+    table = TraceTable(path=str(path), rank=rank, world_size=world, metadata=meta,
                        unmodelled=dict(sorted(unmodelled.items())),
                        unmodelled_us=dict(sorted(unmodelled_us.items())), **arrays)
     if len(table) == 0:
@@ -283,8 +332,11 @@ def documents(draw):
     if sometimes(draw, 10):
         evs.insert(draw(st.integers(0, len(evs))), draw(values))  # not an event object
     doc = {"schemaVersion": 1}
-    if draw(st.booleans()):
-        doc["distributedInfo"] = {"rank": draw(readable_ints), "world_size": draw(st.integers(1, 8))}
+    if draw(st.booleans()):   # mostly a rank of the world; sometimes none, or an absurd one
+        world = draw(st.integers(1, 8))
+        rank = draw(st.integers(0, world - 1)) if not sometimes(draw, 4) else draw(readable_ints)
+        doc["distributedInfo"] = {"rank": rank, "world_size": world} if not sometimes(draw, 10) else \
+            draw(st.one_of(values, st.just({"rank": rank}), st.just({"world_size": draw(readable_ints)})))
     doc["traceEvents"] = evs
     if draw(st.booleans()):
         doc["deviceProperties"] = [{"id": 0, "name": "H100"}]
@@ -359,6 +411,27 @@ def test_awkward_documents(tmp_path, text):
     assert_same_outcome(path)
 
 
+@pytest.mark.parametrize("mode", ["always", "never"])
+@pytest.mark.parametrize("text, message", [
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": [1]}]}',
+     "(event #0 'k'): 'args' is an array, not an object"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "k", "ts": 1, "dur": 2, "pid": 1e30}]}',
+     "(event #0 'k'): 'pid' 1e+30 is beyond the 64-bit integer range"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "k", "ts": 1, "dur": 2, "pid": 123456789012345678901}]}',
+     "(event #0 'k'): 'pid' 1.2345678901234568e+20 is beyond the 64-bit integer range"),
+    (b'{"distributedInfo": [0], "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "k", "ts": 1, "dur": 2}]}',
+     ": 'distributedInfo' is an array, not an object"),
+])
+def test_malformed_awkward_documents_give_one_clear_line_down_both_paths(tmp_path, monkeypatch, mode, text, message):
+    """Of the awkward documents above, those once a traceback (issue 58) are one TraceError line."""
+    monkeypatch.setenv("LUMOS_JIT", mode)
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    with pytest.raises(TraceError) as err:
+        load_trace(path)
+    assert str(err.value) == (f"{path}{message}" if message.startswith(":") else f"{path} {message}")
+
+
 def test_repeated_keys_take_the_last_value_as_orjson_does(tmp_path):
     path = tmp_path / "t.json"
     path.write_bytes(b'{"traceEvents": [{"ph": "B", "ph": "X", "cat": "cpu_op", "cat": "kernel", "name": "a", '
@@ -369,3 +442,24 @@ def test_repeated_keys_take_the_last_value_as_orjson_does(tmp_path):
     assert_same_table(table, reference_load(path))
     assert (table.name[0], table.cat[0], table.dur[0], table.stream[0], table.device[0]) == ("k", schema.KERNEL,
                                                                                               3.0, 4, 2)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(doc=documents(), style=st.integers(0, 3), cap=st.integers(0, 5))
+def test_a_scan_whose_table_starts_small_grows_to_the_same_scan(doc, style, cap):
+    """The scanner's table grows as it finds events (issue 58): a scan begun with room for `cap` rows
+    goes on from the event that found no row and ends where a scan with room for all of them does."""
+    data = _dump(doc, style)
+    ok, rows, loc, args_ok, lo, hi = scan._scan(data, cap)
+    want = scan._scan(data, data.count(b"{"))
+    assert (ok, rows, lo) == (want[0], want[1], want[4]) and (not ok or hi == want[5])
+    assert np.array_equal(_spans(loc, rows), _spans(want[2], rows))
+    assert bytes(args_ok[:rows]) == bytes(want[3][:rows])
+
+
+def _spans(loc, rows: int) -> np.ndarray:
+    """The (start, end) of each field of the first `rows` rows; (-1, -1) where absent (an absent field's
+    end is left as it was)."""
+    spans = np.frombuffer(loc, np.int64)[:rows * scan.N_FIELDS * 2].reshape(rows, scan.N_FIELDS, 2).copy()
+    spans[spans[:, :, 0] < 0] = -1
+    return spans
