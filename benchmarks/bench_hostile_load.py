@@ -1,4 +1,4 @@
-"""Loading hostile traces against ordinary traces of the same size (issue 58, "bounded resources").
+"""Loading hostile traces against ordinary traces of the same size: the reader's resources stay bounded.
 
 Run by hand (not part of the test suite):
 

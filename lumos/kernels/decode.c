@@ -179,7 +179,7 @@ fail:
 }
 
 /* The interner's hashes. First a fast one (fixed, unkeyed, invertible: names can be built to fall in one
-   slot of it, issue 58, which made interning quadratic); where a lookup passes over more than
+   slot of it, which made interning quadratic); where a lookup passes over more than
    PROBE_LIMIT taken slots, the table is built again under SipHash-1-3 (as CPython's str hash) with a
    key drawn once per process from os.urandom, under which no set of names can be built to collide,
    and the rest of the column is looked up under it: linear time whatever the names, at no cost to

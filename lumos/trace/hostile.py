@@ -1,9 +1,9 @@
 """Hostile trace documents, built to cost the reader what an ordinary trace of their size does not
-(issue 58: "safe on hostile input"): for tests/trace/test_hostile.py and
+(findings of a fuzz campaign against the reader): for tests/trace/test_hostile.py and
 benchmarks/bench_hostile_load.py, which time them against ordinary documents of the same size.
 
 - `colliding_names`: event names whose raw JSON strings all fall in one slot of the name interner's
-  table under the hash it had before issue 58 (`old_span_hash`: lumos/kernels/decode.c, fixed,
+  table under the hash it had before it was keyed (`old_span_hash`: lumos/kernels/decode.c, fixed,
   unseeded and invertible). With them, interning was quadratic: 80,000 events took 59 s against 1.1 s
   down the plain path. The interner still hashes with it first (`fast_hash`, free for ordinary names),
   but a lookup that passes 64 taken slots has the table built again under SipHash-1-3 with a key
@@ -28,7 +28,7 @@ _TAIL = 6             # characters after PREFIX: raw string = '"' + PREFIX + 6 c
 
 
 def old_span_hash(raw: bytes) -> int:
-    """The interner's hash of a raw JSON string (quotes included) before issue 58."""
+    """The interner's hash of a raw JSON string (quotes included) before it was keyed."""
     h = _C0 ^ len(raw)
     full = len(raw) - len(raw) % 8
     for k in range(0, full, 8):

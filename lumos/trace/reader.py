@@ -26,7 +26,7 @@ Two ways in, one result:
   error message; tests hold the two equal on every shipped trace, on random
   documents and on corrupted bytes.
 - A malformed trace is one TraceError line naming the file, the event (its index in traceEvents and
-  its name) and the field, never a traceback (issue 58): `args` or `distributedInfo` that is not an
+  its name) and the field, never a traceback: `args` or `distributedInfo` that is not an
   object, an integer field beyond int64, a rank outside its world or a world size outside 1 to
   MAX_RANKS. The scanner leaves each of them to the plain path, so both paths say the same.
 

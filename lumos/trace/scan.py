@@ -92,7 +92,7 @@ def first_cap(data) -> int:
     """The rows the scanner's table starts with: the document's count of '{' (every event opens with
     one; an upper bound on its events, near twice their number in a Kineto trace), but no more than
     one per BYTES_PER_ROW bytes. A table row takes 368 bytes of address space, so a count of braces
-    that lie inside strings (80 million in a 78 KB gzipped file, issue 58) once asked for 29 GB; the
+    that lie inside strings (80 million in a 78 KB gzipped file, found by fuzzing) once asked for 29 GB; the
     table now grows with the events the scan finds (`_scan`)."""
     most = len(data) // BYTES_PER_ROW + 64
     return count_byte(data, ord("{"), most)

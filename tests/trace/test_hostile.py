@@ -1,4 +1,4 @@
-"""Hostile trace files (issue 58): every malformed trace is one line naming the file, the event, the
+"""Hostile trace files (what a fuzz campaign against the reader found): every malformed trace is one line naming the file, the event, the
 field and what is wrong (exit 2, never a traceback), the same down the compiled (C) path and the
 plain path; absurd ranks are refused at load; the scanner's table and the name interner stay in
 proportion to what a document holds; and the C kernels refuse arguments that would take them

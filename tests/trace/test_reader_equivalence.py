@@ -66,7 +66,7 @@ def _shown(value) -> str:
     return repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
 
 
-# the integer columns by their keys, in the order an event's are checked for int64 (issue 58)
+# the integer columns by their keys, in the order an event's are checked for int64
 INT_KEYS = (("pid", None), ("tid", None), ("corr", "correlation"), ("ext", "External id"), ("stream", "stream"),
             ("device", "device"), ("wait_stream", "wait_on_stream"), ("wait_corr", "wait_on_cuda_event_record_corr_id"),
             ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"), ("group_size", "Group size"),
@@ -118,7 +118,7 @@ def reference_parse(doc, path) -> TraceTable:
         if code == schema.CPU_OP and name.startswith("ProfilerStep#"):
             code = schema.ANNOTATION
         args = ev.get("args") or {}
-        if not isinstance(args, dict):   # a list, a string, a number: refused (issue 58)
+        if not isinstance(args, dict):   # a list, a string, a number: refused
             raise TraceError(path, f"'args' is {_kind(args)}, not an object", event=_label(i, name))
         kept.append(i)
         gpu = code in schema.GPU_CATEGORIES or code == schema.SYNC or code == schema.GPU_ANNOTATION
@@ -423,7 +423,7 @@ def test_awkward_documents(tmp_path, text):
      ": 'distributedInfo' is an array, not an object"),
 ])
 def test_malformed_awkward_documents_give_one_clear_line_down_both_paths(tmp_path, monkeypatch, mode, text, message):
-    """Of the awkward documents above, those once a traceback (issue 58) are one TraceError line."""
+    """Of the awkward documents above, those once a traceback are one TraceError line."""
     monkeypatch.setenv("LUMOS_JIT", mode)
     path = tmp_path / "t.json"
     path.write_bytes(text)
@@ -447,7 +447,7 @@ def test_repeated_keys_take_the_last_value_as_orjson_does(tmp_path):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(doc=documents(), style=st.integers(0, 3), cap=st.integers(0, 5))
 def test_a_scan_whose_table_starts_small_grows_to_the_same_scan(doc, style, cap):
-    """The scanner's table grows as it finds events (issue 58): a scan begun with room for `cap` rows
+    """The scanner's table grows as it finds events: a scan begun with room for `cap` rows
     goes on from the event that found no row and ends where a scan with room for all of them does."""
     data = _dump(doc, style)
     ok, rows, loc, args_ok, lo, hi = scan._scan(data, cap)

@@ -129,7 +129,7 @@ def test_files_without_rank_info_are_refused(tmp_path):
 def test_a_rank_outside_its_world_is_refused(tmp_path):
     _rank_file(tmp_path / "a.json", 0, 2)
     _rank_file(tmp_path / "b.json", 2, 2)
-    with pytest.raises(TraceError) as err:   # by the file itself (issue 58: absurd ranks refused at load)
+    with pytest.raises(TraceError) as err:   # by the file itself (absurd ranks are refused at load)
         load_run(tmp_path)
     assert str(err.value) == \
         f"{tmp_path / 'b.json'}: 'distributedInfo.rank' 2 is not a rank of a world of size 2 (0 to 1)"
