@@ -46,6 +46,24 @@ void release(Views *vs);
 /* -1 with a ValueError naming `what` unless every a[k] lies in [lo, hi) */
 int check_index(const int64_t *a, Py_ssize_t len, int64_t lo, int64_t hi, const char *what);
 
+/* ---- argument checks of the graph kernels (simulate.c; walks.c uses them too): each -1 with a
+   TypeError or ValueError naming `fn`'s argument `what`, else 0 ---- */
+/* an integer (Python int or index) in [lo, PY_SSIZE_T_MAX] into *out */
+int get_count(PyObject *o, const char *fn, const char *what, Py_ssize_t lo, Py_ssize_t *out);
+/* a real number into *out */
+int get_real(PyObject *o, const char *fn, const char *what, double *out);
+/* check_index's check and message, after a branch-free pass over the items (check_index runs only
+   where that pass saw something); lo 0 or -1, hi >= 0 */
+int check_range(const int64_t *a, Py_ssize_t len, int64_t lo, int64_t hi, const char *what);
+/* a CSR pointer array: non-decreasing, every value in [0, hi] */
+int check_ptr(const int64_t *a, Py_ssize_t len, int64_t hi, const char *fn, const char *what);
+/* wait kinds 0, 1 (stream) or 2 (device); a waiting task's target -1 or a stream in [0, n_streams)
+   (kind 1; n_streams < 0: not checked) or a rank >= 0 (kind 2) */
+int check_waits(const int64_t *kind, const int64_t *target, Py_ssize_t n, int64_t n_streams, const char *fn);
+/* every view one-dimensional, and none from vs->v[n_read] on (the outputs) overlapping any other;
+   names[i] names view i */
+int check_views(const Views *vs, int n_read, const char *const *names, const char *fn);
+
 #define ARR(var, type, obj, kind, writable, lenp)                                                   \
     type *var = (type *)arr(&vs, obj, kind, writable, lenp, #var);                                 \
     if (!var)                                                                                       \

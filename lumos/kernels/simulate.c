@@ -155,23 +155,57 @@ typedef struct {   /* the graph's arrays (lumos.sim.arrays.SimArrays) */
     const uint8_t *out_launch, *is_gpu;
 } Graph;
 
-typedef struct {   /* per-task work arrays, allocated by numpy (compiled.py `_workspace`) */
+typedef struct {   /* per-task arrays allocated by numpy (compiled.py `_workspace`): the results, and work
+                      arrays the core sets for every task before it reads them (whatever they held) */
     double *start, *end, *earliest, *enq;
-    int32_t *indeg;
-    uint8_t *done, *has_launch_in, *resolved;
-    int64_t *pending, *first, *last;
+    int64_t *indeg;   /* 64-bit: a count never truncated (it starts in [0, edges], checked) */
+    uint8_t *done;    /* zeroed here */
 } Work;
 
-/* compiled.py `_core`: 0 done (*abandoned set), -1 out of memory. */
-static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
+/* compiled.py `_core`: 0 done (*abandoned set), -1 out of memory. Not inlined, and the graph's
+   arrays taken into restrict locals first: its code then does not depend on what the caller checks
+   (a pointer read through `g` inside the loops, where a store through any pointer could have
+   changed it, cost 5% on small graphs). */
+__attribute__((noinline)) static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
 {
+    const double *const restrict dur = g->dur;
+    const double *const restrict floor_ = g->floor;
+    const int64_t *const restrict indeg0 = g->indeg0;
+    const uint8_t *const restrict is_gpu = g->is_gpu;
+    const int64_t *const restrict out_dst = g->out_dst;
+    const double *const restrict out_lag = g->out_lag;
+    const uint8_t *const restrict out_launch = g->out_launch;
+    const int64_t *const restrict out_ptr = g->out_ptr;
+    const int64_t *const restrict proc = g->proc;
+    const int64_t *const restrict rank_index = g->rank_index;
+    const int64_t *const restrict rank_streams = g->rank_streams;
+    const int64_t *const restrict rank_streams_ptr = g->rank_streams_ptr;
+    const double *const restrict release = g->release;
+    const int64_t *const restrict stream_ops = g->stream_ops;
+    const int64_t *const restrict stream_ptr = g->stream_ptr;
+    const double *const restrict tiebreak = g->tiebreak;
+    const int64_t *const restrict wait_kind = g->wait_kind;
+    const int64_t *const restrict wait_target = g->wait_target;
     const int64_t n = g->n, n_procs = g->n_procs, n_ri = g->n_ri;
     const double inf = INFINITY;
-    double *start = w->start, *end = w->end, *earliest = w->earliest, *enq = w->enq;
-    int32_t *indeg = w->indeg;
-    uint8_t *done = w->done, *has_launch_in = w->has_launch_in, *resolved = w->resolved;
-    int64_t *pending = w->pending, *first = w->first, *last = w->last;
+    /* restrict: the outputs share no memory with any argument (check_views) */
+    double *restrict start = w->start, *restrict end = w->end, *restrict earliest = w->earliest,
+           *restrict enq = w->enq;
+    int64_t *restrict indeg = w->indeg;
+    uint8_t *restrict done = w->done;
     int rc = -1;
+
+    /* The arrays only launches and syncs touch start zeroed, allocated here as one calloc block
+       (past malloc's mmap threshold it is pages the OS zero-fills on first use, so those a replay
+       never touches cost nothing; separate callocs from the heap cost 15% on 10^4 tasks): the core
+       trusts their contents, so no caller provides them. Unfinished targets of a parked sync;
+       1 + first / last waiter record of a target task (0: none); has a launch edge in; resolved. */
+    const size_t nn = (size_t)(n > 0 ? n : 1);
+    char *zeroed = calloc(nn, 3 * sizeof(int64_t) + 2);
+    int64_t *restrict pending = (int64_t *)zeroed, *restrict first = zeroed ? pending + nn : NULL,
+                      *restrict last = zeroed ? first + nn : NULL;
+    uint8_t *restrict has_launch_in = zeroed ? (uint8_t *)(last + nn) : NULL,
+                      *restrict resolved = zeroed ? has_launch_in + nn : NULL;
 
     int64_t *th = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));        /* the ripe heaps */
     int64_t *ready = malloc((size_t)(n + 1) * sizeof(int64_t));              /* tasks made ready, to queue */
@@ -187,33 +221,32 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
     int64_t *rec_next = NULL, *rec_task = NULL;
     uint8_t *rec_live = NULL;
     Heap h = {NULL, NULL, NULL, NULL, 0, 0};
-    if (!th || !ready || !off || !rn || !avail || !tok_task || !tok_key || !marked || !touched || !prefix || !streams)
+    if (!th || !ready || !off || !rn || !avail || !tok_task || !tok_key || !marked || !touched || !prefix ||
+        !streams || !zeroed)
         goto out;
+    memset(done, 0, (size_t)n);
 
     for (int64_t k = 0; k < g->n_edges; k++)
-        if (g->out_launch[k])
-            has_launch_in[g->out_dst[k]] = 1;
+        if (out_launch[k])
+            has_launch_in[out_dst[k]] = 1;
     int64_t cap = 0;   /* waiter records: a waiting task registers at most once per stream it resolves */
     int64_t n_ready = 0;
     for (int64_t v = 0; v < n; v++) {
-        double r = g->release[v];
+        double r = release[v];
         earliest[v] = isfinite(r) ? r : -inf;
-        indeg[v] = (int32_t)g->indeg0[v];
-        enq[v] = (g->is_gpu[v] && !has_launch_in[v]) ? -inf : inf;   /* no launcher: queued from the start */
-        off[g->proc[v] + 1]++;
-        int64_t wk = g->wait_kind[v];
+        indeg[v] = indeg0[v];
+        enq[v] = (is_gpu[v] && !has_launch_in[v]) ? -inf : inf;   /* no launcher: queued from the start */
+        off[proc[v] + 1]++;
+        int64_t wk = wait_kind[v];
         if (wk == W_STREAM) {
             cap++;
         } else if (wk == W_DEVICE) {
-            int64_t wt = g->wait_target[v];
-            if (wt < n_ri) {
-                int64_t idx = wt < 0 ? wt + n_ri : wt;
-                int64_t ri = idx >= 0 ? g->rank_index[idx] : -1;
-                if (ri >= 0)
-                    cap += g->rank_streams_ptr[ri + 1] - g->rank_streams_ptr[ri];
-            }
+            int64_t wt = wait_target[v];   /* a rank; -1 or one past rank_index: none */
+            int64_t ri = wt >= 0 && wt < n_ri ? rank_index[wt] : -1;
+            if (ri >= 0)
+                cap += rank_streams_ptr[ri + 1] - rank_streams_ptr[ri];
         }
-        if (g->indeg0[v] == 0)
+        if (indeg0[v] == 0)
             ready[n_ready++] = v;
     }
     for (int64_t p = 0; p < n_procs; p++)   /* processor p's ripe heap: th[off[p] : off[p + 1]] */
@@ -236,7 +269,7 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
         goto out;
     Row slot = {0.0, 0.0, -1, -1};
     for (int64_t sp = 0; sp < g->n_procs; sp++)   /* per stream: first op not yet seen enqueued */
-        prefix[sp] = g->stream_ptr[sp];
+        prefix[sp] = stream_ptr[sp];
     int64_t n_rec = 0, n_live = 0, abandoned = 0;
 
     for (;;) {
@@ -244,19 +277,19 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
             goto out;
         /* make_ready: ripe tasks to their processor's heap, unripe ones into the pick heap */
         for (int64_t i = 0; i < n_ready; i++) {
-            int64_t v = ready[i], q = g->proc[v];
+            int64_t v = ready[i], q = proc[v];
             if (earliest[v] <= avail[q]) {
                 if (rn[q] == 0)
                     th[off[q]] = v;
                 else
-                    ripe_push(th, off[q], rn[q], v, g->tiebreak);
+                    ripe_push(th, off[q], rn[q], v, tiebreak);
                 rn[q]++;
                 if (!marked[q]) {
                     marked[q] = 1;
                     touched[n_touched++] = q;
                 }
             } else {
-                offer(&h, &slot, (Row){earliest[v], g->tiebreak[v], v, -1});
+                offer(&h, &slot, (Row){earliest[v], tiebreak[v], v, -1});
             }
         }
         n_ready = 0;
@@ -269,7 +302,7 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
                 if (tok_task[q] != hd || tok_key[q] != avail[q]) {
                     tok_task[q] = hd;
                     tok_key[q] = avail[q];
-                    offer(&h, &slot, (Row){avail[q], g->tiebreak[hd], hd, q});
+                    offer(&h, &slot, (Row){avail[q], tiebreak[hd], hd, q});
                 }
             }
         }
@@ -282,7 +315,7 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
                 for (int64_t k = 0; k < n_rec; k++)
                     if (rec_live[k] && pending[rec_task[k]] > 0) {
                         int64_t u = rec_task[k];
-                        if (wv < 0 || g->tiebreak[u] < g->tiebreak[wv] || (g->tiebreak[u] == g->tiebreak[wv] && u < wv))
+                        if (wv < 0 || tiebreak[u] < tiebreak[wv] || (tiebreak[u] == tiebreak[wv] && u < wv))
                             wv = u;
                     }
             if (wv < 0)
@@ -314,7 +347,7 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
         }
         int64_t p;
         if (tp < 0) {   /* a task's own row */
-            p = g->proc[v];
+            p = proc[v];
             if (earliest[v] < avail[p]) {   /* its processor came free after its earliest start: ripe now */
                 ready[0] = v;
                 n_ready = 1;
@@ -326,41 +359,37 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
                 continue;   /* out of date; a current token is in the heap */
             tok_task[p] = -1;
             if (rn[p] > 1)
-                ripe_pop(th, off[p], rn[p], g->tiebreak);
+                ripe_pop(th, off[p], rn[p], tiebreak);
             rn[p]--;
             marked[p] = 1;
             touched[n_touched++] = p;
         }
-        int64_t wk = g->wait_kind[v];
+        int64_t wk = wait_kind[v];
         if (wk != W_NONE && !resolved[v]) {
             resolved[v] = 1;
             int64_t n_s = 0;
             if (wk == W_STREAM) {
-                streams[0] = g->wait_target[v];
+                streams[0] = wait_target[v];
                 n_s = 1;
             } else {
-                int64_t wt = g->wait_target[v];
-                int64_t ri = -1;
-                if (wt < n_ri) {
-                    int64_t idx = wt < 0 ? wt + n_ri : wt;
-                    ri = idx >= 0 ? g->rank_index[idx] : -1;
-                }
+                int64_t wt = wait_target[v];
+                int64_t ri = wt >= 0 && wt < n_ri ? rank_index[wt] : -1;
                 if (ri >= 0)
-                    for (int64_t k = g->rank_streams_ptr[ri]; k < g->rank_streams_ptr[ri + 1]; k++)
-                        streams[n_s++] = g->rank_streams[k];
+                    for (int64_t k = rank_streams_ptr[ri]; k < rank_streams_ptr[ri + 1]; k++)
+                        streams[n_s++] = rank_streams[k];
             }
             for (int64_t i = 0; i < n_s; i++) {
                 int64_t sp = streams[i];
-                if (sp < 0)   /* the reference's index -1 finds nothing and moves nothing */
+                if (sp < 0)   /* -1: no stream (the checks allow no other negative one) */
                     continue;
-                int64_t lo = g->stream_ptr[sp], hi = g->stream_ptr[sp + 1];
+                int64_t lo = stream_ptr[sp], hi = stream_ptr[sp + 1];
                 int64_t k = prefix[sp];
-                while (k < hi && enq[g->stream_ops[k]] <= s)
+                while (k < hi && enq[stream_ops[k]] <= s)
                     k++;
                 prefix[sp] = k;
                 if (k <= lo)
                     continue;
-                int64_t t = g->stream_ops[k - 1];
+                int64_t t = stream_ops[k - 1];
                 if (done[t]) {
                     earliest[v] = pymax(earliest[v], end[t]);
                 } else {
@@ -384,9 +413,9 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
             }
         }
         start[v] = s;
-        double f = s + g->dur[v];
-        if (g->floor[v] > f)
-            f = g->floor[v];
+        double f = s + dur[v];
+        if (floor_[v] > f)
+            f = floor_[v];
         end[v] = f;
         done[v] = 1;
         avail[p] = f;
@@ -394,12 +423,12 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
             marked[p] = 1;
             touched[n_touched++] = p;
         }
-        for (int64_t k = g->out_ptr[v]; k < g->out_ptr[v + 1]; k++) {
-            int64_t c = g->out_dst[k];
-            double t = f + g->out_lag[k];
+        for (int64_t k = out_ptr[v]; k < out_ptr[v + 1]; k++) {
+            int64_t c = out_dst[k];
+            double t = f + out_lag[k];
             if (t > earliest[c])
                 earliest[c] = t;
-            if (g->out_launch[k] && f < enq[c])
+            if (out_launch[k] && f < enq[c])
                 enq[c] = f;
             if (--indeg[c] == 0)
                 ready[n_ready++] = c;
@@ -429,6 +458,7 @@ static int simulate_core(const Graph *g, Work *w, int64_t *abandoned_out)
     *abandoned_out = abandoned;
     rc = 0;
 out:
+    free(zeroed);
     free(th);
     free(ready);
     free(off);
@@ -450,85 +480,240 @@ out:
     return rc;
 }
 
+/* ---- argument checks (kernels.h; walks.c uses them too) ---- */
+
+int get_count(PyObject *o, const char *fn, const char *what, Py_ssize_t lo, Py_ssize_t *out)
+{
+    if (!PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "lumos._kernels.%s: %s must be an integer, not %.80s", fn, what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyObject *i = PyNumber_Index(o);
+    if (!i)
+        return -1;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || v < lo || v > PY_SSIZE_T_MAX) {
+        if (overflow)
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: %s is outside [%zd, %zd] (beyond 64 bits)", fn, what,
+                         lo, (Py_ssize_t)PY_SSIZE_T_MAX);
+        else
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: %s = %lld is outside [%zd, %zd]", fn, what, v, lo,
+                         (Py_ssize_t)PY_SSIZE_T_MAX);
+        return -1;
+    }
+    *out = (Py_ssize_t)v;
+    return 0;
+}
+
+int get_real(PyObject *o, const char *fn, const char *what, double *out)
+{
+    double v = PyFloat_AsDouble(o);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "lumos._kernels.%s: %s must be a real number, not %.80s", fn, what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The fast passes below look at every item without a branch (SSE2 vectorises them): each ORs
+   together words whose top bit is set where an item may be out of place. Unsigned arithmetic, so
+   nothing overflows: x lies in [lo, hi) (lo 0 or -1, hi >= 0) exactly when neither x - lo nor
+   hi - 1 - x has its top bit set. Only where the pass sees something (or may: a wait target near
+   INT64_MAX) does an exact loop find the item and say what is wrong with it. */
+#define TOP(x) ((x) >> 63)
+
+static int in_range(const int64_t *a, Py_ssize_t len, int64_t lo, int64_t hi)
+{
+    if (hi <= lo)
+        return len == 0;
+    const uint64_t ulo = (uint64_t)lo, uhi = (uint64_t)hi - 1;
+    uint64_t bad = 0;
+    for (Py_ssize_t k = 0; k < len; k++)
+        bad |= ((uint64_t)a[k] - ulo) | (uhi - (uint64_t)a[k]);
+    return !TOP(bad);
+}
+
+int check_range(const int64_t *a, Py_ssize_t len, int64_t lo, int64_t hi, const char *what)
+{
+    return in_range(a, len, lo, hi) ? 0 : check_index(a, len, lo, hi, what) < 0 ? -1 : 0;
+}
+
+int check_ptr(const int64_t *a, Py_ssize_t len, int64_t hi, const char *fn, const char *what)
+{
+    /* in [0, hi], and no step down: with every item in range a step is in [-hi, hi], negative
+       exactly when its top bit is set (and an item out of range sets a top bit itself) */
+    const uint64_t *u = (const uint64_t *)a, top = (uint64_t)hi;
+    uint64_t bad = len ? u[0] | (top - u[0]) : 0;
+    for (Py_ssize_t k = 1; k < len; k++)
+        bad |= u[k] | (top - u[k]) | (u[k] - u[k - 1]);
+    if (!TOP(bad))
+        return 0;
+    int64_t prev_ = 0;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        int64_t x = a[k];
+        if (x < prev_ || x > hi) {
+            if (x > hi || x < 0)
+                PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: %s[%zd] = %lld outside [0, %lld]", fn, what, k,
+                             (long long)x, (long long)hi);
+            else
+                PyErr_Format(PyExc_ValueError,
+                             "lumos._kernels.%s: %s is not non-decreasing (%s[%zd] = %lld < %s[%zd] = %lld)", fn,
+                             what, what, k, (long long)x, what, k - 1, (long long)prev_);
+            return -1;
+        }
+        prev_ = x;
+    }
+    return 0;
+}
+
+int check_waits(const int64_t *kind, const int64_t *target, Py_ssize_t n, int64_t n_streams, const char *fn)
+{
+    uint64_t bad = 0;
+    const uint64_t last = (uint64_t)(n_streams >= 0 ? n_streams - 1 : INT64_MAX);
+    for (Py_ssize_t v = 0; v < n; v++) {
+        uint64_t k = (uint64_t)kind[v], t = (uint64_t)target[v];
+        uint64_t waits = 0 - ((k | (k >> 1)) & 1), stream = 0 - (k & ~(k >> 1) & 1);   /* k 1 or 2; k 1 */
+        bad |= k | (2 - k) | (waits & (t + 1)) | (stream & (last - t));
+    }
+    if (!TOP(bad))
+        return 0;
+    for (Py_ssize_t v = 0; v < n; v++) {
+        int64_t k = kind[v], t = target[v];
+        if (k != 0 && k != 1 && k != 2) {
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: wait_kind[%zd] = %lld is not 0, 1 or 2", fn, v,
+                         (long long)k);
+            return -1;
+        }
+        if (k != 0 && (t < -1 || (n_streams >= 0 && k == 1 && t >= n_streams))) {
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: wait_target[%zd] = %lld is not a %s (nor -1)", fn, v,
+                         (long long)t, k == 1 ? "stream processor" : "rank");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int check_views(const Views *vs, int n_read, const char *const *names, const char *fn)
+{
+    for (int i = 0; i < vs->n; i++)
+        if (vs->v[i].ndim != 1) {
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: %s must be one-dimensional, not %d-dimensional", fn,
+                         names[i], vs->v[i].ndim);
+            return -1;
+        }
+    for (int i = n_read; i < vs->n; i++) {
+        uintptr_t a = (uintptr_t)vs->v[i].buf, la = (uintptr_t)vs->v[i].len;
+        for (int j = 0; j < vs->n; j++) {
+            uintptr_t b = (uintptr_t)vs->v[j].buf, lb = (uintptr_t)vs->v[j].len;
+            if (j != i && la > 0 && lb > 0 && a < b + lb && b < a + la) {
+                PyErr_Format(PyExc_ValueError, "lumos._kernels.%s: %s shares memory with %s (an output must be "
+                             "an array of its own)", fn, names[i], names[j]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- the kernel's entry ---- */
+
 const char simulate_doc[] =
-"simulate(n, proc, dur, release, tiebreak, out_ptr, out_dst, out_lag, out_launch, indeg0, wait_kind,\n"
+"simulate(n, proc, dur, release, tiebreak, out_ptr, out_dst, out_lag, out_launch, indeg, wait_kind,\n"
 "         wait_target, is_gpu, stream_ptr, stream_ops, rank_streams_ptr, rank_streams, rank_index, n_procs,\n"
-"         floor, start, end, done, earliest, indeg, enq, has_launch_in, resolved, pending, first, last)\n"
+"         floor, start, end, done, earliest, indeg_work, enq)\n"
 "-> abandoned\n\n"
-"compiled.py's `_core`, the arguments as `_args(a) + _workspace(n)` give them.";
+"compiled.py's `_core`, the arguments as `_args(a) + _workspace(n)` give them. Every argument is checked\n"
+"before the core runs (a ValueError or TypeError names the one that is wrong): lengths, ids within their\n"
+"tables, pointer arrays non-decreasing within their tables, in-degrees within [0, edges], wait kinds 0, 1\n"
+"or 2 with a target of -1 or a stream (kind 1) or rank (kind 2), outputs writable and not sharing memory.\n"
+"The outputs' contents do not matter: the core sets each item before it reads it.";
+
+/* the arguments by position; the arrays' views are taken in this order (0 and 18 are counts) */
+enum { N_SIM_ARGS = 26 };
+static const char *const SIM_ARG[N_SIM_ARGS] = {
+    "n", "proc", "dur", "release", "tiebreak", "out_ptr", "out_dst", "out_lag", "out_launch", "indeg",
+    "wait_kind", "wait_target", "is_gpu", "stream_ptr", "stream_ops", "rank_streams_ptr", "rank_streams",
+    "rank_index", "n_procs", "floor", "start", "end", "done", "earliest", "indeg_work", "enq"};
 
 PyObject *py_simulate(PyObject *self, PyObject *args)
 {
-    PyObject *o[31];
-    Py_ssize_t n, n_procs;
-    if (!PyArg_ParseTuple(args, "nOOOOOOOOOOOOOOOOOnOOOOOOOOOOOO", &n, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17],
-                          &n_procs, &o[19], &o[20], &o[21], &o[22], &o[23], &o[24], &o[25], &o[26], &o[27], &o[28],
-                          &o[29], &o[30]))
+    PyObject *o[N_SIM_ARGS];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOOOOOOOOO:simulate", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
+                          &o[19], &o[20], &o[21], &o[22], &o[23], &o[24], &o[25]))
         return NULL;
+    Py_ssize_t n, n_procs;
+    if (get_count(o[0], "simulate", "n", 0, &n) < 0 || get_count(o[18], "simulate", "n_procs", 0, &n_procs) < 0)
+        return NULL;
+    /* view kinds by argument (-1: a count); the read-only ones first, then the outputs */
+    static const signed char kind[N_SIM_ARGS] = {-1,  I64, F64,  F64, F64, I64, I64, F64, BOOL, I64, I64, I64, BOOL,
+                                                 I64, I64, I64,  I64, I64, -1,  F64, F64, F64, BOOL, F64, I64, F64};
     Views vs = {.n = 0};
-    Graph g;
-    Work w;
-    Py_ssize_t l[31];
-    g.n = n;
-    g.n_procs = n_procs;
-    if (!(g.proc = arr(&vs, o[1], I64, 0, &l[1], "proc")) || !(g.dur = arr(&vs, o[2], F64, 0, &l[2], "dur")) ||
-        !(g.release = arr(&vs, o[3], F64, 0, &l[3], "release")) ||
-        !(g.tiebreak = arr(&vs, o[4], F64, 0, &l[4], "tiebreak")) ||
-        !(g.out_ptr = arr(&vs, o[5], I64, 0, &l[5], "out_ptr")) ||
-        !(g.out_dst = arr(&vs, o[6], I64, 0, &l[6], "out_dst")) ||
-        !(g.out_lag = arr(&vs, o[7], F64, 0, &l[7], "out_lag")) ||
-        !(g.out_launch = arr(&vs, o[8], BOOL, 0, &l[8], "out_launch")) ||
-        !(g.indeg0 = arr(&vs, o[9], I64, 0, &l[9], "indeg")) ||
-        !(g.wait_kind = arr(&vs, o[10], I64, 0, &l[10], "wait_kind")) ||
-        !(g.wait_target = arr(&vs, o[11], I64, 0, &l[11], "wait_target")) ||
-        !(g.is_gpu = arr(&vs, o[12], BOOL, 0, &l[12], "is_gpu")) ||
-        !(g.stream_ptr = arr(&vs, o[13], I64, 0, &l[13], "stream_ptr")) ||
-        !(g.stream_ops = arr(&vs, o[14], I64, 0, &l[14], "stream_ops")) ||
-        !(g.rank_streams_ptr = arr(&vs, o[15], I64, 0, &l[15], "rank_streams_ptr")) ||
-        !(g.rank_streams = arr(&vs, o[16], I64, 0, &l[16], "rank_streams")) ||
-        !(g.rank_index = arr(&vs, o[17], I64, 0, &l[17], "rank_index")) ||
-        !(g.floor = arr(&vs, o[19], F64, 0, &l[19], "floor")) ||
-        !(w.start = arr(&vs, o[20], F64, 1, &l[20], "start")) || !(w.end = arr(&vs, o[21], F64, 1, &l[21], "end")) ||
-        !(w.done = arr(&vs, o[22], BOOL, 1, &l[22], "done")) ||
-        !(w.earliest = arr(&vs, o[23], F64, 1, &l[23], "earliest")) ||
-        !(w.indeg = arr(&vs, o[24], I32, 1, &l[24], "indeg (work)")) ||
-        !(w.enq = arr(&vs, o[25], F64, 1, &l[25], "enq")) ||
-        !(w.has_launch_in = arr(&vs, o[26], BOOL, 1, &l[26], "has_launch_in")) ||
-        !(w.resolved = arr(&vs, o[27], BOOL, 1, &l[27], "resolved")) ||
-        !(w.pending = arr(&vs, o[28], I64, 1, &l[28], "pending")) ||
-        !(w.first = arr(&vs, o[29], I64, 1, &l[29], "first")) || !(w.last = arr(&vs, o[30], I64, 1, &l[30], "last")))
-        goto fail;
+    const char *names[N_SIM_ARGS];
+    void *data[N_SIM_ARGS] = {NULL};
+    Py_ssize_t l[N_SIM_ARGS] = {0};
+    for (int k = 0; k < N_SIM_ARGS; k++) {
+        if (kind[k] < 0)
+            continue;
+        names[vs.n] = SIM_ARG[k];
+        if (!(data[k] = arr(&vs, o[k], kind[k], k >= 20, &l[k], SIM_ARG[k])))
+            goto fail;
+    }
+    const int n_read = 18;   /* proc .. rank_index, floor */
+    Graph g = {.n = n, .n_procs = n_procs, .n_edges = l[6], .n_ri = l[17], .n_rank_streams = l[16],
+               .proc = data[1], .dur = data[2], .release = data[3], .tiebreak = data[4], .out_ptr = data[5],
+               .out_dst = data[6], .out_lag = data[7], .out_launch = data[8], .indeg0 = data[9],
+               .wait_kind = data[10], .wait_target = data[11], .is_gpu = data[12], .stream_ptr = data[13],
+               .stream_ops = data[14], .rank_streams_ptr = data[15], .rank_streams = data[16],
+               .rank_index = data[17], .floor = data[19]};
+    Work w = {.start = data[20], .end = data[21], .done = data[22], .earliest = data[23], .indeg = data[24],
+              .enq = data[25]};
     /* the shapes the core relies on: a malformed graph is an error here, never a wild write */
-    const int per_task[] = {1, 2, 3, 4, 9, 10, 11, 12, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30};
+    static const int per_task[] = {1, 2, 3, 4, 9, 10, 11, 12, 19, 20, 21, 22, 23, 24, 25};
     for (size_t k = 0; k < sizeof per_task / sizeof *per_task; k++)
         if (l[per_task[k]] != n) {
-            PyErr_Format(PyExc_ValueError, "lumos._kernels.simulate: argument %d has %zd items, not n = %zd",
-                         per_task[k], l[per_task[k]], n);
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.simulate: %s has %zd items, not n = %zd",
+                         SIM_ARG[per_task[k]], l[per_task[k]], n);
             goto fail;
         }
-    g.n_edges = l[6];
-    g.n_ri = l[17];
-    g.n_rank_streams = l[16];
-    if (l[5] != n + 1 || l[7] != g.n_edges || l[8] != g.n_edges || l[13] != n_procs + 1 || l[15] < 1 ||
-        n_procs < 0) {
-        PyErr_SetString(PyExc_ValueError, "lumos._kernels.simulate: edge or stream arrays do not match");
+    /* (lengths minus one: no count + 1 can overflow) */
+    if (l[5] - 1 != n) {
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.simulate: out_ptr has %zd items, not n + 1 = %zd", l[5], n + 1);
         goto fail;
     }
-    if (check_index(g.proc, n, 0, n_procs, "proc") < 0 || check_index(g.out_dst, g.n_edges, 0, n, "out_dst") < 0 ||
-        check_index(g.out_ptr, n + 1, 0, g.n_edges + 1, "out_ptr") < 0 ||
-        check_index(g.stream_ops, l[14], 0, n, "stream_ops") < 0 ||
-        check_index(g.stream_ptr, l[13], 0, l[14] + 1, "stream_ptr") < 0 ||
-        check_index(g.rank_streams_ptr, l[15], 0, l[16] + 1, "rank_streams_ptr") < 0 ||
-        check_index(g.rank_streams, l[16], -1, l[13] - 1, "rank_streams") < 0 ||
-        check_index(g.rank_index, l[17], -1, l[15] - 1, "rank_index") < 0)
+    if (l[7] != g.n_edges || l[8] != g.n_edges) {
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.simulate: %s has %zd items, not len(out_dst) = %zd",
+                     l[7] != g.n_edges ? "out_lag" : "out_launch", l[7] != g.n_edges ? l[7] : l[8], g.n_edges);
         goto fail;
-    for (Py_ssize_t v = 0; v < n; v++)
-        if (g.wait_kind[v] == W_STREAM && g.wait_target[v] >= n_procs) {   /* a negative one finds nothing */
-            PyErr_Format(PyExc_ValueError, "lumos._kernels.simulate: task %zd waits on stream %lld, which is not one",
-                         v, (long long)g.wait_target[v]);
-            goto fail;
-        }
+    }
+    if (l[13] - 1 != n_procs) {
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.simulate: stream_ptr has %zd items, not n_procs + 1 "
+                     "(n_procs = %zd)", l[13], n_procs);
+        goto fail;
+    }
+    if (l[15] < 1) {
+        PyErr_SetString(PyExc_ValueError, "lumos._kernels.simulate: rank_streams_ptr is empty (it needs a leading 0)");
+        goto fail;
+    }
+    if (check_views(&vs, n_read, names, "simulate") < 0 ||
+        check_range(g.proc, n, 0, n_procs, "proc") < 0 || check_range(g.out_dst, g.n_edges, 0, n, "out_dst") < 0 ||
+        check_ptr(g.out_ptr, n + 1, g.n_edges, "simulate", "out_ptr") < 0 ||
+        check_range(g.indeg0, n, 0, (int64_t)g.n_edges + 1, "indeg") < 0 ||
+        check_waits(g.wait_kind, g.wait_target, n, n_procs, "simulate") < 0 ||
+        check_range(g.stream_ops, l[14], 0, n, "stream_ops") < 0 ||
+        check_ptr(g.stream_ptr, l[13], l[14], "simulate", "stream_ptr") < 0 ||
+        check_ptr(g.rank_streams_ptr, l[15], l[16], "simulate", "rank_streams_ptr") < 0 ||
+        check_range(g.rank_streams, l[16], -1, n_procs, "rank_streams") < 0 ||
+        check_range(g.rank_index, l[17], -1, l[15] - 1, "rank_index") < 0)
+        goto fail;
     int64_t abandoned = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS

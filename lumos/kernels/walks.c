@@ -6,44 +6,65 @@
 /* ---- the longest path in topological order (lumos/sim/compiled.py `longest_path_bound`) ---- */
 
 const char longest_path_doc[] =
-"longest_path(n, dur, release, floor, out_ptr, out_dst, out_lag, indeg0, finish, earliest, indeg, queue)\n\n"
+"longest_path(n, dur, release, floor, out_ptr, out_dst, out_lag, indeg, finish, earliest, indeg_work, queue)\n\n"
 "compiled.py's `_longest_path`: each task's longest-path finish into `finish` (NaN on a cycle).";
 
 PyObject *py_longest_path(PyObject *self, PyObject *args)
 {
+    static const char *const name[12] = {"n", "dur", "release", "floor", "out_ptr", "out_dst", "out_lag", "indeg",
+                                         "finish", "earliest", "indeg_work", "queue"};
+    static const signed char kind[12] = {-1, F64, F64, F64, I64, I64, F64, I64, F64, F64, I64, I64};
     PyObject *o[12];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO:longest_path", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &o[11]))
+        return NULL;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "nOOOOOOOOOOO", &n, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
-                          &o[10], &o[11]))
+    if (get_count(o[0], "longest_path", "n", 0, &n) < 0)
         return NULL;
     Views vs = {.n = 0};
-    Py_ssize_t l[12];
-    ARR(dur, const double, o[1], F64, 0, &l[1]);
-    ARR(rel, const double, o[2], F64, 0, &l[2]);
-    ARR(floor_, const double, o[3], F64, 0, &l[3]);
-    ARR(out_ptr, const int64_t, o[4], I64, 0, &l[4]);
-    ARR(out_dst, const int64_t, o[5], I64, 0, &l[5]);
-    ARR(out_lag, const double, o[6], F64, 0, &l[6]);
-    ARR(indeg0, const int64_t, o[7], I64, 0, &l[7]);
-    ARR(finish, double, o[8], F64, 1, &l[8]);
-    ARR(earliest, double, o[9], F64, 1, &l[9]);
-    ARR(indeg, int32_t, o[10], I32, 1, &l[10]);
-    ARR(queue, int64_t, o[11], I64, 1, &l[11]);
-    if (l[1] != n || l[2] != n || l[3] != n || l[4] != n + 1 || l[6] != l[5] || l[7] != n || l[8] != n ||
-        l[9] != n || l[10] != n || l[11] != n || check_index(out_dst, l[5], 0, n, "out_dst") < 0 ||
-        check_index(out_ptr, n + 1, 0, l[5] + 1, "out_ptr") < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "lumos._kernels.longest_path: array shapes do not match");
+    const char *names[12];
+    void *data[12] = {NULL};
+    Py_ssize_t l[12] = {0};
+    for (int k = 1; k < 12; k++) {
+        names[vs.n] = name[k];
+        if (!(data[k] = arr(&vs, o[k], kind[k], k >= 8, &l[k], name[k])))
+            goto fail;
+    }
+    /* restrict: the outputs share no memory with any argument (check_views) */
+    const double *restrict dur = data[1], *restrict rel = data[2], *restrict floor_ = data[3],
+                 *restrict out_lag = data[6];
+    const int64_t *restrict out_ptr = data[4], *restrict out_dst = data[5], *restrict indeg0 = data[7];
+    double *restrict finish = data[8], *restrict earliest = data[9];
+    int64_t *restrict indeg = data[10], *restrict queue = data[11];   /* 64-bit in-degrees: never truncated */
+    static const int per_task[] = {1, 2, 3, 7, 8, 9, 10, 11};
+    for (size_t k = 0; k < sizeof per_task / sizeof *per_task; k++)
+        if (l[per_task[k]] != n) {
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.longest_path: %s has %zd items, not n = %zd",
+                         name[per_task[k]], l[per_task[k]], n);
+            goto fail;
+        }
+    if (l[4] - 1 != n || l[6] != l[5]) {
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.longest_path: %s has %zd items, not %s = %zd",
+                     l[4] - 1 != n ? "out_ptr" : "out_lag", l[4] - 1 != n ? l[4] : l[6],
+                     l[4] - 1 != n ? "n + 1" : "len(out_dst)", l[4] - 1 != n ? n + 1 : l[5]);
         goto fail;
     }
-    Py_BEGIN_ALLOW_THREADS
+    if (check_views(&vs, 7, names, "longest_path") < 0 || check_range(out_dst, l[5], 0, n, "out_dst") < 0 ||
+        check_ptr(out_ptr, n + 1, l[5], "longest_path", "out_ptr") < 0)
+        goto fail;
+    /* the work arrays, and the in-degrees checked in the same pass: in [0, edges] (check_range's test) */
+    uint64_t bad = 0;
     for (Py_ssize_t v = 0; v < n; v++) {
         double r = rel[v];
         earliest[v] = isfinite(r) ? r : -INFINITY;
-        indeg[v] = (int32_t)indeg0[v];
+        indeg[v] = indeg0[v];
+        bad |= (uint64_t)indeg0[v] | ((uint64_t)l[5] - (uint64_t)indeg0[v]);
         finish[v] = NAN;
     }
-    Py_ssize_t tail = 0, head = 0;
+    if ((bad >> 63) && check_range(indeg0, n, 0, (int64_t)l[5] + 1, "indeg") < 0)
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t tail = 0, head = 0;   /* a task is queued once: its in-degree reaches 0 once */
     for (Py_ssize_t v = 0; v < n; v++)
         if (indeg[v] == 0)
             queue[tail++] = v;
@@ -98,41 +119,80 @@ const char walk_doc[] =
 "     r_ptr, r_procs, tol, path) -> length\n\n"
 "critical_walk.py's `walk`: the path from v back (latest first) into `path` (n int64).";
 
+/* -1 with a ValueError unless the ends of each stream's ops, s_end[s_ptr[p] : s_ptr[p + 1]], are sorted
+   as numpy sorts them (NaN last): the walk's binary search relies on it */
+static int check_sorted_ends(const double *s_end, const int64_t *s_ptr, Py_ssize_t n_ptr)
+{
+    for (Py_ssize_t p = 0; p + 1 < n_ptr; p++)
+        for (int64_t k = s_ptr[p]; k + 1 < s_ptr[p + 1]; k++) {
+            double a = s_end[k], b = s_end[k + 1];
+            if (b < a || (a != a && b == b)) {
+                PyErr_Format(PyExc_ValueError, "lumos._kernels.walk: s_end is not sorted (NaN last) within "
+                             "stream %zd: s_end[%lld] comes after s_end[%lld]", p, (long long)k, (long long)k + 1);
+                return -1;
+            }
+        }
+    return 0;
+}
+
 PyObject *py_walk(PyObject *self, PyObject *args)
 {
-    PyObject *o[17];
+    static const char *const name[16] = {"v", "start", "end", "in_ptr", "in_src", "in_lag", "prev_on_proc",
+                                         "wait_kind", "wait_target", "s_ptr", "s_ops", "s_end", "r_ptr",
+                                         "r_procs", "tol", "path"};
+    static const signed char kind[16] = {-1, F64, F64, I64, I64, F64, I64, I64, I64, I64, I64, F64, I64, I64, -1, I64};
+    PyObject *o[16];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOO:walk", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15]))
+        return NULL;
     Py_ssize_t v0;
     double tol;
-    if (!PyArg_ParseTuple(args, "nOOOOOOOOOOOOOdO", &v0, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &o[11], &o[12], &o[13], &tol, &o[15]))
+    if (get_count(o[0], "walk", "v", 0, &v0) < 0 || get_real(o[14], "walk", "tol", &tol) < 0)
         return NULL;
     Views vs = {.n = 0};
-    Py_ssize_t n, l[17];
-    ARR(start, const double, o[1], F64, 0, &n);
-    ARR(end, const double, o[2], F64, 0, &l[2]);
-    ARR(in_ptr, const int64_t, o[3], I64, 0, &l[3]);
-    ARR(in_src, const int64_t, o[4], I64, 0, &l[4]);
-    ARR(in_lag, const double, o[5], F64, 0, &l[5]);
-    ARR(prev_on_proc, const int64_t, o[6], I64, 0, &l[6]);
-    ARR(wait_kind, const int64_t, o[7], I64, 0, &l[7]);
-    ARR(wait_target, const int64_t, o[8], I64, 0, &l[8]);
-    ARR(s_ptr, const int64_t, o[9], I64, 0, &l[9]);
-    ARR(s_ops, const int64_t, o[10], I64, 0, &l[10]);
-    ARR(s_end, const double, o[11], F64, 0, &l[11]);
-    ARR(r_ptr, const int64_t, o[12], I64, 0, &l[12]);
-    ARR(r_procs, const int64_t, o[13], I64, 0, &l[13]);
-    ARR(path, int64_t, o[15], I64, 1, &l[15]);
-    if (l[2] != n || l[3] != n + 1 || l[5] != l[4] || l[6] != n || l[7] != n || l[8] != n || l[11] != l[10] ||
-        l[15] < n || v0 < 0 || v0 >= n || check_index(in_src, l[4], 0, n, "in_src") < 0 ||
-        check_index(in_ptr, n + 1, 0, l[4] + 1, "in_ptr") < 0 ||
-        check_index(prev_on_proc, n, -1, n, "prev_on_proc") < 0 ||
-        check_index(s_ops, l[10], 0, n, "s_ops") < 0 || check_index(s_ptr, l[9], 0, l[10] + 1, "s_ptr") < 0 ||
-        check_index(r_procs, l[13], 0, l[9] > 0 ? l[9] - 1 : 0, "r_procs") < 0 ||
-        check_index(r_ptr, l[12], 0, l[13] + 1, "r_ptr") < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "lumos._kernels.walk: array shapes do not match");
+    const char *names[16];
+    void *data[16] = {NULL};
+    Py_ssize_t l[16] = {0};
+    for (int k = 1; k < 16; k++) {
+        if (kind[k] < 0)
+            continue;
+        names[vs.n] = name[k];
+        if (!(data[k] = arr(&vs, o[k], kind[k], k == 15, &l[k], name[k])))
+            goto fail;
+    }
+    const double *start = data[1], *end = data[2], *in_lag = data[5], *s_end = data[11];
+    const int64_t *in_ptr = data[3], *in_src = data[4], *prev_on_proc = data[6], *wait_kind = data[7],
+                  *wait_target = data[8], *s_ptr = data[9], *s_ops = data[10], *r_ptr = data[12], *r_procs = data[13];
+    int64_t *path = data[15];
+    const Py_ssize_t n = l[1];
+    static const int per_task[] = {2, 6, 7, 8};
+    for (size_t k = 0; k < sizeof per_task / sizeof *per_task; k++)
+        if (l[per_task[k]] != n) {
+            PyErr_Format(PyExc_ValueError, "lumos._kernels.walk: %s has %zd items, not len(start) = %zd",
+                         name[per_task[k]], l[per_task[k]], n);
+            goto fail;
+        }
+    if (l[3] - 1 != n || l[5] != l[4] || l[11] != l[10] || l[15] < n) {
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.walk: %s",
+                     l[3] - 1 != n      ? "in_ptr needs len(start) + 1 items"
+                     : l[5] != l[4]     ? "in_lag and in_src differ in length"
+                     : l[11] != l[10]   ? "s_end and s_ops differ in length"
+                                        : "path is shorter than start");
         goto fail;
     }
+    if (v0 >= n) {
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.walk: v = %zd is not a task (there are %zd)", v0, n);
+        goto fail;
+    }
+    if (check_views(&vs, 13, names, "walk") < 0 || check_range(in_src, l[4], 0, n, "in_src") < 0 ||
+        check_ptr(in_ptr, n + 1, l[4], "walk", "in_ptr") < 0 ||
+        check_range(prev_on_proc, n, -1, n, "prev_on_proc") < 0 ||
+        check_waits(wait_kind, wait_target, n, -1, "walk") < 0 ||
+        check_range(s_ops, l[10], 0, n, "s_ops") < 0 || check_ptr(s_ptr, l[9], l[10], "walk", "s_ptr") < 0 ||
+        check_sorted_ends(s_end, s_ptr, l[9]) < 0 ||
+        check_range(r_procs, l[13], 0, l[9] > 0 ? l[9] - 1 : 0, "r_procs") < 0 ||
+        check_ptr(r_ptr, l[12], l[13], "walk", "r_ptr") < 0)
+        goto fail;
     uint8_t *seen = calloc((size_t)(n > 0 ? n : 1), 1);
     if (!seen) {
         PyErr_NoMemory();
@@ -233,9 +293,14 @@ PyObject *py_leaf_walk(PyObject *self, PyObject *args)
     ARR(is_runtime, const uint8_t, rt_o, BOOL, 0, &l3);
     ARR(keep, uint8_t, keep_o, BOOL, 1, &l4);
     if (l2 != n || l3 != n || l4 != n) {
-        PyErr_SetString(PyExc_ValueError, "lumos._kernels.leaf_walk: arrays differ in length");
+        PyErr_Format(PyExc_ValueError, "lumos._kernels.leaf_walk: arrays differ in length: %s has %zd items, not "
+                     "len(ts) = %zd",
+                     l2 != n ? "end" : l3 != n ? "is_runtime" : "keep", l2 != n ? l2 : l3 != n ? l3 : l4, n);
         goto fail;
     }
+    static const char *const names[4] = {"ts", "end", "is_runtime", "keep"};
+    if (check_views(&vs, 3, names, "leaf_walk") < 0)
+        goto fail;
     double *stack_end = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
     Py_ssize_t *stack_idx = malloc((size_t)(n > 0 ? n : 1) * sizeof(Py_ssize_t));
     if (!stack_end || !stack_idx) {

@@ -32,13 +32,22 @@ speed. It takes the same `SimArrays` and makes the same picks as the reference:
 
 Memory: the per-task arrays every step touches are views into one numpy
 allocation (huge pages: their first touch is several times cheaper than that
-of many separate small ones); arrays only syncs touch are separate np.zeros
-(the OS fills pages on first use), and the ripe heaps, the pick heap and the
-ready list, touched at a few places, are allocated inside the C code.
+of many separate small ones); the arrays that must start zeroed (launch flags,
+and those only syncs touch) are allocated inside the C code with calloc (the OS
+fills pages on first use), as are the ripe heaps, the pick heap and the ready
+list, touched at a few places.
 
 The C code was written from this module's numba version (in the history before
 the start-up work against HTA moved it to C), line by line; `tests/sim/test_compiled.py` holds it to the
 reference.
+
+Malformed arrays (a hand-built SimArrays, or a direct call of `lumos._kernels.simulate`) are an
+error naming the argument, never a wild read or write: `arrays.core_args` checks the types and
+`n` before anything is allocated, and the C code checks every length and value before the core
+runs (ids within their tables, pointer arrays non-decreasing, in-degrees within [0, edges], wait
+kinds and targets, outputs sharing no memory); its counts are 64-bit. `arrays.validate` makes the
+same checks in numpy for the reference, so both refuse the same arrays
+(tests/sim/test_hostile_kernels.py; fuzz/README.md).
 
 `longest_path_bound` is the benchmark's yardstick: one compiled pass in
 topological order (Kahn) computing each task's longest-path finish over the
@@ -51,19 +60,15 @@ import numpy as np
 
 from lumos import jit
 
-from .arrays import SimArrays
+from .arrays import SimArrays, core_args
 
 
 def _args(a: SimArrays) -> tuple:
-    """The SimArrays fields as contiguous arrays of the dtypes the core is compiled for."""
-    i64, f64 = np.int64, np.float64
-    c = np.ascontiguousarray
-    return (int(a.n), c(a.proc, i64), c(a.dur, f64), c(a.release, f64), c(a.tiebreak, f64),
-            c(a.out_ptr, i64), c(a.out_dst, i64), c(a.out_lag, f64), c(a.out_launch, np.bool_),
-            c(a.indeg, i64), c(a.wait_kind, i64), c(a.wait_target, i64), c(a.is_gpu, np.bool_),
-            c(a.stream_ptr, i64), c(a.stream_ops, i64), c(a.rank_streams_ptr, i64),
-            c(a.rank_streams, i64), c(a.rank_index, i64), int(a.n_procs),
-            np.full(int(a.n), -np.inf) if a.floor is None else c(a.floor, f64))
+    """The SimArrays fields as contiguous arrays of the dtypes the core is compiled for, after the
+    checks of `arrays.core_args` (types, `n`: a TypeError or ValueError naming the field, and nothing
+    allocated for a bad `n`); the C code checks every length and value before it runs (simulate.c)."""
+    args = core_args(a)
+    return args if args[-1] is not None else (*args[:-1], np.full(args[0], -np.inf))
 
 
 def _carve(n_items: list[tuple[int, type]], zeroed: bool) -> list[np.ndarray]:
@@ -80,23 +85,22 @@ def _carve(n_items: list[tuple[int, type]], zeroed: bool) -> list[np.ndarray]:
 
 
 def _workspace(n: int) -> tuple:
-    """Per-task arrays, allocated by numpy. Touched by every step, as views into two blocks:
-    start, end, done (the results); earliest start, unmet in-degree, enqueue time, has a
-    launch edge in. Touched by syncs only, as separate np.zeros (pages zero-filled by the OS
-    on first use): resolved, unfinished targets of a parked sync, 1 + first / last waiter
-    record of a target task (0: none)."""
-    f64, i32, i64, b = np.float64, np.int32, np.int64, np.bool_
-    start, end, earliest, enq, indeg = _carve([(n, f64), (n, f64), (n, f64), (n, f64), (n, i32)], zeroed=False)
-    done, has_launch_in = _carve([(n, b), (n, b)], zeroed=True)
-    z = np.zeros
-    return (start, end, done, earliest, indeg, enq, has_launch_in, z(n, dtype=b), z(n, dtype=i64),
-            z(n, dtype=i64), z(n, dtype=i64))
+    """Per-task arrays touched by every step, allocated by numpy as views into one block: start,
+    end, done (the results); earliest start, unmet in-degree, enqueue time. The C code sets each
+    item before it reads it (done included), so their contents do not matter; the arrays that
+    must start zeroed (has a launch edge in, and those only syncs touch) it allocates itself."""
+    f64, i64, b = np.float64, np.int64, np.bool_
+    start, end, earliest, enq, indeg, done = _carve([(n, f64), (n, f64), (n, f64), (n, f64), (n, i64), (n, b)],
+                                                    zeroed=False)
+    return start, end, done, earliest, indeg, enq
 
 
 def simulate_compiled(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Returns (start, end, done, abandoned) exactly as `simulate_reference` does."""
-    work = _workspace(int(a.n))
-    abandoned = jit.kernels().simulate(*_args(a), *work)
+    """Returns (start, end, done, abandoned) exactly as `simulate_reference` does; a malformed `a` is a
+    TypeError or ValueError naming the field (`arrays.core_args` here, the rest in simulate.c)."""
+    args = _args(a)
+    work = _workspace(args[0])
+    abandoned = jit.kernels().simulate(*args, *work)
     start, end, done = work[:3]
     return start, end, done, int(abandoned)
 
@@ -104,10 +108,8 @@ def simulate_compiled(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 def longest_path_bound(a: SimArrays) -> np.ndarray:
     """Longest-path finish of every task (NaN on a cycle): one topological pass, no processors.
     Its work arrays are allocated as the replay's are."""
-    c = np.ascontiguousarray
-    n = int(a.n)
-    work = _carve([(n, np.float64), (n, np.float64), (n, np.int32), (n, np.int64)], zeroed=False)
-    floor = np.full(n, -np.inf) if a.floor is None else c(a.floor, np.float64)
-    jit.kernels().longest_path(n, c(a.dur, np.float64), c(a.release, np.float64), floor, c(a.out_ptr, np.int64),
-                               c(a.out_dst, np.int64), c(a.out_lag, np.float64), c(a.indeg, np.int64), *work)
+    n, _, dur, release, _, out_ptr, out_dst, out_lag, _, indeg, *_, floor = core_args(a)
+    work = _carve([(n, np.float64), (n, np.float64), (n, np.int64), (n, np.int64)], zeroed=False)
+    floor = np.full(n, -np.inf) if floor is None else floor
+    jit.kernels().longest_path(n, dur, release, floor, out_ptr, out_dst, out_lag, indeg, *work)
     return work[0]

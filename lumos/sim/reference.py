@@ -24,14 +24,17 @@ import heapq
 
 import numpy as np
 
-from .arrays import SimArrays
+from .arrays import SimArrays, validate
 
 NONE, STREAM, DEVICE = 0, 1, 2
 
 
 def simulate_reference(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Returns (start, end, done, abandoned): done is False for tasks that never ran;
-    abandoned counts syncs let go because what they waited for could only run after them."""
+    abandoned counts syncs let go because what they waited for could only run after them.
+    A malformed `a` is a TypeError or ValueError naming the field (`arrays.validate`: the checks the
+    compiled core makes)."""
+    a = validate(a)
     n = a.n
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
@@ -123,9 +126,12 @@ def simulate_reference(a: SimArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray
             if a.wait_kind[v] == STREAM:
                 streams = [int(a.wait_target[v])]
             else:
-                r = a.rank_index[a.wait_target[v]] if a.wait_target[v] < len(a.rank_index) else -1
+                wt = a.wait_target[v]   # a rank; -1 or one past rank_index: none
+                r = a.rank_index[wt] if 0 <= wt < len(a.rank_index) else -1
                 streams = [] if r < 0 else list(a.rank_streams[a.rank_streams_ptr[r]:a.rank_streams_ptr[r + 1]])
             for sp in streams:
+                if sp < 0:  # -1: no stream
+                    continue
                 t = last_enqueued(sp, s)
                 if t < 0:
                     continue

@@ -79,7 +79,8 @@ def _as_int(value, default: int = -1) -> int:
 
 
 INT64 = (-(1 << 63), 1 << 63)   # the range of an integer column
-MAX_RANKS = (1 << 31) - 1       # the most ranks a world may hold (ranks are int32 in the graph)
+MAX_RANKS = 1 << 24             # the most ranks a world may hold: 16,777,216, 1,000x the largest run
+                                # published (16,384 GPUs); the replay sizes tables by the largest rank
 # the integer columns by the keys they are read from, in the order an event's are checked
 INT_SOURCES = (("pid", "pid"), ("tid", "tid"), ("corr", "correlation"), ("ext", "External id"), ("stream", "stream"),
                ("device", "device"), ("wait_stream", "wait_on_stream"),

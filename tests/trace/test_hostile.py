@@ -110,13 +110,13 @@ def test_the_edges_of_int64_and_a_huge_timestamp_load(tmp_path, on_path):
 
 @PATHS
 @pytest.mark.parametrize("dist, message", [
-    ({"rank": 10**300}, "'distributedInfo.rank' 1e+300 is not a rank (0 to 2147483646)"),
+    ({"rank": 10**300}, "'distributedInfo.rank' 1e+300 is not a rank (0 to 16777215)"),
     ({"rank": -7, "world_size": 8}, "'distributedInfo.rank' -7 is not a rank of a world of size 8 (0 to 7)"),
-    ({"rank": -7}, "'distributedInfo.rank' -7 is not a rank (0 to 2147483646)"),
+    ({"rank": -7}, "'distributedInfo.rank' -7 is not a rank (0 to 16777215)"),
     ({"rank": 8, "world_size": 8}, "'distributedInfo.rank' 8 is not a rank of a world of size 8 (0 to 7)"),
-    ({"rank": 0, "world_size": -3}, "'distributedInfo.world_size' -3 is not a world size (1 to 2147483647 ranks)"),
-    ({"world_size": 0}, "'distributedInfo.world_size' 0 is not a world size (1 to 2147483647 ranks)"),
-    ({"world_size": 2**31}, "'distributedInfo.world_size' 2147483648 is not a world size (1 to 2147483647 ranks)"),
+    ({"rank": 0, "world_size": -3}, "'distributedInfo.world_size' -3 is not a world size (1 to 16777216 ranks)"),
+    ({"world_size": 0}, "'distributedInfo.world_size' 0 is not a world size (1 to 16777216 ranks)"),
+    ({"world_size": 2**24 + 1}, "'distributedInfo.world_size' 16777217 is not a world size (1 to 16777216 ranks)"),
     ({"rank": "rank 2", "world_size": "2"}, "'distributedInfo.rank' 'rank 2' is not a rank of a world of size 2 "
                                              "(0 to 1)"),
 ])

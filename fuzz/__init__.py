@@ -1,0 +1,1 @@
+"""Fuzzing lumos's compiled kernels against their plain twins (fuzz/README.md)."""
