@@ -169,7 +169,7 @@ def reference_parse(doc, path) -> TraceTable:
     if not isinstance(dist, dict):
         raise TraceError(path, f"'distributedInfo' is {_kind(dist)}, not an object")
     rank, world = _ref_int(dist.get("rank"), 0), _ref_int(dist.get("world_size"), 1)
-    top = 2**31 - 1
+    top = 2**24          # the most ranks a world may hold
     if dist.get("world_size") is not None and not 1 <= world <= top:
         raise TraceError(path, f"'distributedInfo.world_size' {_shown(dist['world_size'])} is not a world size "
                                f"(1 to {top} ranks)")
