@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lumos import intervals
-from lumos.jit import njit
 from lumos.graph import build_graph
 from lumos.graph.model import Graph, TaskKind
+from lumos.jit import njit
 from lumos.sim import prepare
 from lumos.sim.sampling import DurationModel, draws, sample_compiled, sample_reference, with_host_steps, with_peers
 from lumos.trace import EmptyStepError, TraceTable, find_steps

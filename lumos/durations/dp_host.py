@@ -26,10 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from lumos.trace import TraceTable, find_steps
-
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.model.dp_hooks import hook_ranges, outside_hooks_us, role_label
+from lumos.trace import TraceTable, find_steps
 
 __all__ = ["HookCost", "HookSpec", "HostCollectiveCosts", "fit_host_collective_costs"]
 

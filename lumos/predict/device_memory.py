@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+from lumos.trace.table import devices
+
 from .memory import GIB
 
 __all__ = ["trace_capacity", "on_device", "device_memory", "with_device"]
@@ -24,8 +26,8 @@ def trace_capacity(tables: Sequence) -> tuple[float, str] | None:
     None where they name none."""
     least = None
     for t in tables:
-        for dev in t.metadata.get("deviceProperties") or []:
-            b = dev.get("totalGlobalMem") if isinstance(dev, dict) else None
+        for dev in devices(t.metadata):
+            b = dev.get("totalGlobalMem")
             if isinstance(b, (int, float)) and b > 0 and (least is None or b < least[0]):
                 least = (int(b), str(dev.get("name") or "GPU"))
     if least is None:

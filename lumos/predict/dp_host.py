@@ -16,18 +16,18 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from lumos.analysis.run_replay import run_breakdown
+from lumos.durations.dp_host import fit_host_collective_costs
 from lumos.graph import build_graph
 from lumos.graph.profiled_steps import profiled_steps, with_step_medians
+from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.sim import simulate
 from lumos.trace import TraceTable
-from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.transform.dp_host import from_one_rank, to_one_rank
-from lumos.durations.dp_host import fit_host_collective_costs
-from .options import PredictOptions
-from .whatif import check_steps
 
+from .options import PredictOptions
 from .prediction import add_actual, round_metrics
-from lumos.analysis.run_replay import run_breakdown
+from .whatif import check_steps
 
 __all__ = ["host_collective_run", "one_rank_fsdp_run", "predict_from_one_rank", "predict_one_rank", "replay_unchanged"]
 

@@ -26,9 +26,9 @@ import heapq
 
 import numpy as np
 
-from lumos.transform.plan import Plan
 from lumos.durations import CollectiveSpec
 from lumos.durations.collectives import level_of
+from lumos.transform.plan import Plan
 
 from .fixed_point import Effect
 

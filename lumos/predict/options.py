@@ -22,6 +22,7 @@ from typing import Mapping
 from lumos.durations.clocks import CLOCK_MODES
 from lumos.durations.contention import CONTENTION_MODES
 from lumos.transform.dp_sharding import STRATEGIES
+
 from .micro_batch_count import MICROBATCH_RULES
 from .peer_waits import PEER_WAIT_MODES
 

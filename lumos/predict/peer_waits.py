@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lumos.durations import CollectiveSpec
 from lumos.graph.model import TaskKind
 from lumos.transform.plan import Plan
-from lumos.durations import CollectiveSpec
 
 __all__ = ["PEER_WAIT_MODES", "TRANSFER_CAPS", "PeerWaits", "resolve_mode", "holds_base_tasks", "dp_collectives",
            "read_peer_waits", "apply_peer_waits", "settle"]

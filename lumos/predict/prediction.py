@@ -14,24 +14,24 @@ from typing import Sequence
 
 import numpy as np
 
+from lumos.analysis.breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
+from lumos.analysis.run_replay import critical_rank, run_breakdown
 from lumos.graph.edges.cross_rank import add_rendezvous
+from lumos.model.recover import summary as structure_summary
 from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 from lumos.transform.plan import Plan
 from lumos.transform.speed import compute_kernels
-from lumos.model.recover import summary as structure_summary
-from .options import PredictOptions
-from .whatif import base_plan, memory_of, transform
-from .device_memory import device_memory, with_device
-from .no_op import cpu_only_note, refuse_no_ops, tp_note
 
-from lumos.analysis.breakdown import COMPONENTS, METRICS, breakdown, relative_error_pct
 from .contention import contention_effect
+from .device_memory import device_memory, with_device
 from .fixed_point import replay_to_fixed_point
 from .nic_sharing import nic_effect
+from .no_op import cpu_only_note, refuse_no_ops, tp_note
+from .options import PredictOptions
 from .peer_waits import apply_peer_waits, holds_base_tasks, read_peer_waits, resolve_mode, settle
-from lumos.analysis.run_replay import critical_rank, run_breakdown
+from .whatif import base_plan, memory_of, transform
 
 __all__ = ["predict", "add_actual", "round_metrics", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
 

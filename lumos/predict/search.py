@@ -37,10 +37,10 @@ from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import STRATEGIES, reachable
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.tp import change_tp, tp_misfits
-from .whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
-from .device_memory import device_memory, on_device
 
+from .device_memory import device_memory, on_device
 from .prediction import simulate_plan
+from .whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
 
 __all__ = ["candidates", "search", "SHORT_PIPELINE"]
 

@@ -13,33 +13,33 @@ from typing import Sequence
 
 import numpy as np
 
-from lumos.errors import UserError
-from lumos.graph.model import TaskKind
-from lumos.graph.run_graph import build_run_graph
-from lumos.trace import TraceTable
-
-from lumos.transform.dp import change_dp
-from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
-from lumos.transform.dp_sharding import change_fsdp_strategy
-from .memory_calibration import calibrate, measured_peak
-from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
-from lumos.transform.rebuild import rebuild
-from lumos.model.recover import recover_layers, summary
-from lumos.transform.schedule import layers_per_stage
-from lumos.model.structure import find_structure
 from lumos.durations import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
 from lumos.durations.collectives import level_of, load_profile
 from lumos.durations.contention import NO_CONTENTION, base_shares, fit_contention
+from lumos.errors import UserError
+from lumos.graph.model import TaskKind
+from lumos.graph.run_graph import build_run_graph
+from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
+from lumos.model.recover import recover_layers, summary
+from lumos.model.structure import find_structure
+from lumos.trace import TraceTable
+from lumos.trace.table import devices
+from lumos.transform.dp import change_dp
+from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
-from .micro_batch_count import target_micro_batches
-from .options import STEP_MODES, PredictOptions
+from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
+from lumos.transform.rebuild import rebuild
+from lumos.transform.schedule import layers_per_stage
 from lumos.transform.speed import change_speed, compute_mask
 from lumos.transform.tp import change_tp
 from lumos.transform.width import change_width
 
+from .memory_calibration import calibrate, measured_peak
+from .micro_batch_count import target_micro_batches
+from .options import STEP_MODES, PredictOptions
+
 __all__ = ["STEP_MODES", "base_plan", "check_steps", "transform", "memory_of", "structure_report",
            "data_parallel_report"]
-
 
 
 def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(), *,
@@ -120,8 +120,8 @@ def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
     """The GPU's streaming multiprocessors: the trace's own `deviceProperties` (Kineto writes them,
     so do our emulator and capture), else the profile's `num_sms` (0: unknown)."""
     for t in tables:
-        for dev in t.metadata.get("deviceProperties") or []:
-            if isinstance(dev, dict) and isinstance(dev.get("numSms"), int) and dev["numSms"] > 0:
+        for dev in devices(t.metadata):
+            if isinstance(dev.get("numSms"), int) and dev["numSms"] > 0:
                 return int(dev["numSms"])
     return int(profile.get("num_sms", 0))
 

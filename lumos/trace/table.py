@@ -21,8 +21,15 @@ FLOAT_COLUMNS = ("ts", "dur")
 OBJECT_COLUMNS = ("name", "sync_kind", "coll_name", "dtype", "pg_ranks", "input_dims", "pg_name")
 
 
+def devices(metadata: dict) -> list[dict]:
+    """The entries of a trace's `deviceProperties` (Kineto, our emulator and capture write one per GPU)
+    that are objects; [] where it has none."""
+    dev = metadata.get("deviceProperties")
+    return [d for d in dev if isinstance(d, dict)] if isinstance(dev, list) else []
+
+
 def gpu_name(metadata: dict) -> str | None:
-    """The first device's name in a trace's `deviceProperties` (Kineto, our emulator and capture write it)."""
+    """The first device's name in a trace's `deviceProperties`."""
     dev = metadata.get("deviceProperties")
     first = dev[0] if isinstance(dev, list) and dev else None
     name = first.get("name") if isinstance(first, dict) else None

@@ -19,10 +19,10 @@ import dataclasses
 
 import numpy as np
 
+from lumos.durations import CollectiveSpec
 from lumos.graph.model import TaskKind
 
 from .plan import Plan, block_mask, dp_group, stage_ranks
-from lumos.durations import CollectiveSpec
 
 
 def change_dp(plan: Plan, dp: int) -> Plan:

@@ -34,14 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lumos.durations.dp_host import HostCollectiveCosts
 from lumos.graph.model import EdgeClass, Graph, TaskKind
-from lumos.trace import TraceTable
-
-from lumos.trace.steps import select_step
-
 from lumos.model.dp_flavour import collective_kind, find_dp_flavour
 from lumos.model.dp_hooks import hook_ranges, role_label
-from lumos.durations.dp_host import HostCollectiveCosts
+from lumos.trace import TraceTable
+from lumos.trace.steps import select_step
 
 __all__ = ["HostCollectives", "find_host_collectives", "from_one_rank", "to_one_rank"]
 

@@ -31,9 +31,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from lumos.graph.model import TaskKind
-
 from lumos.durations import CollectiveSpec
+from lumos.graph.model import TaskKind
 
 MAIN = ("layer", "embedding", "head")
 SHARD_COLLECTIVES = ("allgather", "reduce_scatter")

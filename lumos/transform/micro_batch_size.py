@@ -19,9 +19,10 @@ import dataclasses
 
 import numpy as np
 
+from lumos.durations import CollectiveSpec
+
 from .plan import Plan, block_mask
 from .shapes import parameter_shapes, reshape_tasks, rewrite_batch
-from lumos.durations import CollectiveSpec
 
 PER_MICRO_BATCH = ("layer", "embedding", "head")
 

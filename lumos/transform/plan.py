@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lumos.graph.model import Graph
-
-from lumos.model.structure import ModelShape, RunStructure
 from lumos.durations import AlphaBeta, ComputeModel
 from lumos.durations.contention import NO_CONTENTION, Contention
+from lumos.graph.model import Graph
+from lumos.model.structure import ModelShape, RunStructure
 
 
 @dataclass

@@ -24,12 +24,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from lumos.durations import CollectiveSpec, ComputeSpec
 from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
+from lumos.model.structure import Block, RunStructure
 
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
 from .schedule import layers_of_stage, one_f_one_b
-from lumos.model.structure import Block, RunStructure
-from lumos.durations import CollectiveSpec, ComputeSpec
 from .templates import Templates
 
 # plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array

@@ -21,9 +21,8 @@ b*s = 8192 equals its FFN width. So each op kind is rewritten by position:
 
 from __future__ import annotations
 
-from lumos.graph.model import TaskKind
-
 from lumos.durations.compute import ComputeSpec
+from lumos.graph.model import TaskKind
 from lumos.model.ops import GEMM_OPS, attention_bshd, gemm_mkn
 
 

@@ -15,11 +15,11 @@ import copy
 
 import numpy as np
 
+from lumos.durations import CollectiveSpec
 from lumos.graph.model import TaskKind
+from lumos.model.ops import op_class
 
 from .plan import Plan
-from lumos.durations import CollectiveSpec
-from lumos.model.ops import op_class
 
 NOT_COMPUTE = ("Memcpy HtoD", "Memcpy DtoH", "Memcpy PtoP", "Memcpy HtoH")
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from lumos.graph.model import EdgeClass, TaskKind, WaitKind
 
-from .plan import Plan
 from .dp_shard_units import ShardedGlue
+from .plan import Plan
 
 __all__ = ["Templates", "BlockLayout", "is_outlier"]
 

@@ -32,11 +32,12 @@ import copy
 
 import numpy as np
 
-from .plan import Plan, block_mask, refuse_rebucketing
-from .dp_shard_units import scale_units
-from .shapes import _gemm_dims, _is_tensor, map_tensors, reshape_tasks, rewrite_width
 from lumos.durations import CollectiveSpec
 from lumos.model.ops import GEMM_OPS, gemm_mkn
+
+from .dp_shard_units import scale_units
+from .plan import Plan, block_mask, refuse_rebucketing
+from .shapes import _gemm_dims, _is_tensor, map_tensors, reshape_tasks, rewrite_width
 
 SP_KINDS = ("allgather", "reduce_scatter")   # as `structure._read_collectives` names them
 FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1's output (f/t wide)

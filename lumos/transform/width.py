@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import copy
 
+from lumos.durations import CollectiveSpec, ComputeSpec
 from lumos.graph.model import TaskKind
 
-from .plan import Plan, refuse_rebucketing
 from .dp_shard_units import layer_unit_bytes, scale_units
+from .plan import Plan, refuse_rebucketing
 from .shapes import rewrite_width
-from lumos.durations import CollectiveSpec, ComputeSpec
 
 
 def _mapping(shape, hidden: int, ffn: int) -> dict:
