@@ -41,13 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="compute kernels X times faster (0.5 = half as fast)")
     p.add_argument("--network-speed", type=positive_float, default=None,
                    help="collective bandwidth (NVLink and network) Y times higher")
+    add_cluster_flag(p)
     p.add_argument("--gemm-efficiency", choices=("waves", "flops"), default="waves",
                    help="how a re-shaped GEMM is re-timed: waves (default: waves x k, wave quantization over "
                         "the GPU's SMs where the kernel names its tile) or flops (the FLOP ratio alone)")
     p.add_argument("--clocks", choices=("auto", "recorded", "steady", "off"), default="auto",
                    help="sustained GPU clocks (lumos/durations/clocks.py): recorded (compute kernels at the "
                         "clock a recording of the target made like the base's would show), steady (a long run), off "
-                        "(as measured); auto (default): recorded where config/predict/cluster.yaml has the base's GPU "
+                        "(as measured); auto (default): recorded where config/predict/clusters/h100_roce.yaml has the base's GPU "
                         "and the base says its profiler schedule, else off")
     p.add_argument("--host", choices=("median", "step"), default="median",
                    help="the base's host work (CPU ops and the Python between them): median (default: each op "
@@ -96,9 +97,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def add_cluster_flag(p: argparse.ArgumentParser) -> None:
+    """--cluster (`lumos predict` and `lumos search` share it)."""
+    from lumos.durations.collectives import DEFAULT_CLUSTER, cluster_names
+
+    p.add_argument("--cluster", choices=cluster_names(), default=None,
+                   help=f"cluster profile (config/predict/clusters/NAME.yaml; default {DEFAULT_CLUSTER}): times "
+                        "the collectives a target needs and the base has none of (a one-GPU base's TP "
+                        "all-reduces, gradient buckets, pipeline sends) and network levels the base never used")
+
+
 def add_memory_flags(p: argparse.ArgumentParser) -> None:
     """The memory model's settings as flags (`lumos predict` and `lumos search` share them)."""
-    mem = p.add_argument_group("memory model (defaults: config/predict/cluster.yaml)")
+    mem = p.add_argument_group("memory model (defaults: the cluster profile, config/predict/clusters/)")
     mem.add_argument("--bytes-per-param", type=positive_float, default=None,
                      help="parameter + gradient + optimizer-state bytes per parameter (18: bf16 mixed-precision Adam)")
     mem.add_argument("--distributed-optimizer", action="store_true", default=None,
@@ -138,7 +149,8 @@ def predict_options(args):
                           network_speed=args.network_speed, fsdp_strategy=args.fsdp_strategy,
                           memory=memory_overrides(args), step=args.step, gemm_efficiency=args.gemm_efficiency,
                           host=args.host, kernels=args.kernels, contention=args.contention, clocks=args.clocks,
-                          peer_waits=args.peer_waits, engine=args.engine, samples=args.samples, seed=args.seed)
+                          peer_waits=args.peer_waits, engine=args.engine, samples=args.samples, seed=args.seed,
+                          cluster=args.cluster)
 
 
 # The last base run this process loaded, and its plans: a pipeline job that predicts many targets from

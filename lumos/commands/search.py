@@ -14,7 +14,7 @@ from lumos.predict.search import search
 from lumos.errors import UserError
 
 from .flags import FORMAT_HELP, positive_int, positive_int_list
-from .predict import add_memory_flags, memory_overrides
+from .predict import add_cluster_flag, add_memory_flags, memory_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "extrapolated from two shorter replays, lumos/predict/search.py)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes sharing the layouts (default: every core; the ranking does not depend on it)")
+    add_cluster_flag(p)
     add_memory_flags(p)
     p.set_defaults(func=run)
 
@@ -43,7 +44,7 @@ def run(args) -> int:
     tables = load_run(args.base)
     try:
         rows = search(tables, args.gpus, args.micro_batch, args.global_batch, memory=memory_overrides(args),
-                      exact=args.exact, workers=args.workers)
+                      exact=args.exact, workers=args.workers, cluster=args.cluster)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     shown = rows if args.top is None else [r for r in rows if r["fits"]][:args.top]

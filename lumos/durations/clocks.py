@@ -24,7 +24,7 @@ prediction are slowed by the clock the target would run at:
   the way the base was made would show.
 - `steady`: (1 + steady) over the base's window mean: a long training run.
 
-The constants are per GPU model, in `config/predict/cluster.yaml` (`sustained_clock:`),
+The constants are per GPU model, in `config/predict/clusters/h100_roce.yaml` (`sustained_clock:`),
 fitted by `fit_sustained_clock` on a calibration recording (the same kernels as the base,
 run longer) against the base: never on a prediction's own target.
 """

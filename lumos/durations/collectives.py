@@ -13,7 +13,7 @@ Assumptions (NCCL ring algorithms, bandwidth-bound):
   decile of each (kind, size, group size, level) as the transfer time, and `retime`
   keeps each task's own waiting (measured minus model) unchanged.
 - A level without at least two distinct sample sizes takes alpha from the cluster
-  profile (config/predict/cluster.yaml) and fits only beta (or takes both from the
+  profile (config/predict/clusters/h100_roce.yaml) and fits only beta (or takes both from the
   profile when it has no sample at all).
 - A level with samples of at least two sizes fits a per-collective constant
   (`level_fixed_us`) and beta; the per-step latency too when its samples span three
@@ -68,12 +68,32 @@ def rails(group: tuple, gpus_per_host: int, nics_per_host: int) -> int:
     return max(1, min(min(per_host.values()), nics_per_host))
 
 
-def load_profile(path: str | Path | None = None) -> dict:
-    """The cluster profile (config/predict/cluster.yaml). Plain YAML is read as such (omegaconf's
-    import costs a `lumos predict` ~0.1 s); a file with `${...}` interpolations goes through omegaconf."""
+DEFAULT_CLUSTER = "h100_roce"
+
+
+def cluster_names() -> list[str]:
+    """The named cluster profiles shipped in config/predict/clusters/ (`lumos predict --cluster NAME`)."""
     from lumos.config import config_dir
 
-    p = Path(path) if path else config_dir() / "predict" / "cluster.yaml"
+    return sorted(p.stem for p in (config_dir() / "predict" / "clusters").glob("*.yaml"))
+
+
+def cluster_path(name: str | None = None) -> Path:
+    """The file of cluster profile `name` (default: DEFAULT_CLUSTER); a ValueError naming the known ones."""
+    from lumos.config import config_dir
+
+    name = name or DEFAULT_CLUSTER
+    p = config_dir() / "predict" / "clusters" / f"{name}.yaml"
+    if not p.is_file():
+        raise ValueError(f"no cluster profile {name!r} (known: {', '.join(cluster_names())})")
+    return p
+
+
+def load_profile(path: str | Path | None = None) -> dict:
+    """A cluster profile (default: config/predict/clusters/h100_roce.yaml). Plain YAML is read as such
+    (omegaconf's import costs a `lumos predict` ~0.1 s); a file with `${...}` interpolations goes through
+    omegaconf."""
+    p = Path(path) if path else cluster_path()
     text = p.read_text()
     if "${" not in text:
         return _plain_yaml(text)

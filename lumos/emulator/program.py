@@ -149,15 +149,15 @@ class Program:
         self.level = granularity_level(settings)
         self.coarse = self.level != "fine"
         self.unfused = settings.training.attention == "unfused"
-        self.layer_fwd = self._finish(self._layer_fwd())
-        self.layer_bwd = self._finish(self._layer_bwd())
+        self.layer_fwd = self._finish(self._bypassed(self._layer_fwd()))
+        self.layer_bwd = self._finish(self._bypassed(self._layer_bwd()))
         # layers one block of layer_fwd / layer_bwd stands for (all of a stage's at granularity=stage)
         self.layers_per_block = 1
         if self.level == "stage":
             self.layers_per_block = m.num_layers // settings.pp
             self.layer_fwd = self._stack(self.layer_fwd, self.layers_per_block)
             self.layer_bwd = self._stack(self.layer_bwd, self.layers_per_block)
-        self.embed_fwd = self._finish(self._embed_fwd())
+        self.embed_fwd = self._finish(self._bypassed(self._embed_fwd()))
         self.embed_bwd = self._finish(self._embed_bwd())
         self.head_fwd = self._finish(self._head_fwd())
         self.head_bwd = self._finish(self._head_bwd())
@@ -289,6 +289,15 @@ class Program:
             self.mm(vt, T, h, "nt", dims=((vt, T), (T, h))),
             self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
         ]
+
+    def _bypassed(self, steps):
+        """At TP 1 Megatron's TP all-reduces of a layer's and the embedding's output return their
+        input without a collective (megatron/core/tensor_parallel/mappings.py, `_reduce`: "Bypass the
+        function if we are using only 1 GPU"); the cross-entropy's all-reduces (cross_entropy.py) call
+        torch.distributed.all_reduce whatever the group's size, so the head keeps them."""
+        if self.t > 1:
+            return steps
+        return [st for st in steps if not isinstance(st, (TPAllReduce, TPWait))]
 
     def _finish(self, steps):
         """At coarse granularity, fold element-wise ops into the neighbouring GEMM/attention op."""

@@ -1,15 +1,16 @@
 """What-ifs that would change nothing they were asked to change: refused with the reason.
 
-The transforms re-time what the base has; none inserts what it lacks:
-- `--dp` re-groups the base's data-parallel collectives (`lumos/transform/dp.py`): a base without
-  any (a one-GPU run) would be predicted at its own time, whatever the degree;
-- `--network-speed` re-times the base's collectives: a base without any keeps its time;
+The transforms re-time what the base has; what a GPU base lacks, `lumos/transform/add_collectives.py`
+adds (a one-GPU base's TP all-reduces, gradient buckets and pipeline sends). What is left:
+- `--dp` on a CPU capture (its collectives are host ops, not inserted) or on a base whose data
+  parallelism is not all-reduce DP would be predicted at its own time, whatever the degree;
+- `--network-speed` re-times collectives: a base without any, and a target adding none, keeps its time;
 - on a CPU-only base (no GPU kernel: the host does the work), `--micro-batch`, `--compute-speed`
   and `--tp` re-time GPU kernels only (the compute supplier), so its CPU ops keep their time.
 Each is refused (`refuse_no_ops`), one line naming what was asked and what the base lacks. What
 such a base's prediction does change is said in a note: a CPU-only base's rebuild (layers,
 micro-batches, the optimizer's host loop; `cpu_only_note`), a TP change of a base without TP
-collectives (its GEMMs re-sharded, no TP collective inserted; `tp_note`).
+collectives that gets none inserted (its GEMMs re-sharded; `tp_note`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from lumos.graph.model import TaskKind
+from lumos.transform.add_collectives import missing
 
 __all__ = ["cpu_only", "refusals", "refuse_no_ops", "cpu_only_note", "tp_note"]
 
@@ -53,11 +55,13 @@ def refusals(plan, target: dict, options) -> list[str]:
         if tp is not None and tp != plan.tp:
             out.append(f"--tp {tp}: " + host.format(
                 "a TP change re-shards GPU kernels and re-groups TP collectives only"))
-    if dp is not None and dp != plan.dp and not _has(plan, "dp"):
-        bigger = "a larger layout" if dp > plan.dp else f"a DP {dp} layout"
-        out.append(f"--dp {dp}: the base has no data-parallel collective to re-time ({_run_of(plan)}); inserting "
-                   f"the collectives {bigger} needs is not built yet")
-    if network is not None and network != 1.0 and not np.any(plan.st.coll != None):  # noqa: E711 (element-wise)
+    adds = missing(plan, tp or plan.tp, target.get("pp") or plan.pp, dp or plan.dp)
+    if dp is not None and dp != plan.dp and not _has(plan, "dp") and "dp" not in adds:
+        why = ("a CPU capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 capture, "
+               "--dp with --dp-calibration predicts them)" if cpu_only(plan) else
+               "its data parallelism is not all-reduce DP, so no gradient bucket is inserted")
+        out.append(f"--dp {dp}: the base has no data-parallel collective to re-time ({_run_of(plan)}); {why}")
+    if network is not None and network != 1.0 and not np.any(plan.st.coll != None) and not adds:  # noqa: E711
         out.append(f"--network-speed {network:g}: the base has no collective to re-time ({_run_of(plan)}): a faster "
                    "network changes nothing in it")
     return out
@@ -80,10 +84,12 @@ def cpu_only_note(plan) -> str | None:
 
 
 def tp_note(plan, target: dict) -> str | None:
-    """A TP change of a GPU base without TP collectives: what is and is not in its prediction."""
+    """A TP change of a GPU base without TP collectives where none are inserted (a TP decrease, or a
+    base at TP > 1 whose trace shows none): what is and is not in its prediction."""
     tp = target.get("tp")
-    if tp is None or tp == plan.tp or _has(plan, "tp") or cpu_only(plan):
+    if tp is None or tp == plan.tp or _has(plan, "tp") or cpu_only(plan) or "tp" in missing(plan, tp, 1, 1):
         return None
     return (f"TP {plan.tp} -> {tp} from a base with no tensor-parallel collective: its GEMMs, heads and shard-wide "
-            f"element-wise work are re-sharded, but no TP collective is inserted (not built yet), so this "
-            f"prediction has none of the all-reduces a TP {tp} layout runs")
+            f"element-wise work are re-sharded, but a base at TP {plan.tp} whose trace shows no TP collective does "
+            f"not say where its all-reduces are, so none is inserted and this prediction has none of those a "
+            f"TP {tp} layout runs")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from lumos.durations.clocks import CLOCK_MODES
+from lumos.durations.collectives import cluster_path
 from lumos.durations.contention import CONTENTION_MODES
 from lumos.transform.dp_sharding import STRATEGIES
 
@@ -34,7 +35,7 @@ STEP_MODES = ("median", "step")
 GEMM_EFFICIENCIES = ("waves", "flops")
 ENGINES = ("auto", "reference", "compiled")
 # the options `base_plan` reads: predictions that agree on these can share one fitted plan
-PLAN_FIELDS = ("step", "gemm_efficiency", "host", "kernels", "contention")
+PLAN_FIELDS = ("step", "gemm_efficiency", "host", "kernels", "contention", "cluster")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class PredictOptions:
     # compute kernels slowed by the communication beside them (`lumos.durations.contention`): fit (the
     # base's slowdown taken out, the target's overlap puts it back in the replay) or off (as measured)
     contention: str = "fit"
+    # the cluster profile (config/predict/clusters/NAME.yaml; None: the default, h100_roce): what a topology
+    # level the base has no collective on, and every collective a target needs and the base lacks, are timed by
+    cluster: str | None = None
 
     # --- how the target is replayed ---
     # the sustained-clock model of the base's GPU (`lumos.durations.clocks`): recorded (the clock a
@@ -105,6 +109,8 @@ class PredictOptions:
             _one_of("FSDP strategy", self.fsdp_strategy, STRATEGIES)
         _one_of("clocks", self.clocks, CLOCK_MODES)
         _one_of("engine", self.engine, ENGINES)
+        if self.cluster is not None:
+            cluster_path(self.cluster)     # a ValueError naming the known profiles
         if self.memory is not None:   # a copy: a caller's later change to its dict does not reach these
             object.__setattr__(self, "memory", dict(self.memory))
 

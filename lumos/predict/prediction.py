@@ -243,7 +243,7 @@ def clock_setting(base_tables: Sequence[TraceTable], mode: str):
     clock = clock_for(gpu, load_profile())
     cap = t.metadata.get("lumosCapture") or {}
     steps = find_steps(t)
-    missing = ("config/predict/cluster.yaml has no sustained_clock for its GPU "
+    missing = ("config/predict/clusters/h100_roce.yaml has no sustained_clock for its GPU "
                f"({gpu or 'no deviceProperties name'})" if clock is None else
                "it does not say its profiler schedule (lumosCapture wait/warmup, written by `lumos capture`)"
                if not {"wait", "warmup"} <= set(cap) else "it has no ProfilerStep# ranges" if not steps else None)

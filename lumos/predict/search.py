@@ -33,12 +33,14 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import STRATEGIES, reachable
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.tp import change_tp, tp_misfits
 
 from .device_memory import device_memory, on_device
+from .options import PredictOptions
 from .prediction import simulate_plan
 from .whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
 
@@ -82,17 +84,18 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
            memory: dict | None = None, progress: bool = True, exact: bool = False,
-           workers: int | None = None) -> list[dict]:
+           workers: int | None = None, cluster: str | None = None) -> list[dict]:
     """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
     fitting ones ranked fastest first. `workers` processes (default: every core) share the work by
     (TP, micro-batch size); the result does not depend on their number. Memory is judged against the
-    base's own GPU (`device_memory`: its trace's deviceProperties, else the profile's; `memory` may give it)."""
+    base's own GPU (`device_memory`: its trace's deviceProperties, else the profile's; `memory` may give it).
+    `cluster`: the cluster profile the collectives a one-GPU base lacks are timed by (default h100_roce)."""
     if not on_device(tables):
         raise ValueError(f"{tables[0].path}: a CPU-only trace (no GPU kernel): lumos search ranks layouts of GPUs, "
                          "and a layout's TP, DP and micro-batch size re-time GPU kernels and device collectives, "
                          "which this base has none of")
     memory, _ = device_memory(tables, memory)
-    base = base_plan(tables)
+    base = base_plan(tables, PredictOptions(cluster=cluster))
     micro_batches = micro_batches or [base.shape.micro_batch]
     cands = candidates(base, gpus, micro_batches, global_batch)
     settings = {s: memory_settings(base, _strategy_memory(memory, s))
@@ -153,7 +156,11 @@ def _run(base, jobs: list, exact: bool, workers: int | None):
 
 
 def _pair(base, tp: int, mbs: int, rows: list, exact: bool) -> list:
-    part = change_micro_batch(change_tp(base if base is not None else _BASE, tp), mbs)
+    base = base if base is not None else _BASE
+    # collectives these layouts need and the base lacks (a one-GPU base's), added once for all of them
+    kinds = missing(base, tp, max(r["pp"] for r in rows), max(r["dp"] for r in rows))
+    base = add_collectives(base, kinds, tp, max(r["pp"] for r in rows), max(r["dp"] for r in rows), base.profile)
+    part = change_micro_batch(change_tp(base, tp), mbs)
     return [_iteration(part, r, exact) for r in rows]
 
 

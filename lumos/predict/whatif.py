@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from lumos.durations import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
-from lumos.durations.collectives import level_of, load_profile
+from lumos.durations.collectives import cluster_path, level_of, load_profile
 from lumos.durations.contention import NO_CONTENTION, base_shares, fit_contention
 from lumos.errors import UserError
 from lumos.graph.model import TaskKind
@@ -24,6 +24,7 @@ from lumos.model.recover import recover_layers, summary
 from lumos.model.structure import find_structure
 from lumos.trace import TraceTable
 from lumos.trace.table import devices
+from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
@@ -52,7 +53,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     check_steps(tables, host, kernels, recordings)
     graph = build_run_graph(tables, step=step, host_medians=host == "median", kernel_medians=kernels == "median",
                             recordings=recordings)
-    profile = profile or load_profile()
+    profile = profile or load_profile(cluster_path(options.cluster))
     found, how = recover_layers(list(tables), step)   # ranges appended: the graph's rows stay valid
     if all(h.source == "none" for h in how):
         raise ValueError(f"{tables[0].path}: {how[0].note}. The what-if transforms rebuild a run from its "
@@ -77,7 +78,8 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
-                base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown)
+                base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
+                profile=profile)
 
 
 def alone_under_comm(graph, st, tables: Sequence[TraceTable]):
@@ -132,7 +134,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
     """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
-    FSDP strategy, then one pipeline rebuild. Micro-batches per iteration: `global_batch`, else
+    FSDP strategy, then one pipeline rebuild. Collectives the target needs and the base has none of (a
+    one-GPU base's TP all-reduces, gradient buckets, pipeline sends) are added after the width change
+    (`lumos.transform.add_collectives`), timed by the base's cluster profile. Micro-batches per iteration: `global_batch`, else
     `microbatch_rule` (`micro_batch_count.py`: auto = the paper's TP x PP when the base follows it, else
     the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
     FSDP base."""
@@ -142,6 +146,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     _refuse_empty_stages(pp, layers or plan.layers, pp != plan.pp)
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn)
+    added = missing(out, tp, pp, dp)
+    out = add_collectives(out, added, tp, pp, dp, out.profile or load_profile())
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
     out = change_dp(out, dp)
@@ -157,7 +163,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     layers = layers or plan.layers
     changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
     if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
-            or restrategy):
+            or restrategy or out.inserted):    # an added collective is a template: only a rebuild places it
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
         out = rebuild(out, pp=pp, layers=layers, microbatches=m)
         if layers % pp and (pp != plan.pp or layers != plan.layers):

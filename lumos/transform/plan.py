@@ -45,6 +45,10 @@ class Plan:
     # compute kernels' slowdown under communication, fitted on the base (durations/contention.py);
     # the graph's compute durations are then their time alone, put back by lumos.predict.contention
     contention: Contention = NO_CONTENTION
+    # the cluster profile the suppliers were fitted with (lumos.durations.collectives.load_profile), and the
+    # kinds of collective added because the base had none (add_collectives.py: 'tp', 'dp', 'pp')
+    profile: dict = field(default_factory=dict, repr=False)
+    inserted: tuple = ()
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)

@@ -175,6 +175,8 @@ class Templates:
             if b.kind in ("layer", "embedding", "head") and b.phase == "backward":
                 last_bwd[b.rank] = max(last_bwd.get(b.rank, -np.inf), b.start)
         self.dp_after_backward = bool(dp_rows) and all(row[1] > last_bwd.get(row[0], np.inf) for row in dp_rows)
+        if "dp" in plan.inserted:     # an added bucket template sits after backward; Megatron overlaps them
+            self.dp_after_backward = False
 
     def layout(self, bi: int) -> "BlockLayout":
         """What `_emit` needs of block `bi` that does not depend on where it is emitted (cached:

@@ -8,7 +8,7 @@
    profiled ones). The base recordings are ~1.0 by construction.
 2. `fit_sustained_clock` on the calibration recordings only (default: the 4-micro-batch runs, the
    base's own kernels run twice as long), against both base recordings: the constants that
-   `config/predict/cluster.yaml` (`sustained_clock:`) records.
+   `config/predict/clusters/h100_roce.yaml` (`sustained_clock:`) records.
 3. The fitted model on the recordings it did not see (out of sample): weighted RMS of the binned
    ratios around 1 (no model) and around the model.
 

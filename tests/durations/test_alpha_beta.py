@@ -84,7 +84,7 @@ def test_the_profile_reads_the_same_without_omegaconf(tmp_path):
     from lumos.config import config_dir
     from lumos.durations.collectives import load_profile
 
-    shipped = config_dir() / "predict" / "cluster.yaml"
+    shipped = config_dir() / "predict" / "clusters" / "h100_roce.yaml"
     assert load_profile() == OmegaConf.to_container(OmegaConf.load(shipped), resolve=True)
     p = tmp_path / "cluster.yaml"
     p.write_text("a: 1e3\nb: 5E-6\nc: 12\nd: .5\ne: '1e3'\nf: 1_000\ng: [1.0e+9, x]\n")

@@ -65,11 +65,11 @@ def test_the_shipped_calibration_runs_slow_down_after_850_ms(recordings):
 
 
 def test_profile_constants_are_the_fit_of_the_calibration_runs(recordings):
-    """config/predict/cluster.yaml records what `python studies/h200/clocks.py` fits."""
+    """config/predict/clusters/h100_roce.yaml records what `python studies/h200/clocks.py` fits."""
     base, calib = recordings
     windows = [b.window_ms() for b in base]
     model, fit = fit_sustained_clock([busy_ratios(base, c) for c in calib], windows)
-    profile = OmegaConf.to_container(OmegaConf.load(config_dir() / "predict" / "cluster.yaml"))
+    profile = OmegaConf.to_container(OmegaConf.load(config_dir() / "predict" / "clusters" / "h100_roce.yaml"))
     recorded = clock_for("NVIDIA H200", profile)
     assert (model.boost_ms, model.dip_ms) == (recorded.boost_ms, recorded.dip_ms) == (850.0, 150.0)
     assert round(model.dip, 3) == recorded.dip and round(model.steady, 3) == recorded.steady
@@ -134,7 +134,7 @@ def test_explicit_clock_mode_names_what_the_base_lacks():
 
 
 def CLOCK_FROM_PROFILE() -> SustainedClock:
-    profile = OmegaConf.to_container(OmegaConf.load(config_dir() / "predict" / "cluster.yaml"))
+    profile = OmegaConf.to_container(OmegaConf.load(config_dir() / "predict" / "clusters" / "h100_roce.yaml"))
     return clock_for("NVIDIA H200", profile)
 
 

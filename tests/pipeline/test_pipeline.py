@@ -119,7 +119,7 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert set(whatif["target"]) == {"layers_1.5x"}
     assert whatif["n_measured"].iloc[0] == 3 and whatif["layers"].iloc[0] == 18
     # 18 layers: ~195 ms iterations, so the profiled window (390-975 ms of work) reaches into the clock's dip
-    # (config/predict/cluster.yaml: 850-1000 ms at +10.8%); predicted 195.7 ms vs 193.3 measured (3 steps)
+    # (config/predict/clusters/h100_roce.yaml: 850-1000 ms at +10.8%); predicted 195.7 ms vs 193.3 measured (3 steps)
     assert whatif["role"].iloc[0] == "what-if" and 1.01 < whatif["clock_factor"].iloc[0] < 1.04
     assert abs(whatif["error_pct"].iloc[0]) < 3.0
     # the 90% interval of 100 sampled replays: host work one base step at a time, compute at one profiled

@@ -48,11 +48,12 @@ def cpu_capture(tmp_path_factory):
 
 # --- item 1: a DP (or network) change of a base with nothing to re-time ---
 
-def test_dp_of_a_one_gpu_base_is_refused(capsys):
-    rc, out, err = _predict(capsys, H200, "--dp", "2")
-    assert rc == 2 and out == ""
-    assert err == ("lumos predict: error: --dp 2: the base has no data-parallel collective to re-time (a one-GPU "
-                   "run); inserting the collectives a larger layout needs is not built yet\n")
+def test_dp_of_a_one_gpu_base_inserts_its_gradient_buckets(capsys):
+    doc = _json(capsys, H200, "--dp", "2")
+    assert doc["predicted"]["exposed_comm_us"] + doc["predicted"]["overlapped_us"] > 0
+    assert doc["predicted"]["iteration_us"] > doc["measured_base"]["replayed_unchanged_us"]
+    assert ("inserted (the base has none): DP gradient buckets of 40M parameters overlapped with backward; timed by "
+            "h100_roce's alpha-beta model (docs/prediction.md, \"From one GPU to a cluster\")") in doc["notes"]
 
 
 def test_network_speed_of_a_base_without_collectives_is_refused(capsys):
@@ -62,14 +63,13 @@ def test_network_speed_of_a_base_without_collectives_is_refused(capsys):
                    "a faster network changes nothing in it\n")
 
 
-def test_tp_of_a_base_without_tp_collectives_says_none_is_inserted(capsys):
-    # TP re-shards the GEMMs (the time changes), but no TP collective is inserted: said, not silent
+def test_tp_of_a_one_gpu_base_inserts_its_all_reduces(capsys):
+    # TP re-shards the GEMMs and adds the all-reduces a TP 2 layout runs: said, not silent
     doc = _json(capsys, H200, "--tp", "2")
-    assert doc["predicted"]["exposed_comm_us"] == 0.0
-    assert doc["predicted"]["iteration_us"] < doc["measured_base"]["replayed_unchanged_us"]
-    assert ("TP 1 -> 2 from a base with no tensor-parallel collective: its GEMMs, heads and shard-wide element-wise "
-            "work are re-sharded, but no TP collective is inserted (not built yet), so this prediction has none of "
-            "the all-reduces a TP 2 layout runs") in doc["notes"]
+    assert doc["predicted"]["exposed_comm_us"] > 0.0
+    assert ("inserted (the base has none): TP all-reduces (4 per layer: row-parallel outputs, column-parallel input "
+            "gradients; one after the embedding); timed by h100_roce's alpha-beta model (docs/prediction.md, \"From "
+            "one GPU to a cluster\")") in doc["notes"]
 
 
 def test_the_same_degree_is_not_refused(capsys):
@@ -89,8 +89,9 @@ def test_the_same_degree_is_not_refused(capsys):
                                "speed scales GPU kernels only: the base's CPU ops would keep their time"),
     (["--tp", "2"], "--tp 2: the base is a CPU-only trace (no GPU kernel), and a TP change re-shards GPU kernels and "
                     "re-groups TP collectives only: the base's CPU ops would keep their time"),
-    (["--dp", "2"], "--dp 2: the base has no data-parallel collective to re-time (a one-rank CPU run); inserting the "
-                    "collectives a larger layout needs is not built yet"),
+    (["--dp", "2"], "--dp 2: the base has no data-parallel collective to re-time (a one-rank CPU run); a CPU "
+                    "capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 capture, --dp "
+                    "with --dp-calibration predicts them)"),
     (["--network-speed", "2"], "--network-speed 2: the base has no collective to re-time (a one-rank CPU run): a "
                                "faster network changes nothing in it"),
 ])

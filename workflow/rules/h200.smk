@@ -54,7 +54,7 @@ rule table_h200_whatif:
         title=("What-if predictions from the H200 base trace vs measured on hardware (one H200, bundled GPT, "
                "bf16): measured = mean over 2 recordings x 3 profiled steps; spread = (max - min) / mean of those; "
                "clock x = the sustained-clock model's factor on compute kernels, fitted on the `clock calibration` "
-               "target's recordings (config/predict/cluster.yaml); lo90/hi90 = the prediction's 90% interval "
+               "target's recordings (config/predict/clusters/h100_roce.yaml); lo90/hi90 = the prediction's 90% interval "
                "(host work drawn one profiled step of the base at a time, compute at one profiled step's clock), "
                "width in % of the measured mean, measured_in_90 = share of the measured iterations inside it; "
                "steps from = host work and kernels the median over the base's own profiled steps, or over all "
