@@ -27,7 +27,7 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "sharded_dp", "fsdp_cpu_whatif", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
+          "speed", "sharded_dp", "from_one_gpu", "fsdp_cpu_whatif", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
           "intervals_real", "search", "endtoend"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real",
             "fsdp_cpu_whatif")
@@ -180,6 +180,11 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert list(sharded["group"]) == ["DP (FSDP)", "DP (ZeRO-1)", "strategy (FSDP -> SHARD_GRAD_OP)"]
     assert list(sharded["label"]) == ["2x2x8", "2x2x8", "2x2x4"]
     assert (sharded["abs_error_pct_mean"] < 5.0).all()
+    # the same DP target from a one-GPU base (its TP all-reduces, gradient buckets and pipeline sends added)
+    one = pd.read_csv(tables / "from_one_gpu.csv")
+    assert list(one["group"]) == ["single GPU (1x1x1)", "multi-stage base (2x2x4)"]
+    assert list(one["label"]) == ["2x2x8", "2x2x8"]
+    assert (one["abs_error_pct_mean"] < 10.0).all() and (one["predicted_exposed_comm_ms_mean"] > 0).all()
     stats = pd.read_csv(tables / "statistics.csv")
     assert len(stats) == 5 and stats["actual_iteration_ms_mean"].gt(0).all()   # replay x 2, predict DP / PP / TP
     assert list(stats["experiment"])[-1] == "predict (TP)"

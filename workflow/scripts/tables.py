@@ -45,6 +45,12 @@ with logged(smk):
                  "base of the same mode vs the emulated actual, and the strategy change FULL_SHARD -> SHARD_GRAD_OP "
                  "(`--fsdp-strategy shard_grad_op` from the FULL_SHARD base vs runs emulated with fsdp_grad_op), "
                  "mean over seeds")
+    elif name == "from_one_gpu":
+        df = T.prediction_table(data[name])
+        title = ("Your own run, scaled (emulated): the scale-out and TP targets predicted from a single-GPU and a "
+                 "single-host base of the same model, micro-batch and sequence (the collectives the base lacks added "
+                 "by `lumos predict` and timed by the h100_roce cluster profile), beside the same targets from the "
+                 "multi-stage base, each against its emulated actual, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
