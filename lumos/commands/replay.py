@@ -293,6 +293,8 @@ def format_structure(st: dict) -> str:
         lines.append(f"  {st['layers']} layers, {st['microbatches']} micro-batches, TP {st['tp']} x PP {st['pp']} "
                      f"x DP {st['dp']}; what-if: {st['what_if']}")
         lines.append(f"  blocks: {blocks}")
+        if "shape" in st:
+            lines += _shape_lines(st["shape"])
     lines += [f"  {n}" for n in st["ranks"]]
     if "data_parallel" in st:
         dp = st["data_parallel"]
@@ -301,6 +303,15 @@ def format_structure(st: dict) -> str:
         if dp.get("collectives"):
             lines.append(f"  issue order (rank {dp['ranks'][0]}): {_issue_order(dp)}")
     return "\n".join(lines)
+
+
+def _shape_lines(sh: dict) -> list[str]:
+    """The model shape and what each number was read from."""
+    mlp = "SwiGLU" if sh["mlp"] == "swiglu" else "GELU MLP"
+    line = (f"  shape: hidden {sh['hidden']}, FFN {sh['ffn']} ({mlp}), {sh['heads']} query heads, {sh['kv_heads']} KV "
+            f"heads of {sh['head_dim']}, norm {sh['norm']}, vocabulary {sh['vocab']}, sequence {sh['seq']}, "
+            f"micro-batch {sh['micro_batch']}, TP {sh['tp']}")
+    return [line] + [f"    {k}: {v}" for k, v in sh["evidence"].items()]
 
 
 ISSUE_ORDER_SHOWN = 60

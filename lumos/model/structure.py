@@ -35,6 +35,7 @@ from lumos.trace.collectives import classify_rows
 
 from .launchers import by_correlation, launching_events, runtime_calls
 from .nesting import innermost
+from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
 from .ops import GEMM_OPS, attention_bshd, gemm_mkn
 
 BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
@@ -76,11 +77,29 @@ class ModelShape:
     vocab: int
     heads: int
     tp: int
+    kv_heads: int = 0        # key/value heads (grouped-query attention); 0: as many as query heads
+    head_dim: int = 0        # 0: hidden / heads
+    gated: bool = False      # SwiGLU MLP (gate, up, down), not GPT's FC1 / FC2
+    norm: str = field(default="", compare=False)   # layernorm | rmsnorm ('' where the trace has no norm op)
+    evidence: dict = field(default_factory=dict, compare=False, repr=False)   # what each number was read from
+
+    @property
+    def gpt_layout(self) -> bool:
+        """Multi-head attention and a GELU MLP: the layout every width / TP rewrite is built for."""
+        return not self.gated and self.kv_heads in (0, self.heads)
 
     def layer_params(self) -> float:
-        """Parameters of one transformer layer on one TP rank (Megatron GPT layout)."""
+        """Parameters of one transformer layer on one TP rank: Megatron's GPT layout (QKV, projection, FC1,
+        FC2 with biases, two layer norms), or a Llama-style layer (GQA projections, SwiGLU's three GEMMs, two
+        RMSNorms, no biases)."""
         h, f, t = self.hidden, self.ffn, self.tp
-        return (4 * h * h + 2 * h * f) / t + (3 * h + f) / t + 6 * h
+        if self.gpt_layout:
+            return (4 * h * h + 2 * h * f) / t + (3 * h + f) / t + 6 * h
+        d = self.head_dim or h // self.heads
+        kv = self.kv_heads or self.heads
+        attn = h * (self.heads * d + 2 * kv * d) + self.heads * d * h
+        mlp = (3 if self.gated else 2) * h * f
+        return (attn + mlp) / t + 2 * h
 
     def embed_params(self) -> float:
         return self.vocab * self.hidden / self.tp + self.seq * self.hidden
@@ -230,7 +249,8 @@ def _dims_of(table: TraceTable, row: int):
 
 
 def _is_shape_op(name: str) -> bool:
-    return name in GEMM_OPS or name in LAYER_NORM_OPS or name in EMBEDDING_OPS or "attention" in name
+    return (name in GEMM_OPS or name in LAYER_NORM_OPS or name in RMS_NORM_OPS or name in EMBEDDING_OPS
+            or "attention" in name or any(a in name for a in ("gelu", "silu", "swiglu")))
 
 
 def _shape_ops(graph: Graph, by_rank: dict):
@@ -254,6 +274,18 @@ def _shape_ops(graph: Graph, by_rank: dict):
     return name, dims, row
 
 
+def _tp_groups(blocks: list, coll, group) -> set:
+    """Sizes of the groups of the all-reduces inside layer forward blocks (Megatron's TP all-reduces;
+    an FSDP unit's all-gathers there are not counted)."""
+    sizes = set()
+    for b in blocks:
+        if b.kind == "layer" and b.phase == "forward":
+            for t in b.tasks.tolist():
+                if coll[t] == "allreduce" and group[t] and len(group[t]) > 1:
+                    sizes.add(len(group[t]))
+    return sizes
+
+
 def _batched(dims) -> bool:
     """Two 3-D operands first: an unfused attention's batched products ([b x heads, s, .]), which
     are not among the layer's linear GEMMs."""
@@ -264,11 +296,13 @@ class ShapeError(ValueError):
     """The base trace does not say the model's shape: which file, which layer, and what is missing."""
 
 
-def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=None) -> ModelShape:
-    """Hidden, FFN, sequence, micro-batch, vocabulary, heads and TP from one layer's op shapes.
+def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=None,
+                tp_groups: set = frozenset()) -> ModelShape:
+    """Hidden, FFN, sequence, micro-batch, vocabulary, heads, KV heads, MLP kind and TP from one layer's
+    op shapes (`layer_shape.read_layer`; `tp_groups`: the sizes of the TP all-reduces' groups there).
 
-    The layer's GEMMs in launch order are QKV (T x h -> 3h/t, T = b*s tokens), projection,
-    FC1 (h -> f/t) and FC2 (an unfused attention's batched products between them are not
+    The layer's GEMMs in launch order are its QKV projections (T x h -> ..., T = b*s tokens), the
+    attention projection and its MLP (an unfused attention's batched products between them are not
     counted). The layer norm, when the trace has one, gives h (its weight) and the
     activation's two leading dims, and attention says which of them is the sequence
     (Megatron's activations are [s, b, h], an eager PyTorch model's [b, s, h]).
@@ -290,24 +324,30 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
     if fwd is None:
         raise ShapeError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
     gemms, ln, attn, scores = [], None, None, None
-    last = None
+    last, attn_at, norm, acts = None, None, "", set()
     for t in fwd.tasks:
         n, d = op_name[t], op_dims[t]
-        if d is None or (is_gpu is not None and not is_gpu[t]):
+        if is_gpu is not None and not is_gpu[t]:
+            continue
+        low = str(n).lower()
+        acts |= {a for a in ("gelu", "silu", "swiglu", "swish", "relu") if a in low}
+        if d is None:
             continue
         batched = n in ("aten::bmm", "aten::baddbmm") and _batched(d)
         if batched and scores is None:
             scores = d   # unfused attention's first bmm: [b x heads, s, d] x [b x heads, d, s]
+            attn_at = len(gemms)
         if n in GEMM_OPS and not batched:
             mkn = gemm_mkn(str(n), d)
             this = op_row[t] if op_row is not None else id(d)
             if mkn is not None and this != last:   # one op may launch several kernels
                 gemms.append(mkn)
                 last = this
-        elif n in LAYER_NORM_OPS and ln is None:
-            ln = d
-        elif "attention" in str(n) and attn is None:
+        elif (n in LAYER_NORM_OPS or n in RMS_NORM_OPS) and ln is None:
+            ln, norm = d, "rmsnorm" if n in RMS_NORM_OPS else "layernorm"
+        elif "attention" in low and attn is None:
             attn = attention_bshd(str(n), d)
+            attn_at = len(gemms) if attn_at is None else attn_at
     where = (f"layer {fwd.layer} forward, micro-batch {fwd.mb} of "
              f"{(paths or {}).get(fwd.rank, f'rank {fwd.rank}')}")
     if ln is not None and not (ln[0] and len(ln[0]) == 3):
@@ -334,17 +374,25 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
                 f"from attention, but {where} has no attention op whose batch x sequence is the QKV "
                 f"GEMM's {tokens} tokens (layer norm: no, attention: "
                 f"{'no' if attn is None and scores is None else 'yes, of another size'}, {len(gemms)} GEMMs)")
-    qkv_n = int(gemms[0][2])
-    tp = max(int(round(3 * h / qkv_n)), 1)
-    ffn = int(gemms[2][2]) * tp
-    if attn is not None:
-        heads = int(attn[2]) * tp
-    elif scores is not None and scores[0][1] == s and scores[1][2] == s and scores[0][0] % b == 0:
-        heads = int(scores[0][0]) // b * tp          # unfused attention: batch and heads folded
-    else:
-        heads = h // 128
+    unfused = scores if scores is not None and scores[0][1] == s and scores[1][2] == s else None
+    try:
+        got = read_layer(gemms, attn_at, attn, h, set(tp_groups), acts, scores=unfused, batch=b, where=where)
+    except ShapeDisagreement as exc:
+        raise ShapeError(str(exc)) from None
+    if got is None:
+        raise ShapeError(f"cannot read the model shape: the GEMMs of {where} ({len(gemms)}: "
+                         f"{', '.join(f'{k}->{n}' for _, k, n in gemms)}) are not QKV projections, an attention "
+                         "projection and an MLP (FC1 / FC2, or gate / up / down)")
+    tp = got.tp
+    heads = got.heads_local * tp
     vocab = _vocab(blocks, op_name, op_dims, h, tokens) * tp
-    return ModelShape(hidden=h, ffn=ffn, seq=s, micro_batch=b, vocab=vocab, heads=heads, tp=tp)
+    kv = got.kv_heads_local * tp
+    return ModelShape(hidden=h, ffn=got.ffn_local * tp, seq=s, micro_batch=b, vocab=vocab, heads=heads, tp=tp,
+                      kv_heads=0 if kv == heads else kv, head_dim=got.head_dim if got.head_dim * heads != h else 0,
+                      gated=got.gated, norm=norm, evidence=dict(got.evidence, QKV=got.qkv,
+                                                                hidden=f"the {norm} weight" if ln is not None
+                                                                else "the first GEMM's input",
+                                                                **({"gate/up": got.gate_up} if got.gated else {})))
 
 
 def _vocab(blocks: list, op_name, op_dims, h: int, tokens: int) -> int:
@@ -442,11 +490,12 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
     kernel = graph.kind == TaskKind.GPU
     kernel[kernel] = [not n.startswith("Mem") for n in map(str, graph.name[kernel])]
     paths = {r: t.path for r, t in by_rank.items()}
+    tp_groups = _tp_groups(blocks, coll, group)
     if kernel.any():
-        shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row, paths=paths)
+        shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row, paths=paths, tp_groups=tp_groups)
     else:
         name, dims, row = _shape_ops(graph, by_rank)
-        shape = infer_shape(blocks, name, dims, op_row=row, paths=paths)
+        shape = infer_shape(blocks, name, dims, op_row=row, paths=paths, tp_groups=tp_groups)
     layers = {b.layer for b in blocks if b.kind == "layer"}
     mbs = {b.mb for b in blocks if b.mb >= 0}
     ranks = sorted(by_rank)

@@ -140,6 +140,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     `microbatch_rule` (`micro_batch_count.py`: auto = the paper's TP x PP when the base follows it, else
     the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
     FSDP base."""
+    refuse_non_gpt(plan, tp or plan.tp, hidden, ffn)
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
@@ -170,6 +171,23 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
             out.notes.append(f"layers split unevenly over {pp} stages: "
                              + "/".join(map(str, layers_per_stage(pp, layers))))
     return out
+
+
+NON_GPT_WHY = ("their rewrites of GEMM widths and collectives are built for multi-head attention and a GELU MLP; "
+               "grouped-query attention and SwiGLU are read, not yet re-sharded")
+
+
+def refuse_non_gpt(plan: Plan, tp: int, hidden: int | None, ffn: int | None) -> None:
+    """A width or TP change of a base with grouped-query attention or a SwiGLU MLP: refused with the reason
+    (the base's other changes, DP, PP, layers and micro-batches, copy or re-time its layers as they are)."""
+    sh = plan.shape
+    if sh.gpt_layout:
+        return
+    what = ", ".join(w for w, on in (("grouped-query attention", sh.kv_heads not in (0, sh.heads)),
+                                     ("a SwiGLU MLP", sh.gated)) if on)
+    for flag, asked, base in (("--tp", tp, plan.tp), ("--hidden", hidden, sh.hidden), ("--ffn", ffn, sh.ffn)):
+        if asked is not None and asked != base:
+            raise UserError(f"{flag} {asked}: the base has {what}; {NON_GPT_WHY}")
 
 
 def _refuse_empty_stages(pp: int, layers: int, pp_asked: bool) -> None:
@@ -297,5 +315,15 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     for b in st.blocks:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1
     out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp, blocks=kinds,
-               what_if="every transform")
+               what_if="every transform" if st.shape.gpt_layout else
+               f"every transform but width and TP ({NON_GPT_WHY})", shape=shape_report(st.shape))
     return out
+
+
+def shape_report(shape) -> dict:
+    """The model shape the transforms work on, and what each number was read from."""
+    heads = shape.heads
+    return {"hidden": shape.hidden, "ffn": shape.ffn, "heads": heads, "kv_heads": shape.kv_heads or heads,
+            "head_dim": shape.head_dim or shape.hidden // max(heads, 1), "mlp": "swiglu" if shape.gated else "gelu",
+            "norm": shape.norm or "none seen", "vocab": shape.vocab, "seq": shape.seq,
+            "micro_batch": shape.micro_batch, "tp": shape.tp, "evidence": dict(shape.evidence)}

@@ -278,7 +278,7 @@ def test_hugging_face_models_without_annotation(arch, tmp_path):
     else:
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
             vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-            num_key_value_heads=2, max_position_embeddings=32))
+            num_key_value_heads=1, max_position_embeddings=32))    # grouped-query: 2 query heads share 1
     labels = {}
     for name, kw, found in (("annotated", {"annotate": True}, ("annotations", 0, 0)),
                             ("plain", {"annotate": False}, ("repetition", 3, 2)),
@@ -287,6 +287,13 @@ def test_hugging_face_models_without_annotation(arch, tmp_path):
         (table,), how = recover_layers(load_run(path.parent))
         assert (how[0].source, how[0].layers_per_stage, how[0].microbatches) == found
         labels[name] = _layer_labels(table)
+        if name == "annotated":     # the shape, read from the trace alone (GPT-2: Conv1D GEMMs as addmm)
+            from lumos.predict.whatif import structure_report
+
+            sh = structure_report(load_run(path.parent))["shape"]
+            assert (sh["hidden"], sh["ffn"], sh["heads"], sh["tp"]) == ((32, 128, 2, 1) if arch == "gpt2"
+                                                                       else (32, 64, 2, 1))
+            assert (sh["kv_heads"], sh["mlp"]) == ((2, "gelu") if arch == "gpt2" else (1, "swiglu"))
     a = labels["annotated"]
     assert sum(x.endswith("/mb1") for _, x in a) > 0     # both micro-batches' layers are in it
     for name in ("plain", "stack"):

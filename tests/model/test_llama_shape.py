@@ -1,0 +1,79 @@
+"""Llama-style layers read right: GQA, SwiGLU, RMSNorm, RoPE; separate or fused projections.
+
+Traces MEASURED ON THIS MACHINE: the bundled Llama-style model (lumos/capture/llama.py) captured on
+the CPU, 2 layers, hidden 64, FFN 176, 4 query heads of 16, sequence 16, micro-batch 3.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lumos.errors import UserError
+from lumos.model.layer_shape import ShapeDisagreement, read_layer
+from lumos.model.structure import ModelShape
+from lumos.predict.whatif import base_plan, structure_report, transform
+from lumos.trace import load_run
+
+VARIANTS = {
+    "separate GQA": dict(kv_heads=2),
+    "fused GQA": dict(kv_heads=2, fused_qkv=True, fused_gate_up=True),
+    "fused QKV, separate gate/up": dict(kv_heads=2, fused_qkv=True),
+    "separate MHA": dict(kv_heads=4),
+    "one KV head": dict(kv_heads=1, fused_gate_up=True),
+}
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory):
+    pytest.importorskip("torch")
+    from lumos.capture.llama import LlamaConfig, run_llama
+
+    root = tmp_path_factory.mktemp("llama")
+    return {name: run_llama(LlamaConfig(**kw), out_dir=root / name.replace(" ", "_").replace("/", "_"),
+                            microbatches=2).parent for name, kw in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_the_shape_of_every_variant(captures, name):
+    kv = VARIANTS[name]["kv_heads"]
+    plan = base_plan(load_run(captures[name]))
+    assert plan.shape == ModelShape(hidden=64, ffn=176, seq=16, micro_batch=3, vocab=256, heads=4, tp=1,
+                                    kv_heads=0 if kv == 4 else kv, head_dim=0, gated=True)
+    assert plan.shape.norm == "rmsnorm" and (plan.tp, plan.pp, plan.dp) == (1, 1, 1)
+    ev = plan.shape.evidence
+    assert ev["TP"] == "hidden 64 / the rank's query width 64" and ev["hidden"] == "the rmsnorm weight"
+    assert ev["MLP"] == ("SwiGLU (gate and up fused)" if VARIANTS[name].get("fused_gate_up")
+                         else "SwiGLU (gate and up separate)")
+
+
+def test_structure_report_says_the_shape_and_what_is_not_changed(captures):
+    rep = structure_report(load_run(captures["fused GQA"]))
+    assert rep["tp"] == 1 and rep["shape"]["kv_heads"] == 2 and rep["shape"]["mlp"] == "swiglu"
+    assert rep["shape"]["evidence"]["KV heads"] == "the QKV GEMMs' widths (fused: 128) less the queries"
+    assert rep["what_if"].startswith("every transform but width and TP (")
+
+
+def test_width_and_tp_of_a_llama_base_are_refused(captures):
+    plan = base_plan(load_run(captures["separate GQA"]))
+    with pytest.raises(UserError, match=r"^--hidden 128: the base has grouped-query attention, a SwiGLU MLP; "
+                                        r"their rewrites of GEMM widths"):
+        transform(plan, hidden=128)
+    with pytest.raises(UserError, match=r"^--tp 2: the base has grouped-query attention"):
+        transform(plan, tp=2)
+    assert transform(plan, layers=4).layers == 4      # layers are copied as they are
+
+
+def test_gpt_layers_keep_their_reading():
+    # Megatron's GPT at TP 2 (fused QKV of 3h/2, projection h/2 -> h, FC1 h -> f/2, FC2 f/2 -> h)
+    gemms = [(2048, 1024, 1536), (2048, 512, 1024), (2048, 1024, 2048), (2048, 2048, 1024)]
+    got = read_layer(gemms, 1, (1, 2048, 8, 64), 1024, {2}, {"gelu"})
+    assert (got.tp, got.heads_local, got.head_dim, got.kv_heads_local, got.ffn_local, got.gated) == (2, 8, 64, 8, 2048,
+                                                                                                     False)
+
+
+def test_disagreeing_evidence_is_refused():
+    gemms = [(2048, 1024, 3072), (2048, 1024, 1024), (2048, 1024, 4096), (2048, 4096, 1024)]
+    with pytest.raises(ShapeDisagreement, match=r"the evidence on TP disagrees in layer 0: the head counts say TP 1 "
+                                                r"\(hidden 1024 over the rank's 1024-wide queries\), its TP "
+                                                r"collectives' groups hold 4 ranks"):
+        read_layer(gemms, 1, (1, 2048, 16, 64), 1024, {4}, {"gelu"}, where="layer 0")
