@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=positive_int, default=None, help="number of transformer layers")
     p.add_argument("--hidden", type=positive_int, default=None, help="hidden size")
     p.add_argument("--ffn", type=positive_int, default=None, help="FFN hidden size")
+    p.add_argument("--kv-heads", type=positive_int, default=None,
+                   help="key/value heads of grouped-query attention (must divide the query heads)")
     p.add_argument("--global-batch", type=positive_int, default=None,
                    help="global batch (sequences): micro-batches per iteration = B / (dp x micro-batch); "
                         "default: --microbatch-rule")
@@ -206,7 +208,7 @@ def _run(args) -> int:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
-              "hidden": args.hidden, "ffn": args.ffn}
+              "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,
@@ -247,7 +249,7 @@ def _one_rank_fsdp_base(args) -> bool:
 
 
 # what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
-_NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "global_batch", "micro_batch", "compute_speed",
+_NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "kv_heads", "global_batch", "micro_batch", "compute_speed",
                      "network_speed", "fsdp_strategy")
 
 
@@ -325,7 +327,8 @@ def format_table(doc: dict) -> str:
     t = doc["target"]
     mbs = f", micro-batch {t['micro_batch']}" if "micro_batch" in t else ""
     lines = [f"{doc['base']} -> tp{t['tp']} pp{t['pp']} dp{t['dp']} layers {t['layers']} hidden {t['hidden']} "
-             f"ffn {t['ffn']} ({doc['microbatches']} micro-batches{mbs})"]
+             f"ffn {t['ffn']}" + (f" kv-heads {t['kv_heads']}" if t.get("kv_heads") not in (
+                 None, doc.get("base_config", {}).get("kv_heads")) else "") + f" ({doc['microbatches']} micro-batches{mbs})"]
     have = "measured" in doc
     label = "actual (emulated) ms" if doc.get("emulated_actual") else "actual ms"
     lines.append(f"  {'':<18}{'predicted ms':>14}" + (f"{label:>22}{'error %':>9}" if have else ""))

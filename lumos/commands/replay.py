@@ -261,8 +261,11 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
         if m is not None and p is not None:
             diff = f"{100 * (p - m) / m:+.2f}" if m else "-"
             lines.append(f"  {beside[:-3].replace('_', ' '):<18}{m / 1e3:>14.3f}{p / 1e3:>14.3f}{diff:>9}")
+        span = ("the span of the CPU tasks" if not s.get("gpu_tasks") else "the GPU span of the step's work")
+        if s.get("step") is None:
+            span += " over the whole trace (it marks no step)"
         lines.append("  (iteration = " + ("the step period: step start to next step start on the thread that "
-                                          "marks steps)" if is_step else "the GPU span of the step's work)"))
+                                          "marks steps)" if is_step else span + ")"))
     if len(result.ranks) > 1:
         d = result.as_dict()
         lines.append(f"run: critical rank {d['critical_rank']}, iteration error {d['error_pct']:+.3f}%, "

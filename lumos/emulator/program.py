@@ -93,6 +93,12 @@ ELEM = {
     "ce_bwd": "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, c10::BFloat16, float, c10::BFloat16, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, long)",
     "reduce": "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MaxOps<float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MaxOps<float>, unsigned int, float, 4>)",
     "l2norm": "void multi_tensor_apply_kernel<TensorListMetadata<1>, L2NormFunctor<float>, float*, float*, int*, bool, int>(long, int volatile*, TensorListMetadata<1>, L2NormFunctor<float>, float*, float*, int*, bool, int)",
+    "rms_norm": "void transformer_engine::normalization::rmsnorm_fwd_tuned_kernel<__nv_bfloat16, __nv_bfloat16, float, 4096>(transformer_engine::normalization::FwdParams)",
+    "rms_norm_bwd": "void transformer_engine::normalization::rmsnorm_bwd_tuned_kernel<__nv_bfloat16, __nv_bfloat16, float, 4096>(transformer_engine::normalization::BwdParams)",
+    "rope": "void transformer_engine::fused_rope_forward_kernel<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 const*, int const*, float const*, __nv_bfloat16*, bool, int, int, int, int, int, int, int, int, int, int, int)",
+    "rope_bwd": "void transformer_engine::fused_rope_backward_kernel<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 const*, int const*, float const*, __nv_bfloat16*, bool, int, int, int, int, int, int, int, int, int, int, int)",
+    "swiglu": "void transformer_engine::act_and_mul_kernel<__nv_bfloat16, silu>(__nv_bfloat16 const*, __nv_bfloat16*, unsigned long)",
+    "swiglu_bwd": "void transformer_engine::dact_and_mul_kernel<__nv_bfloat16, silu, dsilu>(__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, unsigned long)",
     "adam": "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float)",
 }
 SOFTMAX = "void (anonymous namespace)::scaled_masked_softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10>(c10::BFloat16*, c10::BFloat16 const*, unsigned char const*, float, int, int, int, int)"
@@ -143,6 +149,13 @@ class Program:
         self.s, self.b, self.h, self.f = m.seq_length, m.micro_batch_size, m.hidden, m.ffn_hidden
         self.t = settings.tp
         self.heads, self.d, self.v = m.num_heads, m.head_dim, m.vocab_size
+        # Llama-style switches (config/model/llama3_*.yaml): grouped-query attention's KV heads, the SwiGLU
+        # MLP, RMSNorm and rotary embeddings; the GPT models leave each at Megatron's GPT default
+        self.kv = getattr(m, "num_kv_heads", 0) or m.num_heads
+        self.gated = getattr(m, "ffn_activation", "gelu") == "swiglu"
+        self.rms = getattr(m, "norm", "layernorm") == "rmsnorm"
+        self.rope = bool(getattr(m, "rope", False))
+        self.qkv = (self.heads + 2 * self.kv) * self.d      # Megatron-Core's linear_qkv output (3h for GPT)
         self.T = self.s * self.b
         self.k = costs
         self.arch = getattr(settings.cluster, "gemm_kernel", "hopper")
@@ -162,7 +175,11 @@ class Program:
         self.head_fwd = self._finish(self._head_fwd())
         self.head_bwd = self._finish(self._head_bwd())
         h, f, t = self.h, self.f, self.t
-        self.layer_params = (4 * h * h + 2 * h * f) // t + (3 * h + f) // t + 6 * h
+        if self.gated or self.kv != self.heads:     # Llama: GQA projections, SwiGLU's three GEMMs, no biases
+            q = self.heads * self.d
+            self.layer_params = (h * self.qkv + q * h + (3 if self.gated else 2) * h * f) // t + 2 * h
+        else:
+            self.layer_params = (4 * h * h + 2 * h * f) // t + (3 * h + f) // t + 6 * h
         self.embed_params = self.v * h // t + self.s * h
 
     # -- op builders -------------------------------------------------------
@@ -174,20 +191,55 @@ class Program:
         ks = KSpec(ELEM[kernel], self.k.elementwise(nbytes), compute=False)
         return OpSpec(op, dims, (BF16,) * len(dims), (ks,))
 
+    def _norm(self, backward: bool = False) -> OpSpec:
+        """LayerNorm (GPT) or RMSNorm (Llama; Transformer Engine's rmsnorm kernels): both read and write
+        the s x b x h activation, so both are timed by the bytes they move."""
+        s, b, h, T = self.s, self.b, self.h, self.T
+        if backward:
+            name = "aten::_fused_rms_norm_backward" if self.rms else "aten::native_layer_norm_backward"
+            return self.elem(name, "rms_norm_bwd" if self.rms else "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)),
+                             8 * T * h)
+        return self.elem("aten::rms_norm" if self.rms else "aten::layer_norm", "rms_norm" if self.rms else "layer_norm",
+                         ((s, b, h), (h,), (h,)), 4 * T * h)
+
+    def _rope(self, backward: bool = False) -> list:
+        """Rotary embeddings on the queries and keys (Megatron-Core's fused_apply_rotary_pos_emb: one
+        element-wise pass over each, read and write)."""
+        if not self.rope:
+            return []
+        s, b, t, d = self.s, self.b, self.t, self.d
+        kernel = "rope_bwd" if backward else "rope"
+        return [self.elem("aten::_fused_rope", kernel, ((s, b, n // t, d),), 4 * self.T * n // t * d)
+                for n in (self.heads, self.kv)]
+
+    def _activation(self, backward: bool = False) -> OpSpec:
+        """GPT's GeLU on f/t, or SwiGLU's SiLU(gate) x up on the fused gate-and-up output (2f/t wide in,
+        f/t out; Megatron-Core's bias_swiglu)."""
+        s, b, T, ft = self.s, self.b, self.T, self.f // self.t
+        if self.gated:
+            if backward:
+                return self.elem("aten::silu_backward", "swiglu_bwd", ((s, b, 2 * ft), (s, b, ft)), 10 * T * ft)
+            return self.elem("aten::silu", "swiglu", ((s, b, 2 * ft),), 6 * T * ft)
+        if backward:
+            return self.elem("aten::gelu_backward", "gelu_bwd", ((s, b, ft), (s, b, ft)), 6 * T * ft)
+        return self.elem("aten::gelu", "gelu", ((s, b, ft),), 4 * T * ft)
+
     def _layer_fwd(self):
         T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
         a, d = self.heads // t, self.d
+        qkv, q, fc1 = self.qkv // t, self.heads * d // t, (2 if self.gated else 1) * f // t
         return [
-            self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
-            self.mm(T, h, 3 * h // t, "tn"),
-            self.elem("aten::copy_", "copy", ((s, b, 3 * h // t),), 4 * T * 3 * h // t),
+            self._norm(),
+            self.mm(T, h, qkv, "tn"),
+            self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
+            *self._rope(),
             *self._attention_fwd(b, s, a, d),
-            self.mm(T, h // t, h, "tn"),
+            self.mm(T, q, h, "tn"),
             TPAllReduce(T * h),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
-            self.elem("aten::layer_norm", "layer_norm", ((s, b, h), (h,), (h,)), 4 * T * h),
-            self.mm(T, h, f // t, "tn"),
-            self.elem("aten::gelu", "gelu", ((s, b, f // t),), 4 * T * f // t),
+            self._norm(),
+            self.mm(T, h, fc1, "tn"),
+            self._activation(),
             self.mm(T, f // t, h, "tn"),
             TPAllReduce(T * h),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
@@ -196,27 +248,29 @@ class Program:
     def _layer_bwd(self):
         T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
         a, d = self.heads // t, self.d
+        qkv, q, fc1 = self.qkv // t, self.heads * d // t, (2 if self.gated else 1) * f // t
         return [
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
             self.mm(T, h, f // t, "nn"),                                   # FC2 dgrad
             self.mm(h, T, f // t, "nt", dims=((h, T), (T, f // t))),       # FC2 wgrad
-            self.elem("aten::gelu_backward", "gelu_bwd", ((s, b, f // t), (s, b, f // t)), 6 * T * f // t),
-            self.mm(T, f // t, h, "nn"),                                   # FC1 dgrad
+            self._activation(backward=True),
+            self.mm(T, fc1, h, "nn"),                                      # FC1 dgrad
             TPAllReduce(T * h, overlap=True),
-            self.mm(f // t, T, h, "nt", dims=((f // t, T), (T, h))),       # FC1 wgrad overlaps the all-reduce
+            self.mm(fc1, T, h, "nt", dims=((fc1, T), (T, h))),             # FC1 wgrad overlaps the all-reduce
             TPWait(),
-            self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
+            self._norm(backward=True),
             self.elem("aten::add_", "add", ((s, b, h), (s, b, h)), 6 * T * h),
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
-            self.mm(T, h, h // t, "nn"),                                   # proj dgrad
-            self.mm(h, T, h // t, "nt", dims=((h, T), (T, h // t))),       # proj wgrad
+            self.mm(T, h, q, "nn"),                                        # proj dgrad
+            self.mm(h, T, q, "nt", dims=((h, T), (T, q))),                 # proj wgrad
             *self._attention_bwd(b, s, a, d),
-            self.elem("aten::copy_", "copy", ((s, b, 3 * h // t),), 4 * T * 3 * h // t),
-            self.mm(T, 3 * h // t, h, "nn"),                               # QKV dgrad
+            *self._rope(backward=True),
+            self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
+            self.mm(T, qkv, h, "nn"),                                      # QKV dgrad
             TPAllReduce(T * h, overlap=True),
-            self.mm(3 * h // t, T, h, "nt", dims=((3 * h // t, T), (T, h))),  # QKV wgrad overlaps
+            self.mm(qkv, T, h, "nt", dims=((qkv, T), (T, h))),             # QKV wgrad overlaps
             TPWait(),
-            self.elem("aten::native_layer_norm_backward", "layer_norm_bwd", ((s, b, h), (s, b, h), (h,)), 8 * T * h),
+            self._norm(backward=True),
             self.elem("aten::add_", "add", ((s, b, h), (s, b, h)), 6 * T * h),
         ]
 
@@ -231,8 +285,8 @@ class Program:
 
     def _attention_fwd(self, b, s, a, d):
         if not self.unfused:
-            qkv = (b, s, a, d)
-            return [OpSpec("aten::_flash_attention_forward", (qkv, qkv, qkv), (BF16,) * 3,
+            qkv, kv = (b, s, a, d), (b, s, self.kv // self.t, d)    # keys and values: the rank's KV heads
+            return [OpSpec("aten::_flash_attention_forward", (qkv, kv, kv), (BF16,) * 3,
                            (KSpec(FLASH_FWD, self.k.attention(b, s, a, d, False)),), heavy=True)]
         B = b * a   # (batch x local heads) independent s x s score matrices, not causally skipped
         return [self._bmm(B, s, d, s, "aten::baddbmm", False),                       # Q K^T
@@ -242,8 +296,8 @@ class Program:
 
     def _attention_bwd(self, b, s, a, d):
         if not self.unfused:
-            qkv = (b, s, a, d)
-            return [OpSpec("aten::_flash_attention_backward", ((b, s, a, d),) + (qkv,) * 4, (BF16,) * 5,
+            qkv, kv = (b, s, a, d), (b, s, self.kv // self.t, d)
+            return [OpSpec("aten::_flash_attention_backward", ((b, s, a, d), qkv, kv, kv, qkv), (BF16,) * 5,
                            (KSpec(FLASH_BWD, self.k.attention(b, s, a, d, True)),), heavy=True)]
         B = b * a
         return [self._bmm(B, s, d, s, "aten::bmm", True),                            # dP = dO V^T

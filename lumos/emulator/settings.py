@@ -25,6 +25,10 @@ class ModelShape:
     micro_batch_size: int
     num_microbatches: int
     global_batch_size: int
+    num_kv_heads: int = 0           # grouped-query attention's key/value heads (0: as many as num_heads)
+    ffn_activation: str = "gelu"    # gelu: FC1, GeLU, FC2; swiglu: gate and up (one GEMM), SiLU x up, down
+    norm: str = "layernorm"         # layernorm | rmsnorm
+    rope: bool = False              # rotary embeddings applied to the queries and keys
 
 
 @dataclass(frozen=True)
@@ -168,11 +172,20 @@ def from_config(cfg: DictConfig) -> Settings:
     write_ranks = str(c.get("write_ranks", "emulated"))
     if write_ranks not in ("emulated", "stage"):
         raise SettingsError(f"write_ranks must be 'emulated' or 'stage', got {write_ranks!r}")
+    kv = int(m.get("num_kv_heads") or m["num_heads"])
+    if int(m["num_heads"]) % kv or kv % tp:
+        raise SettingsError(f"model.num_kv_heads={kv} must divide num_heads={m['num_heads']} and be a multiple of "
+                            f"tp={tp} (Megatron-Core splits the query groups over the TP ranks)")
+    for key, allowed in (("ffn_activation", ("gelu", "swiglu")), ("norm", ("layernorm", "rmsnorm"))):
+        if str(m.get(key) or allowed[0]) not in allowed:
+            raise SettingsError(f"model.{key} must be one of {', '.join(allowed)}, got {m.get(key)!r}")
     shape = ModelShape(name=str(m["name"]), num_layers=int(m["num_layers"]), hidden=int(m["hidden"]),
                        ffn_hidden=int(m["ffn_hidden"]), num_heads=int(m["num_heads"]),
                        head_dim=int(m["head_dim"]), vocab_size=int(m["vocab_size"]),
                        seq_length=int(m["seq_length"]), micro_batch_size=mbs, num_microbatches=nmb,
-                       global_batch_size=gbs)
+                       global_batch_size=gbs, num_kv_heads=kv if kv != int(m["num_heads"]) else 0,
+                       ffn_activation=str(m.get("ffn_activation") or "gelu"), norm=str(m.get("norm") or "layernorm"),
+                       rope=bool(m.get("rope", False)))
     tr = c.get("trace", {})
     return Settings(model=shape, tp=tp, pp=pp, dp=dp, seed=int(c.get("seed", 0)), ranks=ranks,
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),

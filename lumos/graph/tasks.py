@@ -181,6 +181,8 @@ def select_tasks(table: TraceTable, step: Step | None) -> TaskSelection:
     if step is None:
         w0, w1 = float(table.ts.min()), float(table.end.max())
         cpu_pids = unique(table.pid[cpu_mask])
+        notes.append("no step annotation (ProfilerStep#N): the whole trace is replayed as one iteration, every "
+                     "step it holds together")
     else:
         w0, w1 = step.start, step.end
         cpu_pids = np.array([step.pid])

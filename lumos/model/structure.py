@@ -84,6 +84,24 @@ class ModelShape:
     evidence: dict = field(default_factory=dict, compare=False, repr=False)   # what each number was read from
 
     @property
+    def kv(self) -> int:
+        """Key/value heads (as many as the query heads without grouped-query attention)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def dhead(self) -> int:
+        """Head dim."""
+        return self.head_dim or self.hidden // max(self.heads, 1)
+
+    def qkv_width(self) -> int:
+        """The QKV projections' output width over all ranks: (heads + 2 KV heads) x head dim (3h for GPT)."""
+        return (self.heads + 2 * self.kv) * self.dhead
+
+    def fc1_width(self) -> int:
+        """The MLP's first GEMM's output width over all ranks: f, or 2f where gate and up are one GEMM."""
+        return 2 * self.ffn if self.gated else self.ffn
+
+    @property
     def gpt_layout(self) -> bool:
         """Multi-head attention and a GELU MLP: the layout every width / TP rewrite is built for."""
         return not self.gated and self.kv_heads in (0, self.heads)

@@ -130,6 +130,7 @@ def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
+              kv_heads: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
@@ -140,13 +141,19 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     `microbatch_rule` (`micro_batch_count.py`: auto = the paper's TP x PP when the base follows it, else
     the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
     FSDP base."""
+    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("layers", layers), ("hidden", hidden), ("ffn", ffn),
+                    ("kv_heads", kv_heads),
+                    ("global_batch", global_batch), ("micro_batch", micro_batch)):
+        if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
+            raise ValueError(f"{name} must be a positive integer or None (the base's), got {v!r}")
     refuse_non_gpt(plan, tp or plan.tp, hidden, ffn)
+    refuse_kv_change(plan, kv_heads)
     tp = tp or plan.tp
     pp = pp or plan.pp
     dp = dp or plan.dp
     _refuse_empty_stages(pp, layers or plan.layers, pp != plan.pp)
     out = change_speed(plan, compute_speed, network_speed)
-    out = change_width(out, hidden, ffn)
+    out = change_width(out, hidden, ffn, kv_heads)
     added = missing(out, tp, pp, dp)
     out = add_collectives(out, added, tp, pp, dp, out.profile or load_profile())
     out = change_tp(out, tp)
@@ -162,7 +169,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
         out = dataclasses.replace(plan, notes=list(plan.notes))
     out.notes.append(note)
     layers = layers or plan.layers
-    changed_width = out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
+    changed_width = (out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
+                     or out.shape.kv != plan.shape.kv)
     if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
             or restrategy or out.inserted):    # an added collective is a template: only a rebuild places it
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
@@ -173,21 +181,29 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     return out
 
 
-NON_GPT_WHY = ("their rewrites of GEMM widths and collectives are built for multi-head attention and a GELU MLP; "
-               "grouped-query attention and SwiGLU are read, not yet re-sharded")
+NON_GPT_WHY = ("the query heads do not span the hidden size (heads x head dim != hidden), which the width and TP "
+               "rewrites assume")
 
 
 def refuse_non_gpt(plan: Plan, tp: int, hidden: int | None, ffn: int | None) -> None:
-    """A width or TP change of a base with grouped-query attention or a SwiGLU MLP: refused with the reason
-    (the base's other changes, DP, PP, layers and micro-batches, copy or re-time its layers as they are)."""
+    """A width or TP change of a base whose query heads do not span its hidden size (heads x head dim !=
+    hidden, as Gemma's): refused with the reason. GPT and Llama-style layers (grouped-query attention,
+    SwiGLU) take every change."""
     sh = plan.shape
-    if sh.gpt_layout:
+    if sh.heads * sh.dhead == sh.hidden:
         return
-    what = ", ".join(w for w, on in (("grouped-query attention", sh.kv_heads not in (0, sh.heads)),
-                                     ("a SwiGLU MLP", sh.gated)) if on)
     for flag, asked, base in (("--tp", tp, plan.tp), ("--hidden", hidden, sh.hidden), ("--ffn", ffn, sh.ffn)):
         if asked is not None and asked != base:
-            raise UserError(f"{flag} {asked}: the base has {what}; {NON_GPT_WHY}")
+            raise UserError(f"{flag} {asked}: the base has {sh.heads} heads of {sh.dhead} for hidden {sh.hidden}; "
+                            f"{NON_GPT_WHY}")
+
+
+def refuse_kv_change(plan: Plan, kv_heads: int | None) -> None:
+    """--kv-heads on a base whose attention is not read as multi-head or grouped-query: nothing to change."""
+    if kv_heads is None or kv_heads == plan.shape.kv:
+        return
+    if plan.shape.heads * plan.shape.dhead != plan.shape.hidden:
+        raise UserError(f"--kv-heads {kv_heads}: {NON_GPT_WHY}")
 
 
 def _refuse_empty_stages(pp: int, layers: int, pp_asked: bool) -> None:
@@ -315,7 +331,7 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     for b in st.blocks:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1
     out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp, blocks=kinds,
-               what_if="every transform" if st.shape.gpt_layout else
+               what_if="every transform" if st.shape.heads * st.shape.dhead == st.shape.hidden else
                f"every transform but width and TP ({NON_GPT_WHY})", shape=shape_report(st.shape))
     return out
 

@@ -174,6 +174,7 @@ def _add_tp(grow: Growth, host: dict, role: int, rank: int) -> int:
     g, st = plan.graph, plan.st
     sh = plan.shape
     tokens, h, f = sh.seq * sh.micro_batch, sh.hidden, sh.ffn
+    q, qkv, fc1 = sh.heads * sh.dhead, sh.qkv_width(), sh.fc1_width()   # 3h, f for GPT
     stream = grow.stream(rank, role, "TP")
     per_layer = 0
     prev_ar = None
@@ -198,9 +199,9 @@ def _add_tp(grow: Growth, host: dict, role: int, rank: int) -> int:
             mkn = gemm_mkn(op, st.op_dims[t])
             if mkn is None or mkn[0] != tokens or mkn[2] != h:
                 continue
-            if b.phase == "forward" and mkn[1] in (h, f):          # attention projection, FC2
+            if b.phase == "forward" and mkn[1] in (q, f):          # attention projection, FC2 (down)
                 sites.append((k, 1))
-            elif b.phase == "backward" and mkn[1] in (3 * h, f) and mkn[1] != h:   # QKV, FC1 dgrad
+            elif b.phase == "backward" and mkn[1] in (qkv, fc1) and mkn[1] != h:   # QKV, FC1 dgrad
                 wgrad = next((j for j in range(k + 1, len(gpu)) if str(st.op_name[gpu[j]]) in GEMM_OPS
                               and not str(g.name[gpu[j]]).startswith(("Memset", "Memcpy"))), None)
                 if wgrad is None:

@@ -77,20 +77,21 @@ def _gemm_dims(op: str, mkn: tuple) -> tuple:
     return ((m, k), (k, n))
 
 
-def _attention_dims(op: str, old, bshd_new: tuple):
+def _attention_dims(op: str, old, bshd_new: tuple, kv: tuple | None = None):
     b, s, a, hd = bshd_new
     bo, so, ao, _ = attention_bshd(op, old)
     heads_second = attention_bshd(op, ((1, 2, 3, 4),))[1] == 3
+    per_head = {ao: a, **({kv[0]: kv[1]} if kv else {})}     # query heads, and grouped KV heads
     new = []
     for d in old:
         if _is_tensor(d) and len(d) == 4:
             x = _ints(d)
             if heads_second:
-                new.append((b if x[0] == bo else x[0], a if x[1] == ao else x[1],
+                new.append((b if x[0] == bo else x[0], per_head.get(x[1], x[1]),
                             s if x[2] == so else x[2], x[3]))
             else:
                 new.append((b if x[0] == bo else x[0], s if x[1] == so else x[1],
-                            a if x[2] == ao else x[2], x[3]))
+                            per_head.get(x[2], x[2]), x[3]))
         else:
             new.append(d)
     return tuple(new)
@@ -111,8 +112,10 @@ def map_tensors(dims, edit) -> tuple | None:
     return tuple(out) if changed else None
 
 
-def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads: int, new_heads: int):
-    """Dims of `op` after mapping model widths through `width` ({old: new}); None if unchanged."""
+def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads: int, new_heads: int,
+                  kv: tuple | None = None):
+    """Dims of `op` after mapping model widths through `width` ({old: new}); None if unchanged. `kv`:
+    (KV heads per rank, new) of grouped-query attention, whose key / value tensors change with it."""
     if not dims:
         return None
     if op in GEMM_OPS:
@@ -126,11 +129,13 @@ def rewrite_width(op: str, dims, width: dict, tokens: int, head_dim: int, heads:
         bshd = attention_bshd(op, dims)
         if bshd is None or bshd[2] != heads:
             return None
-        return _attention_dims(op, dims, (bshd[0], bshd[1], new_heads, bshd[3]))
+        return _attention_dims(op, dims, (bshd[0], bshd[1], new_heads, bshd[3]), kv=kv)
 
     def edit(x):
         if len(x) == 4 and x[-1] == head_dim and heads in x[1:3]:
             x[x.index(heads, 1)] = new_heads
+        elif kv and len(x) == 4 and x[-1] == head_dim and kv[0] in x[1:3]:
+            x[x.index(kv[0], 1)] = kv[1]        # a key tensor's rotary embedding: [s, b, KV heads/t, d]
         else:
             x[-1] = width.get(x[-1], x[-1])
     return map_tensors(dims, edit)

@@ -45,9 +45,12 @@ FFN_ACTIVATIONS = ("gelu", "silu", "swiglu", "relu")   # element-wise ops on FC1
 
 def tp_misfits(shape, tp: int) -> list[str]:
     """The sizes TP does not divide ('heads 4', ...): Megatron splits heads, hidden, FFN and
-    vocabulary evenly over the TP ranks."""
-    return [f"{what} {v}" for what, v in (("heads", shape.heads), ("hidden", shape.hidden), ("ffn", shape.ffn),
-                                          ("vocab", shape.vocab)) if v % tp]
+    vocabulary evenly over the TP ranks, and grouped-query attention's KV heads (Megatron-Core asserts
+    num_query_groups % tensor_model_parallel_size == 0)."""
+    sizes = [("heads", shape.heads), ("hidden", shape.hidden), ("ffn", shape.ffn), ("vocab", shape.vocab)]
+    if shape.kv_heads and shape.kv_heads != shape.heads:
+        sizes.append(("KV heads", shape.kv_heads))
+    return [f"{what} {v}" for what, v in sizes if v % tp]
 
 
 def check_tp(shape, tp: int) -> None:
@@ -59,15 +62,19 @@ def check_tp(shape, tp: int) -> None:
 def _shards(shape, tp: int) -> dict:
     """{width on one rank at the old degree: width at the new}, for every sharded width."""
     h, f, v, t = shape.hidden, shape.ffn, shape.vocab, shape.tp
+    qkv, q, fc1 = shape.qkv_width(), shape.heads * shape.dhead, shape.fc1_width()
     m = {}
-    for old, new in ((3 * h // t, 3 * h // tp), (f // t, f // tp), (h // t, h // tp), (v // t, v // tp)):
+    for old, new in ((qkv // t, qkv // tp), (f // t, f // tp), (h // t, h // tp), (v // t, v // tp),
+                     (q // t, q // tp), (fc1 // t, fc1 // tp)):
         m.setdefault(old, new)
     return m
 
 
 def rewrite_tp(op: str, dims, shards: dict, hidden: int, tokens: int, head_dim: int, heads: int,
-               new_heads: int, batch: int, seq: int, tp: tuple[int, int], sp: bool):
-    """Dims of `op` at the new TP degree (`tp` = (old, new)); None if unchanged."""
+               new_heads: int, batch: int, seq: int, tp: tuple[int, int], sp: bool, kv: tuple | None = None):
+    """Dims of `op` at the new TP degree (`tp` = (old, new)); None if unchanged. `kv`: grouped-query
+    attention's (KV heads per rank, at the new degree), whose key / value tensors and rotary embeddings
+    are re-sharded too (None: as many KV heads as query heads)."""
     if not dims:
         return None
     if op in GEMM_OPS and not (op == "aten::bmm" and _batched(dims, batch * heads)):
@@ -84,12 +91,15 @@ def rewrite_tp(op: str, dims, shards: dict, hidden: int, tokens: int, head_dim: 
         new[cand[-1]] = shards[mkn[cand[-1]]]
         return _gemm_dims(op, tuple(new))
     if "attention" in op:
-        return rewrite_width(op, dims, {}, tokens, head_dim, heads, new_heads)
+        return rewrite_width(op, dims, {}, tokens, head_dim, heads, new_heads, kv=kv)
     old_t, new_t = tp
     ffn_act = any(a in op for a in FFN_ACTIVATIONS)
+    per_head = {heads: new_heads, **({kv[0]: kv[1]} if kv else {})}
 
     def edit(x):
-        if len(x) == 3 and x[0] == batch * heads:
+        if kv and len(x) == 4 and x[-1] == head_dim and x[2] in per_head:
+            x[2] = per_head[x[2]]               # [s, b, heads/t, d] (rotary embeddings of q and of k)
+        elif len(x) == 3 and x[0] == batch * heads:
             x[0] = batch * new_heads            # unfused attention: b x heads/t score matrices
         elif x[-1] in shards and (x[-1] != hidden or ffn_act):
             x[-1] = shards[x[-1]]
@@ -112,7 +122,7 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
     g, st = out.graph, out.st
     shards = _shards(sh, tp)
     tokens = sh.seq * sh.micro_batch
-    head_dim = sh.hidden // max(sh.heads, 1)
+    head_dim = sh.dhead
     heads_t, new_heads_t = sh.heads // sh.tp, sh.heads // tp
     is_coll = st.coll != None      # noqa: E711 (element-wise)
     is_tp = is_coll & (out.role == "tp")
@@ -127,9 +137,10 @@ def change_tp(plan: Plan, tp: int | None) -> Plan:
         st.group[t] = group
     if plan.sharding:    # each unit's gather and reduce-scatter carries the rank's TP shard of its parameters
         scale_units(out, lambda nbytes: sh.tp / tp)
+    kv = None if sh.kv == sh.heads else (sh.kv // sh.tp, sh.kv // tp)
     reshape_tasks(out, np.flatnonzero(~in_bucket & ~is_coll).tolist(),
                   lambda op, d: rewrite_tp(op, d, shards, sh.hidden, tokens, head_dim, heads_t, new_heads_t,
-                                           sh.micro_batch, sh.seq, (sh.tp, tp), sp))
+                                           sh.micro_batch, sh.seq, (sh.tp, tp), sp, kv=kv))
     out.shape = copy.copy(sh)
     out.shape.tp = tp
     out.st.shape = out.shape

@@ -24,14 +24,29 @@ from .plan import Plan, refuse_rebucketing
 from .shapes import rewrite_width
 
 
-def _mapping(shape, hidden: int, ffn: int) -> dict:
+def resized(shape, hidden: int, ffn: int, kv_heads: int | None = None):
+    """`shape` at a new width: heads grow with the hidden size at the same head dim; grouped-query
+    attention keeps its KV heads (Llama 3 8B and 70B both have 8) unless `kv_heads` says, multi-head
+    attention keeps one KV head per query head."""
+    out = copy.copy(shape)
+    out.heads = max(shape.heads * hidden // shape.hidden, 1)
+    out.hidden, out.ffn = hidden, ffn
+    if kv_heads is not None:
+        out.kv_heads = 0 if kv_heads == out.heads else kv_heads
+    elif shape.kv_heads and shape.kv_heads != shape.heads:
+        out.kv_heads = shape.kv_heads
+    return out
+
+
+def _mapping(shape, new) -> dict:
     h, f, t = shape.hidden, shape.ffn, shape.tp
-    heads_new = max(shape.heads * hidden // h, 1)
     m = {}
-    for old, new in ((h, hidden), (h // t, hidden // t), (3 * h // t, 3 * hidden // t),
-                     (shape.heads // t, heads_new // t)):
-        m.setdefault(old, new)
-    m[f // t] = ffn // t   # FFN wins a tie with h: the FFN GEMMs dominate
+    for old, to in ((h, new.hidden), (h // t, new.hidden // t), (shape.qkv_width() // t, new.qkv_width() // t),
+                    (shape.heads * shape.dhead // t, new.heads * new.dhead // t), (shape.heads // t, new.heads // t)):
+        m.setdefault(old, to)
+    m[f // t] = new.ffn // t   # FFN wins a tie with h: the FFN GEMMs dominate
+    if shape.gated:
+        m[2 * f // t] = 2 * new.ffn // t      # gate and up in one GEMM
     return m
 
 
@@ -44,23 +59,28 @@ def _resize_units(plan: Plan, out: Plan) -> None:
     scale_units(out, lambda nbytes: ratio_layer if abs(nbytes - layer) <= 0.5 else ratio_root)
 
 
-def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) -> Plan:
-    hidden = hidden or plan.shape.hidden
-    ffn = ffn or plan.shape.ffn
-    if hidden == plan.shape.hidden and ffn == plan.shape.ffn:
+def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None, kv_heads: int | None = None) -> Plan:
+    """Hidden, FFN and (grouped-query attention) KV-head changes."""
+    sh = plan.shape
+    hidden = hidden or sh.hidden
+    ffn = ffn or sh.ffn
+    new = resized(sh, hidden, ffn, kv_heads)
+    if hidden == sh.hidden and ffn == sh.ffn and new.kv == sh.kv:
         return plan
     refuse_rebucketing(plan, "a width change")
     if hidden % plan.tp or ffn % plan.tp:
         raise ValueError(f"hidden {hidden} and ffn {ffn} must be multiples of tp {plan.tp}")
+    if new.heads % new.kv or new.kv % plan.tp:
+        raise ValueError(f"{new.kv} KV heads must divide the {new.heads} query heads and be a multiple of tp {plan.tp}")
     out = plan.clone()
     g, st = out.graph, out.st
-    m = _mapping(plan.shape, hidden, ffn)
-    act_ratio = hidden / plan.shape.hidden
-    sh = plan.shape
+    m = _mapping(sh, new)
+    act_ratio = hidden / sh.hidden
     tokens = sh.seq * sh.micro_batch
-    head_dim = sh.hidden // max(sh.heads, 1)
+    head_dim = sh.dhead
     heads_t = max(sh.heads // sh.tp, 1)
-    new_heads_t = max(sh.heads * hidden // sh.hidden // sh.tp, 1)
+    new_heads_t = max(new.heads // sh.tp, 1)
+    kv = (sh.kv // sh.tp, new.kv // sh.tp) if sh.kv != sh.heads and new.kv != sh.kv else None
     for t in range(g.n_tasks):
         if st.task_block[t] >= 0 and st.blocks[st.task_block[t]].kind == "bucket":
             continue    # a layer's gradient bucket scales with its parameters in the rebuild
@@ -73,15 +93,13 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None) 
             continue
         if d is None:
             continue
-        nd = rewrite_width(str(st.op_name[t]), d, m, tokens, head_dim, heads_t, new_heads_t)
+        nd = rewrite_width(str(st.op_name[t]), d, m, tokens, head_dim, heads_t, new_heads_t, kv=kv)
         if nd is not None:
             op = str(st.op_name[t])
             if g.kind[t] == TaskKind.GPU:
                 g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
             st.op_dims[t] = nd
-    out.shape = copy.copy(plan.shape)
-    out.shape.heads = max(plan.shape.heads * hidden // plan.shape.hidden, 1)
-    out.shape.hidden, out.shape.ffn = hidden, ffn
+    out.shape = new
     out.st.shape = out.shape
     if plan.sharding:
         _resize_units(plan, out)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from lumos.errors import UserError
 from lumos.model.layer_shape import ShapeDisagreement, read_layer
 from lumos.model.structure import ModelShape
 from lumos.predict.whatif import base_plan, structure_report, transform
@@ -50,17 +49,17 @@ def test_structure_report_says_the_shape_and_what_is_not_changed(captures):
     rep = structure_report(load_run(captures["fused GQA"]))
     assert rep["tp"] == 1 and rep["shape"]["kv_heads"] == 2 and rep["shape"]["mlp"] == "swiglu"
     assert rep["shape"]["evidence"]["KV heads"] == "the QKV GEMMs' widths (fused: 128) less the queries"
-    assert rep["what_if"].startswith("every transform but width and TP (")
+    assert rep["what_if"] == "every transform"
 
 
-def test_width_and_tp_of_a_llama_base_are_refused(captures):
+def test_width_of_a_llama_base_keeps_its_kv_heads(captures):
     plan = base_plan(load_run(captures["separate GQA"]))
-    with pytest.raises(UserError, match=r"^--hidden 128: the base has grouped-query attention, a SwiGLU MLP; "
-                                        r"their rewrites of GEMM widths"):
-        transform(plan, hidden=128)
-    with pytest.raises(UserError, match=r"^--tp 2: the base has grouped-query attention"):
-        transform(plan, tp=2)
-    assert transform(plan, layers=4).layers == 4      # layers are copied as they are
+    out = transform(plan, hidden=128, ffn=352)
+    assert (out.shape.heads, out.shape.kv, out.shape.dhead, out.shape.gated) == (8, 2, 16, True)
+    assert transform(plan, kv_heads=4).shape.kv == 4
+    with pytest.raises(ValueError, match="3 KV heads must divide the 4 query heads"):
+        transform(plan, kv_heads=3)
+    assert transform(plan, layers=4).layers == 4
 
 
 def test_gpt_layers_keep_their_reading():

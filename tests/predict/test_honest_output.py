@@ -190,3 +190,32 @@ def test_a_host_collective_base_is_measured_over_its_ranks(capsys):
     assert (m["step"], m["critical_rank"], m["iteration_us"], m["replayed_unchanged_us"]) == (3, 1, 36062.95,
                                                                                              32736.272)
     assert m["profiled_steps"] == {"2": 34150.42, "3": 36062.95, "4": 36940.433} and m["medians_of"] == ["host work"]
+
+
+@pytest.mark.parametrize("kw, line", [({"tp": 0}, "tp must be a positive integer or None (the base's), got 0"),
+                                      ({"dp": -2}, "dp must be a positive integer or None (the base's), got -2"),
+                                      ({"layers": 2.5}, "layers must be a positive integer or None (the base's), "
+                                                        "got 2.5")])
+def test_library_callers_get_no_number_for_an_impossible_degree(tiny_plan, kw, line):
+    # `transform(plan, tp=0)` once meant "the base's TP": only None does
+    from lumos.predict.whatif import transform
+
+    with pytest.raises(ValueError) as err:
+        transform(tiny_plan, **kw)
+    assert str(err.value) == line
+
+
+def test_a_cpu_trace_without_step_marks_says_what_its_iteration_is(cpu_capture, tmp_path, capsys):
+    # every profiled step replayed as one iteration: said, and not called a GPU span on a trace without a GPU
+    import gzip
+
+    doc = json.load(gzip.open(next(cpu_capture.glob("*.json.gz")), "rt"))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    (tmp_path / "nostep").mkdir()
+    with gzip.open(tmp_path / "nostep" / "rank0.json.gz", "wt") as fh:
+        json.dump(doc, fh)
+    assert lumos_main(["replay", str(tmp_path / "nostep")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("  note: no step annotation (ProfilerStep#N): the whole trace is replayed as one iteration, every step "
+            "it holds together") in out
+    assert "  (iteration = the span of the CPU tasks over the whole trace (it marks no step))" in out
