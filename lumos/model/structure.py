@@ -342,7 +342,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
     if fwd is None:
         raise ShapeError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
     gemms, ln, attn, scores = [], None, None, None
-    last, attn_at, norm, acts = None, None, "", set()
+    seen, attn_at, norm, acts = set(), None, "", set()
     for t in fwd.tasks:
         n, d = op_name[t], op_dims[t]
         if is_gpu is not None and not is_gpu[t]:
@@ -357,10 +357,10 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
             attn_at = len(gemms)
         if n in GEMM_OPS and not batched:
             mkn = gemm_mkn(str(n), d)
-            this = op_row[t] if op_row is not None else id(d)
-            if mkn is not None and this != last:   # one op may launch several kernels
+            this = op_row[t] if op_row is not None else id(d)   # one dims tuple per op, shared by its tasks
+            if mkn is not None and this not in seen:   # one op may launch several kernels
                 gemms.append(mkn)
-                last = this
+                seen.add(this)
         elif (n in LAYER_NORM_OPS or n in RMS_NORM_OPS) and ln is None:
             ln, norm = d, "rmsnorm" if n in RMS_NORM_OPS else "layernorm"
         elif "attention" in low and attn is None:

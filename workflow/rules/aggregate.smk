@@ -26,6 +26,8 @@ def collect_inputs(kind):
         return sharded_jsons(), sharded_labels()
     if kind == "from_one_gpu":
         return from_one_gpu_inputs()
+    if kind == "llama":
+        return llama_inputs()
     if kind == "ablation":
         abl = config.get("ablation", {})
         labels = ([{"source": t, "emulated": False} for t in abl.get("real", [])]
@@ -41,7 +43,7 @@ rule collect:
     output:
         csv=f"{R}/data/{{kind}}.csv",
     wildcard_constraints:
-        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|ablation",
+        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|ablation",
     params:
         labels=lambda w: collect_inputs(w.kind)[1],
     log:
@@ -79,7 +81,7 @@ rule table:
         csv=f"{R}/tables/{{name}}.csv",
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
-        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|ablation|ablation_by_trace|statistics",
+        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|ablation|ablation_by_trace|statistics",
     params:
         tag=TAG,
         overrides=OVERRIDES,

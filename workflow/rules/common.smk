@@ -227,6 +227,8 @@ def table_names():
         names.append("sharded_dp")
     if (config.get("from_one_gpu") or {}).get("bases"):
         names.append("from_one_gpu")
+    if (config.get("llama") or {}).get("targets"):
+        names.append("llama")
     if (config.get("fsdp_cpu") or {}).get("targets"):
         names.append("fsdp_cpu_whatif")
     if ablation_csvs():

@@ -60,14 +60,17 @@ def with_parallel(base: Run, shape: str) -> Run:
 
 
 def predict_flags(base: Run, target: Run) -> list[str]:
-    """`lumos predict` flags that take the base run to the target: its TPxPPxDP, and the layer count and
-    width where the target's model config differs from the base's."""
+    """`lumos predict` flags that take the base run to the target: its TPxPPxDP, and the layer count,
+    width and grouped-query attention's KV heads where the target's model config differs from the base's."""
     bm, tm = _model(str(config_dir()), base.model), _model(str(config_dir()), target.model)
     flags = ["--tp", str(target.tp), "--pp", str(target.pp), "--dp", str(target.dp)]
     if tm.num_layers != bm.num_layers:
         flags += ["--layers", str(tm.num_layers)]
     if tm.hidden != bm.hidden or tm.ffn_hidden != bm.ffn_hidden:
         flags += ["--hidden", str(tm.hidden), "--ffn", str(tm.ffn_hidden)]
+    kv_b, kv_t = bm.get("num_kv_heads") or bm.num_heads, tm.get("num_kv_heads") or tm.num_heads
+    if kv_t != kv_b and tm.num_heads == bm.num_heads:      # (a width change carries the base's KV heads)
+        flags += ["--kv-heads", str(kv_t)]
     return flags
 
 

@@ -51,6 +51,11 @@ with logged(smk):
                  "single-host base of the same model, micro-batch and sequence (the collectives the base lacks added "
                  "by `lumos predict` and timed by the h100_roce cluster profile), beside the same targets from the "
                  "multi-stage base, each against its emulated actual, mean over seeds")
+    elif name == "llama":
+        df = T.prediction_table(data[name])
+        title = ("Llama-style what-ifs (emulated): PP, DP, TP, width, KV-head and layer changes predicted from an "
+                 "emulated Llama 3 8B 2x2x4 base (grouped-query attention, SwiGLU, RMSNorm, RoPE) vs the emulated "
+                 "actual, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"
