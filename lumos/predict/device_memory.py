@@ -53,7 +53,7 @@ def device_memory(tables: Sequence, memory: Mapping | None) -> tuple[dict, dict]
         return memory, {"gpu": False, "source": "none: a CPU-only trace (no GPU)"}
     read = trace_capacity(tables)
     if read is None:
-        return memory, {"gpu": True, "source": "profile (config/predict/clusters/h100_roce.yaml): the trace has no "
+        return memory, {"gpu": True, "source": "the cluster profile's (config/predict/clusters/): the trace has no "
                                                "deviceProperties"}
     memory["gpu_memory_gib"] = read[0]
     return memory, {"gpu": True, "source": read[1]}

@@ -226,7 +226,7 @@ def memory_settings(plan: Plan, overrides: dict | None = None):
     overrides = dict(overrides or {})
     if plan.sharding and overrides.get("sharding") is None:   # the base's own sharding, unless told otherwise
         overrides["sharding"] = SHARDED_MEMORY[plan.sharding]
-    settings = MemorySettings.from_profile(load_profile(), **overrides)
+    settings = MemorySettings.from_profile(plan.profile or load_profile(), **overrides)
     if plan.measured_memory is not None and overrides.get("workspace_gib") is None:
         settings = calibrate(settings, plan.measured_memory)
     return settings

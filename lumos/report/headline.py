@@ -193,6 +193,30 @@ def sharded(src: Sources) -> Cells:
             "seeds each", NO_SHARDED, "emulated", ("sharded_dp",))
 
 
+def from_one_gpu(src: Sources) -> Cells:
+    """from_one_gpu.csv: abs_error_pct_mean per target and group (the base: single GPU, single host,
+    multi-stage), n (seeds), the parts of the small bases' rows as in `scaleout`."""
+    df = _read(src.tables / "from_one_gpu.csv")
+    parts = []
+    for group, rows in df.groupby("group", sort=False):
+        parts.append(f"{group}: {ABS_ERROR} {pct(rows['abs_error_pct_mean'].mean())} over {len(rows)} layouts, worst "
+                     f"{pct(rows['abs_error_pct_mean'].max())}")
+    small = df[~df["group"].str.startswith("multi-stage")]
+    return (f"{'; '.join(parts)} ({_seeds(df['n'])} seeds each); from the small bases "
+            f"{worst_part(small, 'label')}", "- (the paper predicts from a base that ran at a distributed layout)",
+            "emulated", ("from_one_gpu",))
+
+
+def llama(src: Sources) -> Cells:
+    """llama.csv: abs_error_pct_mean per target (mean over seeds), group, n (seeds), parts as in `scaleout`."""
+    df = _read(src.tables / "llama.csv")
+    each = ", ".join(f"{r.group} {pct(r.abs_error_pct_mean, 1)}" for r in df.itertuples())
+    return (f"{ABS_ERROR} {pct(df['abs_error_pct_mean'].mean())} over {len(df)} targets ({each}; "
+            f"{_seeds(df['n'])} seeds each); {worst_part(df, 'group')}",
+            "- (none of Lumos, dPRO, vTrain predicts a KV-head or SwiGLU width change from a trace)", "emulated",
+            ("llama",))
+
+
 def fsdp_cpu(src: Sources) -> Cells:
     """fsdp_cpu_whatif.csv, per target (in the table's order; the direction from its flags' --dp): error_pct
     per base and steps_from (own rows by base; STEPS_POOLED rows, one value where they agree) and
@@ -378,6 +402,8 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("The nine scale-out targets (Fig. 7) from 15B 2x2x4", scaleout, "scaleout"),
     ("TP changes from 15B 2x2x4", tensor_parallel, "scaleout"),
     ("Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
+    ("From one GPU or one host to the nine scale-out and three TP targets (15B)", from_one_gpu, "from_one_gpu"),
+    ("Llama-style what-ifs (GQA, SwiGLU) from Llama 3 8B 2x2x4", llama, "llama"),
     ("FSDP2 over gloo, real CPU captures (2 ranks <-> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),

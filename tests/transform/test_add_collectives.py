@@ -144,3 +144,9 @@ def test_cli_predicts_dp_from_a_one_gpu_base(runs, capsys):
     assert lumos_main(["predict", str(runs[(1, 1, 1)]), "--dp", "2", "--cluster", "h200", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert any("timed by h200's alpha-beta model" in n for n in doc["notes"])
+
+
+def test_search_says_what_memory_it_judges_against(runs, capsys):
+    assert lumos_main(["search", str(runs[(1, 1, 1)]), "--gpus", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("  memory per GPU judged against 79.2 GiB (trace: NVIDIA H100 80GB HBM3 deviceProperties")
