@@ -21,7 +21,8 @@ Sources of each term:
   full gradient before its reduce-scatter (G) (FSDP2's default prefetch of one unit ahead,
   torch `distributed/fsdp/_fully_shard/_fsdp_param_group.py`).
 - Activations of one transformer layer for one micro-batch (Korthikanti et al. 2022,
-  "Reducing Activation Recomputation in Large Transformer Models", Table 2), s sequence,
+  "Reducing Activation Recomputation in Large Transformer Models", Table 2; Llama-style layers, with
+  grouped-query attention and SwiGLU, by the same accounting term by term, `activation_bytes_per_layer`), s sequence,
   b micro-batch, h hidden, a heads, t TP degree, in bytes (16-bit activations; 32-bit ones,
   `activation_bytes: 4`, scale every term by 4/2, the 1-byte dropout masks with them):
   no recomputation         s b h (10 + 24/t + 5 a s / (h t))
@@ -74,15 +75,24 @@ class MemorySettings:
 
 
 def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int,
-                               m: MemorySettings) -> float:
+                               m: MemorySettings, shape=None) -> float:
+    """Korthikanti's Table 2 (GPT, FFN 4h). With a Llama-style `shape` (grouped-query attention or SwiGLU)
+    the same accounting term by term: of the 24 s b h a TP rank holds a 1/t of, the queries and the
+    projection's input keep 2 + 2, the keys and the values 2 r each (r = KV heads / heads), and the MLP
+    4 f / h with GELU (its input and FC2's), 6 f / h with SwiGLU (the fused gate-and-up output, 2f wide,
+    and the down projection's input)."""
     s, b, h, a, t = float(seq), float(micro_batch), float(hidden), float(heads), float(tp)
     sbh = s * b * h * m.activation_bytes / 2.0    # Table 2 counts 2-byte activations
     if m.recompute == "full":
         return 2.0 * sbh
     scores = 0.0 if (m.recompute == "selective" or m.flash_attention) else 5.0 * a * s / h
+    sharded = 24.0
+    if shape is not None and not shape.gpt_layout:
+        r = shape.kv / max(shape.heads, 1)
+        sharded = 4.0 + 4.0 * r + (6.0 if shape.gated else 4.0) * shape.ffn / shape.hidden
     if m.sequence_parallel:
-        return sbh * (34.0 + scores) / t
-    return sbh * (10.0 + 24.0 / t + scores / t)
+        return sbh * (10.0 + sharded + scores) / t
+    return sbh * (10.0 + sharded / t + scores / t)
 
 
 def state_bytes(m: MemorySettings) -> tuple[float, float, float]:
@@ -115,7 +125,7 @@ def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, micr
     first, last = stage == 0, stage == pp - 1
     params = layers_in_stage * shape.layer_params() + shape.embed_params() * (first + last)
     inflight = min(pp - stage, max(microbatches, 1))
-    act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m)
+    act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m, shape)
     logits = 4.0 * shape.seq * shape.micro_batch * shape.vocab / shape.tp if last else 0.0
     parts = {"parameters_gib": param_bytes(params, dp, m, shape.layer_params() if layers_in_stage else 0.0) / GIB,
              "activations_gib": act * layers_in_stage * inflight / GIB,

@@ -200,3 +200,18 @@ def test_predict_sharding_flag_shrinks_the_parameter_state_and_says_so(tiny_runs
     assert z3["activations_gib"] == none["activations_gib"]
     assert lumos_main(["predict", base, "--dp", "4", "--sharding", "zero2"]) == 0
     assert "(with zero2 sharding of the DP state; the time assumes all-reduce DP)" in capsys.readouterr().out
+
+
+def test_llama_activations_by_korthikantis_accounting():
+    # Llama 3 8B at TP 2: r = 8 / 32 KV heads per head, SwiGLU with f = 3.5 h: of Table 2's 24 s b h held as
+    # 1/t, 4 + 4 r + 6 f / h = 4 + 1 + 21 = 26; GPT (r = 1, GELU, f = 4h) keeps Table 2's 24
+    from lumos.model.structure import ModelShape
+
+    llama = ModelShape(hidden=4096, ffn=14336, seq=8192, micro_batch=1, vocab=128256, heads=32, tp=2, kv_heads=8,
+                       gated=True)
+    m = MemorySettings(recompute="selective")
+    sbh = 8192 * 1 * 4096
+    assert activation_bytes_per_layer(8192, 1, 4096, 32, 2, m, llama) == pytest.approx(sbh * (10 + 26 / 2))
+    gpt = ModelShape(hidden=4096, ffn=8192, seq=8192, micro_batch=1, vocab=51200, heads=32, tp=2)
+    assert activation_bytes_per_layer(8192, 1, 4096, 32, 2, m, gpt) == activation_bytes_per_layer(8192, 1, 4096, 32,
+                                                                                                    2, m)
