@@ -127,15 +127,22 @@ def build_llama(cfg: LlamaConfig):
 
 
 def run_llama(cfg: LlamaConfig, *, out_dir: str | os.PathLike, steps: int = 2, warmup: int = 1,
-              microbatches: int = 1, seed: int = 0, annotate: bool = True, with_stack: bool = False) -> Path:
-    """Train `cfg` on the CPU for wait + warmup + steps iterations (AdamW, `microbatches` forward /
-    backward passes each) under the profiler, its layers annotated as `capture gpt`'s; the trace path."""
+              microbatches: int = 1, seed: int = 0, annotate: bool = True, with_stack: bool = False,
+              device: str = "cpu") -> Path:
+    """Train `cfg` for wait + warmup + steps iterations (AdamW, `microbatches` forward / backward passes
+    each) under the profiler, on `device` (cpu; cuda in bfloat16), its layers annotated as `capture gpt`'s;
+    the trace path."""
     torch = require_torch()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device here")
     torch.manual_seed(seed)
-    model = build_llama(cfg)
+    model = build_llama(cfg).to(device)
+    if device.startswith("cuda"):
+        model = model.to(torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(seed)
-    data = [torch.randint(cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=gen) for _ in range(microbatches)]
+    data = [torch.randint(cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=gen).to(device)
+            for _ in range(microbatches)]
     loss_fn = torch.nn.functional.cross_entropy
 
     def step():
@@ -147,5 +154,38 @@ def run_llama(cfg: LlamaConfig, *, out_dir: str | os.PathLike, steps: int = 2, w
         opt.zero_grad(set_to_none=True)
 
     return profile_steps(step, steps=steps, warmup=warmup, out_dir=out_dir, model=model, annotate=annotate,
-                         with_stack=with_stack, device="cpu",
+                         with_stack=with_stack, device=device,
                          metadata={"lumosCapture": {"model": "llama", **cfg.__dict__}})
+
+
+def add_arguments(p) -> None:
+    """`lumos capture llama`'s flags."""
+    d = LlamaConfig()
+    for flag, key, what in (("--layers", "layers", "transformer blocks"), ("--hidden", "hidden", "model width"),
+                            ("--ffn", "ffn", "SwiGLU width (gate, up)"), ("--heads", "heads", "query heads"),
+                            ("--kv-heads", "kv_heads", "key/value heads (grouped-query attention)"),
+                            ("--seq", "seq", "sequence length"), ("--micro-batch", "micro_batch",
+                                                                  "sequences per micro-batch"),
+                            ("--vocab", "vocab", "vocabulary size")):
+        p.add_argument(flag, type=int, default=getattr(d, key), help=f"{what} (default %(default)s)")
+    p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per iteration (default %(default)s)")
+    p.add_argument("--fused-qkv", action="store_true", help="one QKV GEMM (Megatron-Core's linear_qkv)")
+    p.add_argument("--fused-gate-up", action="store_true", help="gate and up in one GEMM of twice the width")
+    p.add_argument("--steps", type=int, default=3, help="profiled iterations (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=1, help="profiled-but-discarded iterations (default %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bfloat16)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the parameters and tokens (default %(default)s)")
+    p.add_argument("--no-annotate", dest="annotate", action="store_false",
+                   help="write no range of ours but ProfilerStep#N (the layers are then found by the predictor)")
+    p.add_argument("--with-stack", action="store_true", help="record Python stacks (module calls) too")
+    p.add_argument("--out", required=True, help="output directory (rank0.json.gz)")
+
+
+def run_from_args(args) -> Path:
+    cfg = LlamaConfig(layers=args.layers, hidden=args.hidden, ffn=args.ffn, heads=args.heads, kv_heads=args.kv_heads,
+                      seq=args.seq, micro_batch=args.micro_batch, vocab=args.vocab, fused_qkv=args.fused_qkv,
+                      fused_gate_up=args.fused_gate_up)
+    path = run_llama(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup, microbatches=args.micro_batches,
+                     seed=args.seed, annotate=args.annotate, with_stack=args.with_stack, device=args.device)
+    print(f"wrote {path}")
+    return path

@@ -4,7 +4,8 @@
         --micro-batch 2 --steps 3 --out DIR
 
 runs `lumos.capture.gpt` (same flags as `python -m lumos.capture.gpt`) and
-writes DIR/rank{R}.json.gz. Registering the subcommand imports no torch; a
+writes DIR/rank{R}.json.gz; `lumos capture llama` trains the Llama-style model of `lumos.capture.llama`
+(grouped-query attention, SwiGLU, RMSNorm, RoPE). Registering the subcommand imports no torch; a
 missing torch is reported as a one-line error when the command runs.
 """
 
@@ -31,6 +32,15 @@ def register(subparsers) -> None:
                                 "steps"), positive_int),
                **dict.fromkeys(("warmup", "rank", "seed"), non_negative_int), "out": output_path})
     g.set_defaults(func=run)
+    from lumos.capture.llama import add_arguments as llama_arguments   # torch-free at import time
+
+    ll = which.add_parser("llama", help="train a small Llama-style model (GQA, SwiGLU, RMSNorm, RoPE) under the profiler",
+                          description="Train a small Llama-style model under the profiler; write OUT/rank0.json.gz.")
+    llama_arguments(ll)
+    retype(ll, {**dict.fromkeys(("layers", "hidden", "ffn", "heads", "kv_heads", "seq", "micro_batch",
+                                 "micro_batches", "vocab", "steps"), positive_int),
+                **dict.fromkeys(("warmup", "seed"), non_negative_int), "out": output_path})
+    ll.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
         require_torch()
     except CaptureUnavailable:
         raise UserError(INSTALL_HINT) from None
-    from lumos.capture.gpt import run_from_args
+    if args.capture_command == "llama":
+        from lumos.capture.llama import run_from_args
+    else:
+        from lumos.capture.gpt import run_from_args
 
     try:
         run_from_args(args)

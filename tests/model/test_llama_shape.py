@@ -76,3 +76,16 @@ def test_disagreeing_evidence_is_refused():
                                                 r"\(hidden 1024 over the rank's 1024-wide queries\), its TP "
                                                 r"collectives' groups hold 4 ranks"):
         read_layer(gemms, 1, (1, 2048, 16, 64), 1024, {4}, {"gelu"}, where="layer 0")
+
+
+def test_capture_llama_command(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from lumos.cli import main as lumos_main
+
+    assert lumos_main(["capture", "llama", "--layers", "2", "--hidden", "96", "--heads", "6", "--kv-heads", "3",
+                       "--ffn", "160", "--fused-qkv", "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    sh = base_plan(load_run(tmp_path / "run")).shape
+    assert (sh.hidden, sh.ffn, sh.heads, sh.kv, sh.gated, sh.tp) == (96, 160, 6, 3, True, 1)
+    assert lumos_main(["capture", "llama", "--kv-heads", "3", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "lumos capture: error: heads 4 must divide hidden 64, kv_heads 3 must divide heads")
