@@ -62,8 +62,24 @@ class ProfiledSteps:
         return len(self.steps)
 
     def medians(self) -> tuple[np.ndarray, np.ndarray]:
-        """Median over the steps of each host task and gap (NaN where no step has it)."""
-        return _nanmedian(self.task), _nanmedian(self.lag)
+        """Median over the steps of each host task and gap (NaN where no step has it), all scaled by one
+        factor so that their sum is the median of the steps' own totals (`host_scale`)."""
+        c = self.host_scale()
+        return _nanmedian(self.task) * c, _nanmedian(self.lag) * c
+
+    def host_scale(self) -> float:
+        """The median step's host total over the sum of the per-item medians, over the tasks and gaps every
+        step has. A host stall (preemption, a page fault) lands on a different op in each step, so the
+        per-item median drops every step's stalls and its sum falls below every step's total (a CPU capture
+        under load: 12.3 ms of host work against steps of 21.9-23.6 ms); scaled, the point keeps a step's
+        total and sits inside the interval drawn from the steps (1 where there is nothing to scale)."""
+        t = np.isfinite(self.task).all(axis=0)
+        e = np.isfinite(self.lag).all(axis=0)
+        if self.n_steps < 2 or not (t.any() or e.any()):
+            return 1.0
+        totals = self.task[:, t].sum(axis=1) + self.lag[:, e].sum(axis=1)
+        items = np.median(self.task[:, t], axis=0).sum() + np.median(self.lag[:, e], axis=0).sum()
+        return float(np.median(totals) / items) if items > 0 else 1.0
 
     def kernel_medians(self) -> np.ndarray:
         """Median over the steps of each kernel's duration (NaN where no step has it)."""
