@@ -5,8 +5,9 @@ adds (a one-GPU base's TP all-reduces, gradient buckets and pipeline sends). Wha
 - `--dp` on a CPU capture (its collectives are host ops, not inserted) or on a base whose data
   parallelism is not all-reduce DP would be predicted at its own time, whatever the degree;
 - `--network-speed` re-times collectives: a base without any, and a target adding none, keeps its time;
-- on a CPU-only base (no GPU kernel: the host does the work), `--micro-batch`, `--compute-speed`
-  and `--tp` re-time GPU kernels only (the compute supplier), so its CPU ops keep their time.
+- on a CPU-only base (no GPU kernel: the host does the work), `--micro-batch`, `--compute-speed`,
+  `--tp` and the widths (`--hidden`, `--ffn`, `--kv-heads`) re-time GPU kernels only (the compute
+  supplier), so its CPU ops keep their time.
 Each is refused (`refuse_no_ops`), one line naming what was asked and what the base lacks. What
 such a base's prediction does change is said in a note: a CPU-only base's rebuild (layers,
 micro-batches, the optimizer's host loop; `cpu_only_note`), a TP change of a base without TP
@@ -55,6 +56,12 @@ def refusals(plan, target: dict, options) -> list[str]:
         if tp is not None and tp != plan.tp:
             out.append(f"--tp {tp}: " + host.format(
                 "a TP change re-shards GPU kernels and re-groups TP collectives only"))
+        for flag, key, base in (("--hidden", "hidden", plan.shape.hidden), ("--ffn", "ffn", plan.shape.ffn),
+                                ("--kv-heads", "kv_heads", plan.shape.kv)):
+            v = target.get(key)
+            if v is not None and v != base:
+                out.append(f"{flag} {v}: " + host.format("a width change re-times GPU kernels only (the compute "
+                                                         "supplier)"))
     adds = missing(plan, tp or plan.tp, target.get("pp") or plan.pp, dp or plan.dp)
     if dp is not None and dp != plan.dp and not _has(plan, "dp") and "dp" not in adds:
         why = ("a CPU capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 capture, "

@@ -94,6 +94,8 @@ def test_the_same_degree_is_not_refused(capsys):
                     "with --dp-calibration predicts them)"),
     (["--network-speed", "2"], "--network-speed 2: the base has no collective to re-time (a one-rank CPU run): a "
                                "faster network changes nothing in it"),
+    (["--hidden", "64"], "--hidden 64: the base is a CPU-only trace (no GPU kernel), and a width change re-times GPU "
+                         "kernels only (the compute supplier): the base's CPU ops would keep their time"),
 ])
 def test_cpu_only_what_ifs_that_change_nothing_are_refused(cpu_capture, capsys, flags, line):
     rc, out, err = _predict(capsys, cpu_capture, *flags)
