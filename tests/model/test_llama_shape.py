@@ -6,6 +6,8 @@ the CPU, 2 layers, hidden 64, FFN 176, 4 query heads of 16, sequence 16, micro-b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lumos.model.layer_shape import ShapeDisagreement, read_layer
@@ -89,3 +91,21 @@ def test_capture_llama_command(tmp_path, capsys):
     assert lumos_main(["capture", "llama", "--kv-heads", "3", "--out", str(tmp_path / "bad")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "lumos capture: error: heads 4 must divide hidden 64, kv_heads 3 must divide heads")
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "resources" / "traces" / "llama_cpu"
+SHIPPED_SHAPES = {"base": (128, 352, 4, 2, 2), "hidden_256": (256, 704, 8, 2, 2), "kv_heads_1": (128, 352, 4, 1, 2),
+                  "kv_heads_4": (128, 352, 4, 4, 2), "layers_4": (128, 352, 4, 2, 4)}
+
+
+@pytest.mark.parametrize("run", sorted(p.name for p in SHIPPED.iterdir() if p.is_dir()))
+def test_every_shipped_llama_capture_reads_exactly(run):
+    # MEASURED ON THIS MACHINE (resources/traces/llama_cpu/PROVENANCE.md): hidden, FFN, query heads, KV heads,
+    # layers, and TP 1 read as 1
+    hidden, ffn, heads, kv, layers = SHIPPED_SHAPES[run.rsplit("_r", 1)[0]]
+    rep = structure_report(load_run(SHIPPED / run))
+    sh = rep["shape"]
+    assert (sh["hidden"], sh["ffn"], sh["heads"], sh["kv_heads"], rep["layers"], rep["tp"]) == (hidden, ffn, heads, kv,
+                                                                                               layers, 1)
+    assert (sh["head_dim"], sh["mlp"], sh["norm"], sh["seq"], sh["micro_batch"], sh["vocab"]) == (32, "swiglu",
+                                                                                                 "rmsnorm", 64, 4, 1024)
