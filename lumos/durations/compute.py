@@ -96,6 +96,8 @@ class ComputeModel:
     fixed_us: dict = field(default_factory=lambda: {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0})
     fitted_us: dict = field(default_factory=dict)   # the raw intercepts, for the record
     sms: int = 0                 # streaming multiprocessors of the GPU (0: no wave model, FLOP ratio)
+    # a CPU capture: its CPU ops (and the gaps inside them) are its compute, which the transforms re-time
+    host_ops: bool = False
 
     def retime(self, measured_us: float, old: ComputeSpec, new: ComputeSpec, kernel: str = "") -> float:
         """`kernel` (the task's name) spares a library's memset / memcpy beside a GEMM (`scales_with_op`)
@@ -141,9 +143,9 @@ class ComputeModel:
         return c + (measured_us - c) * ratio
 
 
-def fit_compute(samples: list[tuple[ComputeSpec, float]], sms: int = 0) -> ComputeModel:
+def fit_compute(samples: list[tuple[ComputeSpec, float]], sms: int = 0, host_ops: bool = False) -> ComputeModel:
     """Fixed part per class from (spec, measured duration) samples of the base trace; `sms` > 0
-    turns the GEMM wave model on."""
+    turns the GEMM wave model on; `host_ops`: the samples are a CPU capture's ops and gaps."""
     by: dict[str, dict[float, list[float]]] = {}
     known: dict[ComputeSpec, float] = {}   # a trace repeats a few shapes thousands of times
     for spec, dur in samples:
@@ -167,4 +169,4 @@ def fit_compute(samples: list[tuple[ComputeSpec, float]], sms: int = 0) -> Compu
         fixed[cls] = float(np.clip(icpt, 0.0, ts.min()))
     fitted = dict(fixed)
     fixed["gemm"] = fixed["attention"] = 0.0
-    return ComputeModel(fixed_us=fixed, fitted_us=fitted, sms=sms)
+    return ComputeModel(fixed_us=fixed, fitted_us=fitted, sms=sms, host_ops=host_ops)

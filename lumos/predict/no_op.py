@@ -5,9 +5,9 @@ adds (a one-GPU base's TP all-reduces, gradient buckets and pipeline sends). Wha
 - `--dp` on a CPU capture (its collectives are host ops, not inserted) or on a base whose data
   parallelism is not all-reduce DP would be predicted at its own time, whatever the degree;
 - `--network-speed` re-times collectives: a base without any, and a target adding none, keeps its time;
-- on a CPU-only base (no GPU kernel: the host does the work), `--micro-batch`, `--compute-speed`,
-  `--tp` and the widths (`--hidden`, `--ffn`, `--kv-heads`) re-time GPU kernels only (the compute
-  supplier), so its CPU ops keep their time.
+- on a CPU-only base (no GPU kernel: the host does the work), `--compute-speed` and `--tp` re-time GPU
+  kernels and collectives only, so its CPU ops keep their time (a width or micro-batch change re-times
+  the CPU ops themselves, `lumos/model/host_gaps.py`).
 Each is refused (`refuse_no_ops`), one line naming what was asked and what the base lacks. What
 such a base's prediction does change is said in a note: a CPU-only base's rebuild (layers,
 micro-batches, the optimizer's host loop; `cpu_only_note`), a TP change of a base without TP
@@ -48,20 +48,12 @@ def refusals(plan, target: dict, options) -> list[str]:
     out = []
     if cpu_only(plan):
         host = "the base is a CPU-only trace (no GPU kernel), and {}: the base's CPU ops would keep their time"
-        if micro_batch is not None and micro_batch != plan.shape.micro_batch:
-            out.append(f"--micro-batch {micro_batch}: " + host.format(
-                "a micro-batch size change re-times GPU kernels only (the compute supplier)"))
         if compute is not None and compute != 1.0:
             out.append(f"--compute-speed {compute:g}: " + host.format("the compute speed scales GPU kernels only"))
         if tp is not None and tp != plan.tp:
             out.append(f"--tp {tp}: " + host.format(
                 "a TP change re-shards GPU kernels and re-groups TP collectives only"))
-        for flag, key, base in (("--hidden", "hidden", plan.shape.hidden), ("--ffn", "ffn", plan.shape.ffn),
-                                ("--kv-heads", "kv_heads", plan.shape.kv)):
-            v = target.get(key)
-            if v is not None and v != base:
-                out.append(f"{flag} {v}: " + host.format("a width change re-times GPU kernels only (the compute "
-                                                         "supplier)"))
+
     adds = missing(plan, tp or plan.tp, target.get("pp") or plan.pp, dp or plan.dp)
     if dp is not None and dp != plan.dp and not _has(plan, "dp") and "dp" not in adds:
         why = ("a CPU capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 capture, "
@@ -85,9 +77,10 @@ def cpu_only_note(plan) -> str | None:
     """What a prediction from a CPU-only base re-times and what it does not; None for a GPU base."""
     if not cpu_only(plan):
         return None
-    return ("a CPU-only base (no GPU kernel): no op is re-timed for a new shape (the compute supplier re-times "
-            "GPU kernels only); what changes is what the rebuild copies (layers, micro-batches per iteration) and "
-            "the optimizer's host loop, scaled with the parameters")
+    return ("a CPU-only base (no GPU kernel): its ops and the time inside them (lumos/model/host_gaps.py) are "
+            "re-timed for a new width or micro-batch size by their work (FLOPs for GEMMs and attention, elements "
+            "for the rest); the rebuild copies layers and micro-batches, and the optimizer's host loop scales with "
+            "the parameters; the Python between ops keeps its time")
 
 
 def tp_note(plan, target: dict) -> str | None:

@@ -20,6 +20,7 @@ from lumos.errors import UserError
 from lumos.graph.model import TaskKind
 from lumos.graph.run_graph import build_run_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
+from lumos.model.host_gaps import host_gaps
 from lumos.model.recover import recover_layers, summary
 from lumos.model.structure import find_structure
 from lumos.trace import TraceTable
@@ -67,9 +68,15 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
     coll_model = fit_alpha_beta(samples, profile)
-    gpu = np.flatnonzero((graph.kind == TaskKind.GPU) & ~graph.comm & (st.op_dims != None))  # noqa: E711
-    comp = fit_compute([(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in gpu],
-                       sms=trace_sms(tables, profile) if options.gemm_efficiency == "waves" else 0)
+    host_ops = not np.any(graph.kind == TaskKind.GPU)    # a CPU capture: its ops (and gaps inside them) compute
+    kind = TaskKind.CPU if host_ops else TaskKind.GPU
+    work = np.flatnonzero((graph.kind == kind) & ~graph.comm & (st.op_dims != None))  # noqa: E711
+    samples = [(ComputeSpec(str(st.op_name[t]), st.op_dims[t]), graph.dur[t]) for t in work]
+    gaps = host_gaps(graph, tables) if host_ops else None
+    if gaps is not None:
+        samples += [(ComputeSpec(n, d), graph.lag[e]) for e, n, d in zip(gaps.edge.tolist(), gaps.op_name, gaps.op_dims)]
+    comp = fit_compute(samples, sms=trace_sms(tables, profile) if options.gemm_efficiency == "waves" and not host_ops
+                       else 0, host_ops=host_ops)
     ranks = sorted(st.stage_of_rank)
     sharding = base_sharding(flavours)
     measured = measured_peak(tables, st.stage_of_rank, st.shape, layers_per_stage(st.pp, st.layers), st.pp, st.dp,
@@ -79,7 +86,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
-                profile=profile)
+                profile=profile, host_gaps=gaps)
 
 
 def alone_under_comm(graph, st, tables: Sequence[TraceTable]):

@@ -22,7 +22,7 @@ import numpy as np
 from lumos.durations import CollectiveSpec
 
 from .plan import Plan, block_mask
-from .shapes import parameter_shapes, reshape_tasks, rewrite_batch
+from .shapes import parameter_shapes, reshape_gaps, reshape_tasks, rewrite_batch
 
 PER_MICRO_BATCH = ("layer", "embedding", "head")
 
@@ -47,8 +47,20 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
     reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(),
                   lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
                                               heads_per_rank=sh.heads // sh.tp))
+    in_mb_edge = in_mb[out.graph.dst] if out.host_gaps is not None else None
+    if in_mb_edge is not None:     # a CPU capture: the gaps inside its ops of a micro-batch's blocks too
+        keep = in_mb_edge[out.host_gaps.edge]
+        gaps = out.host_gaps
+        sub = type(gaps)(edge=gaps.edge[keep], op_name=gaps.op_name[keep], op_dims=gaps.op_dims[keep])
+        out.host_gaps = sub
+        reshape_gaps(out, lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
+                                                      heads_per_rank=sh.heads // sh.tp))
+        gaps.op_dims[keep] = sub.op_dims
+        out.host_gaps = gaps
     out.shape = dataclasses.replace(sh, micro_batch=micro_batch)
     out.st.shape = out.shape
     out.notes.append(f"micro-batch size {sh.micro_batch} -> {micro_batch}: GEMM, attention and activation "
-                     f"element-wise kernels re-timed by x{ratio:g} work; CPU time unchanged")
+                     + (f"element-wise ops and the time inside them re-timed by x{ratio:g} work (a CPU capture)"
+                        if out.compute.host_ops else f"element-wise kernels re-timed by x{ratio:g} work; CPU time "
+                        "unchanged"))
     return out

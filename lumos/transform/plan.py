@@ -49,6 +49,7 @@ class Plan:
     # kinds of collective added because the base had none (add_collectives.py: 'tp', 'dp', 'pp')
     profile: dict = field(default_factory=dict, repr=False)
     inserted: tuple = ()
+    host_gaps: object = None    # a CPU capture's gaps inside its ops (lumos.model.host_gaps), re-timed as they are
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -68,6 +69,9 @@ class Plan:
         p.shape = copy.copy(self.shape)
         p.pairs = [list(g) for g in self.pairs]
         p.notes = list(self.notes)
+        if self.host_gaps is not None:
+            p.host_gaps = copy.copy(self.host_gaps)
+            p.host_gaps.op_dims = self.host_gaps.op_dims.copy()
         p.memo = {}
         return p
 

@@ -53,9 +53,33 @@ def reshape_tasks(plan, tasks, rewrite) -> None:
         st.op_dims[t] = nd
 
 
+def reshape_gaps(plan, rewrite) -> None:
+    """A CPU capture's gaps inside its ops (`lumos.model.host_gaps`), each re-timed as its op (`rewrite`:
+    as for `reshape_tasks`), in place."""
+    gaps = plan.host_gaps
+    if gaps is None or not len(gaps.edge):
+        return
+    g, comp = plan.graph, plan.compute
+    memo: dict = {}
+    for i, e in enumerate(gaps.edge.tolist()):
+        op, d = gaps.op_name[i], gaps.op_dims[i]
+        key = (op, d)
+        try:
+            nd, rule = memo[key]
+        except KeyError:
+            nd, rule = memo[key] = _reshaped(comp, rewrite, op, d, op, True)
+        except TypeError:
+            nd, rule = _reshaped(comp, rewrite, op, d, op, True)
+        if nd is None:
+            continue
+        if rule is not None:
+            g.lag[e] = comp.apply(g.lag[e], rule)
+        gaps.op_dims[i] = nd
+
+
 def _reshaped(comp, rewrite, op: str, d, name: str, is_gpu: bool) -> tuple:
     nd = rewrite(op, d)
-    if nd is None or not is_gpu:
+    if nd is None or not (is_gpu or comp.host_ops):    # a CPU capture's ops are its compute
         return nd, None
     return nd, comp.rule(ComputeSpec(op, d), ComputeSpec(op, nd), name)
 

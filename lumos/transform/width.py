@@ -21,7 +21,7 @@ from lumos.graph.model import TaskKind
 
 from .dp_shard_units import layer_unit_bytes, scale_units
 from .plan import Plan, refuse_rebucketing
-from .shapes import rewrite_width
+from .shapes import reshape_gaps, rewrite_width
 
 
 def resized(shape, hidden: int, ffn: int, kv_heads: int | None = None):
@@ -96,9 +96,10 @@ def change_width(plan: Plan, hidden: int | None = None, ffn: int | None = None, 
         nd = rewrite_width(str(st.op_name[t]), d, m, tokens, head_dim, heads_t, new_heads_t, kv=kv)
         if nd is not None:
             op = str(st.op_name[t])
-            if g.kind[t] == TaskKind.GPU:
+            if g.kind[t] == TaskKind.GPU or out.compute.host_ops:    # a CPU capture's ops are its compute
                 g.dur[t] = out.compute.retime(g.dur[t], ComputeSpec(op, d), ComputeSpec(op, nd), g.name[t])
             st.op_dims[t] = nd
+    reshape_gaps(out, lambda op, d: rewrite_width(op, d, m, tokens, head_dim, heads_t, new_heads_t, kv=kv))
     out.shape = new
     out.st.shape = out.shape
     if plan.sharding:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lumos.model.layer_shape import ShapeDisagreement, read_layer
@@ -109,3 +110,15 @@ def test_every_shipped_llama_capture_reads_exactly(run):
                                                                                                layers, 1)
     assert (sh["head_dim"], sh["mlp"], sh["norm"], sh["seq"], sh["micro_batch"], sh["vocab"]) == (32, "swiglu",
                                                                                                  "rmsnorm", 64, 4, 1024)
+
+
+def test_a_wider_llama_from_the_shipped_cpu_captures():
+    # MEASURED ON THIS MACHINE: hidden 128 -> 256 (8 heads, FFN 704, 2 KV heads) from either base recording,
+    # against the mean of both hidden-256 recordings' six steps (63.24 ms): +7.7% / +10.0% when recorded
+    from lumos.predict.prediction import measured_steps, predict
+
+    measured = np.mean([s["iteration_us"] for r in ("hidden_256_r0", "hidden_256_r1")
+                        for s in measured_steps(SHIPPED / r)])
+    for base in ("base_r0", "base_r1"):
+        doc = predict(load_run(SHIPPED / base), {"hidden": 256, "ffn": 704})
+        assert abs(doc["predicted"]["iteration_us"] / measured - 1) < 0.12
