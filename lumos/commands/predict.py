@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=positive_int, default=None, help="number of transformer layers")
     p.add_argument("--hidden", type=positive_int, default=None, help="hidden size")
     p.add_argument("--ffn", type=positive_int, default=None, help="FFN hidden size")
+    p.add_argument("--seq", type=positive_int, default=None, help="sequence length (tokens per sequence)")
     p.add_argument("--kv-heads", type=positive_int, default=None,
                    help="key/value heads of grouped-query attention (must divide the query heads)")
     p.add_argument("--global-batch", type=positive_int, default=None,
@@ -208,7 +209,7 @@ def _run(args) -> int:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
-              "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads}
+              "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads, "seq": args.seq}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,
@@ -249,7 +250,7 @@ def _one_rank_fsdp_base(args) -> bool:
 
 
 # what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
-_NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "kv_heads", "global_batch", "micro_batch", "compute_speed",
+_NOT_WITH_HOST_DP = ("tp", "pp", "layers", "hidden", "ffn", "kv_heads", "seq", "global_batch", "micro_batch", "compute_speed",
                      "network_speed", "fsdp_strategy")
 
 

@@ -18,7 +18,7 @@ from lumos.trace.steps import select_step
 __all__ = ["measured_base", "measured_host_base", "format_base"]
 
 # what, of the target, keeps it the base's own layout (`predict`'s doc: target vs base_config)
-_LAYOUT = ("tp", "pp", "dp", "layers", "hidden", "ffn", "micro_batch", "dp_sharding")
+_LAYOUT = ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "micro_batch", "dp_sharding")
 
 
 def _measured(tables: Sequence[TraceTable], step, own_steps: list, medians: list) -> dict:

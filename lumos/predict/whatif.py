@@ -32,6 +32,7 @@ from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import layers_per_stage
+from lumos.transform.sequence import change_seq
 from lumos.transform.speed import change_speed, compute_mask
 from lumos.transform.tp import change_tp
 from lumos.transform.width import change_width
@@ -137,7 +138,7 @@ def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
-              kv_heads: int | None = None,
+              kv_heads: int | None = None, seq: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
@@ -149,7 +150,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
     FSDP base."""
     for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("layers", layers), ("hidden", hidden), ("ffn", ffn),
-                    ("kv_heads", kv_heads),
+                    ("kv_heads", kv_heads), ("seq", seq),
                     ("global_batch", global_batch), ("micro_batch", micro_batch)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name} must be a positive integer or None (the base's), got {v!r}")
@@ -165,6 +166,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = add_collectives(out, added, tp, pp, dp, out.profile or load_profile())
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
+    out = change_seq(out, seq)
     out = change_dp(out, dp)
     strategy = change_fsdp_strategy(out, fsdp_strategy)
     restrategy = strategy is not out
@@ -177,7 +179,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out.notes.append(note)
     layers = layers or plan.layers
     changed_width = (out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
-                     or out.shape.kv != plan.shape.kv)
+                     or out.shape.kv != plan.shape.kv or out.shape.seq != plan.shape.seq)
     if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
             or restrategy or out.inserted):    # an added collective is a template: only a rebuild places it
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")

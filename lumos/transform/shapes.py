@@ -213,6 +213,52 @@ def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: 
     return tuple(out) if changed else None
 
 
+def rewrite_seq(op: str, dims, batch: int, seq: int, new_seq: int, params: frozenset, heads_per_rank: int = 0):
+    """Dims of `op` at sequence length `new_seq`; None if unchanged. The tokens of a GEMM (b x s), the
+    sequence of attention (flash: its (b, s, heads, d); unfused: both sides of the [b x heads, s, s] scores)
+    and of activations ([b, s, ...], [s, b, ...], [b x s, ...]) change; parameters do not."""
+    if not dims:
+        return None
+    tokens, new_tokens = batch * seq, batch * new_seq
+    folded = batch * heads_per_rank
+    if folded and op in ("aten::bmm", "aten::baddbmm") and any(
+            _is_tensor(d) and len(_ints(d)) == 3 and _ints(d)[0] == folded for d in dims):
+        def scale_folded(x):
+            if len(x) == 3 and x[0] == folded:
+                x[1], x[2] = (new_seq if x[1] == seq else x[1]), (new_seq if x[2] == seq else x[2])
+        return map_tensors(dims, scale_folded)
+    if op in GEMM_OPS:
+        mkn = gemm_mkn(op, dims)
+        if mkn is None or tokens not in mkn:
+            return None
+        new = list(mkn)
+        new[mkn.index(tokens)] = new_tokens
+        return _gemm_dims(op, tuple(new))
+    if "attention" in op:
+        bshd = attention_bshd(op, dims)
+        if bshd is None or bshd[1] != seq:
+            return None
+        return _attention_dims(op, dims, (bshd[0], new_seq, bshd[2], bshd[3]))
+    out, changed = [], False
+    for d in dims:
+        if not _is_tensor(d) or (op.endswith("_") and _ints(d) in params):
+            out.append(d)
+            continue
+        x = list(_ints(d))
+        if len(x) >= 3 and x[0] == batch and x[1] == seq:
+            x[1] = new_seq                                    # [b, s, ...] (eager PyTorch)
+        elif len(x) >= 3 and x[0] == seq and x[1] == batch:
+            x[0] = new_seq                                    # [s, b, ...] (Megatron)
+        elif len(x) == 2 and x[0] == tokens:
+            x[0] = new_tokens
+        elif folded and len(x) == 3 and x[0] == folded and x[1] == seq:
+            x[1] = new_seq                                    # [b x heads, s, s] (unfused attention)
+            x[2] = new_seq if x[2] == seq else x[2]
+        changed |= tuple(x) != tuple(d)
+        out.append(tuple(x))
+    return tuple(out) if changed else None
+
+
 def parameter_shapes(op_names, op_dims) -> frozenset:
     """Shapes of GEMM weights (both orientations) seen in a run: tensors that are parameters."""
     shapes = set()

@@ -1,0 +1,51 @@
+"""Sequence length: every token's work re-timed, attention's quadratically.
+
+A sequence of s' instead of s changes each micro-batch's tokens (b x s): the GEMMs' token dimension,
+attention's sequence (flash attention's FLOPs grow with s^2; unfused attention's score matrices on both
+sides), the activations' element-wise work, the TP and PP messages (s x b x h) and, on a CPU capture,
+the work inside its ops (`reshape_gaps`). Parameters do not change, except GPT's learned position
+embedding, which `ModelShape.embed_params` counts (s x h) for the rebuild's buckets and optimizer.
+The micro-batch count is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from lumos.durations import CollectiveSpec
+
+from .micro_batch_size import PER_MICRO_BATCH
+from .plan import Plan, block_mask
+from .shapes import parameter_shapes, reshape_gaps, reshape_tasks, rewrite_seq
+
+
+def change_seq(plan: Plan, seq: int | None) -> Plan:
+    sh = plan.shape
+    if seq is None or seq == sh.seq:
+        return plan
+    if seq < 1:
+        raise ValueError(f"sequence length must be >= 1, got {seq}")
+    out = plan.clone()
+    g, st = out.graph, out.st
+    ratio = seq / sh.seq
+    params = parameter_shapes(st.op_name, st.op_dims)
+    in_mb = block_mask(st, PER_MICRO_BATCH)
+    is_coll = st.coll != None      # noqa: E711 (element-wise)
+    for t in np.flatnonzero(in_mb & is_coll & ((out.role == "tp") | (out.role == "pp"))).tolist():
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.nbytes[t] *= ratio
+        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+
+    def rewrite(op, d):
+        return rewrite_seq(op, d, sh.micro_batch, sh.seq, seq, params, heads_per_rank=sh.heads // sh.tp)
+
+    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(), rewrite)
+    if out.host_gaps is not None:
+        reshape_gaps(out, rewrite)
+    out.shape = dataclasses.replace(sh, seq=seq)
+    out.st.shape = out.shape
+    out.notes.append(f"sequence {sh.seq} -> {seq}: GEMMs' tokens, attention (its s^2 work) and activation "
+                     "element-wise work re-timed, TP and PP messages resized; the micro-batch count kept")
+    return out
