@@ -39,12 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _capacity(tables, args) -> float:
-    """The GPU memory the layouts are judged against: given, the trace's, else the cluster profile's."""
+def _judged_against(tables, args) -> str:
+    """The GPU memory the layouts are judged against and where it came from: given, the trace's, else the
+    cluster profile's."""
     from lumos.durations.collectives import cluster_path, load_profile
 
-    mem, _ = device_memory(tables, memory_overrides(args))
-    return float(mem.get("gpu_memory_gib") or load_profile(cluster_path(args.cluster))["memory"]["gpu_memory_gib"])
+    mem, device = device_memory(tables, memory_overrides(args))
+    gib = float(mem.get("gpu_memory_gib") or load_profile(cluster_path(args.cluster))["memory"]["gpu_memory_gib"])
+    return f"{gib:g} GiB ({device['source']})"
 
 
 def run(args) -> int:
@@ -61,8 +63,7 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(shown, indent=1) + "\n")
         return 0
     print(f"{args.base}: {len(rows)} layouts of {args.gpus} GPUs, {sum(r['fits'] for r in rows)} fit in memory")
-    print(f"  memory per GPU judged against {_capacity(tables, args):g} GiB "
-          f"({device_memory(tables, memory_overrides(args))[1]['source']})")
+    print(f"  memory per GPU judged against {_judged_against(tables, args)}")
     fsdp = any("fsdp_strategy" in r for r in rows)   # an FSDP base: each layout with each strategy
     print(f"  {'tp':>3} {'pp':>3} {'dp':>4} {'mbs':>4} {'m':>5}" + (f" {'FSDP':<13}" if fsdp else "")
           + f" {'iteration ms':>13} {'GiB/GPU':>8}  fits  replayed m")

@@ -102,6 +102,11 @@ class ModelShape:
         return 2 * self.ffn if self.gated else self.ffn
 
     @property
+    def heads_span_hidden(self) -> bool:
+        """heads x head dim == hidden (GPT, Llama, Mistral, Qwen; not Gemma): what width and TP rewrites assume."""
+        return self.heads * self.dhead == self.hidden
+
+    @property
     def gpt_layout(self) -> bool:
         """Multi-head attention and a GELU MLP: the layout every width / TP rewrite is built for."""
         return not self.gated and self.kv_heads in (0, self.heads)
@@ -292,16 +297,12 @@ def _shape_ops(graph: Graph, by_rank: dict):
     return name, dims, row
 
 
-def _tp_groups(blocks: list, coll, group) -> set:
+def _tp_groups(blocks: list, task_block: np.ndarray, coll, group) -> set:
     """Sizes of the groups of the all-reduces inside layer forward blocks (Megatron's TP all-reduces;
     an FSDP unit's all-gathers there are not counted)."""
-    sizes = set()
-    for b in blocks:
-        if b.kind == "layer" and b.phase == "forward":
-            for t in b.tasks.tolist():
-                if coll[t] == "allreduce" and group[t] and len(group[t]) > 1:
-                    sizes.add(len(group[t]))
-    return sizes
+    fwd = np.array([b.kind == "layer" and b.phase == "forward" for b in blocks] + [False], bool)[task_block]
+    return {len(group[t]) for t in np.flatnonzero(fwd & (coll == "allreduce")).tolist()
+            if group[t] and len(group[t]) > 1}
 
 
 def _batched(dims) -> bool:
@@ -508,7 +509,7 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
     kernel = graph.kind == TaskKind.GPU
     kernel[kernel] = [not n.startswith("Mem") for n in map(str, graph.name[kernel])]
     paths = {r: t.path for r, t in by_rank.items()}
-    tp_groups = _tp_groups(blocks, coll, group)
+    tp_groups = _tp_groups(blocks, task_block, coll, group)
     if kernel.any():
         shape = infer_shape(blocks, op_name, op_dims, is_gpu=kernel, op_row=op_row, paths=paths, tp_groups=tp_groups)
     else:

@@ -158,8 +158,8 @@ def _run(base, jobs: list, exact: bool, workers: int | None):
 def _pair(base, tp: int, mbs: int, rows: list, exact: bool) -> list:
     base = base if base is not None else _BASE
     # collectives these layouts need and the base lacks (a one-GPU base's), added once for all of them
-    kinds = missing(base, tp, max(r["pp"] for r in rows), max(r["dp"] for r in rows))
-    base = add_collectives(base, kinds, tp, max(r["pp"] for r in rows), max(r["dp"] for r in rows), base.profile)
+    pp, dp = max(r["pp"] for r in rows), max(r["dp"] for r in rows)
+    base = add_collectives(base, missing(base, tp, pp, dp), tp, pp, dp, base.profile)
     part = change_micro_batch(change_tp(base, tp), mbs)
     return [_iteration(part, r, exact) for r in rows]
 

@@ -199,7 +199,7 @@ def refuse_non_gpt(plan: Plan, tp: int, hidden: int | None, ffn: int | None) -> 
     hidden, as Gemma's): refused with the reason. GPT and Llama-style layers (grouped-query attention,
     SwiGLU) take every change."""
     sh = plan.shape
-    if sh.heads * sh.dhead == sh.hidden:
+    if sh.heads_span_hidden:
         return
     for flag, asked, base in (("--tp", tp, plan.tp), ("--hidden", hidden, sh.hidden), ("--ffn", ffn, sh.ffn)):
         if asked is not None and asked != base:
@@ -211,7 +211,7 @@ def refuse_kv_change(plan: Plan, kv_heads: int | None) -> None:
     """--kv-heads on a base whose attention is not read as multi-head or grouped-query: nothing to change."""
     if kv_heads is None or kv_heads == plan.shape.kv:
         return
-    if plan.shape.heads * plan.shape.dhead != plan.shape.hidden:
+    if not plan.shape.heads_span_hidden:
         raise UserError(f"--kv-heads {kv_heads}: {NON_GPT_WHY}")
 
 
@@ -340,7 +340,7 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     for b in st.blocks:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1
     out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp, blocks=kinds,
-               what_if="every transform" if st.shape.heads * st.shape.dhead == st.shape.hidden else
+               what_if="every transform" if st.shape.heads_span_hidden else
                f"every transform but width and TP ({NON_GPT_WHY})", shape=shape_report(st.shape))
     return out
 

@@ -235,28 +235,29 @@ def _add_tp(grow: Growth, host: dict, role: int, rank: int) -> int:
     return per_layer * 2
 
 
-def _last_of(g, blocks: list, kind: int, proc_filter=None) -> int:
-    """The last task (by end) of `kind` in `blocks`, -1 if none."""
-    tasks = np.concatenate([b.tasks for b in blocks]) if blocks else np.zeros(0, np.int64)
-    tasks = tasks[g.kind[tasks] == kind]
-    if proc_filter is not None:
-        tasks = tasks[proc_filter(tasks)]
-    return int(tasks[np.argmax(g.ts[tasks] + g.dur[tasks])]) if len(tasks) else -1
+def _anchor(g, blocks: list, rank: int, phase: str):
+    """(block, its last CPU task, its last compute kernel) of `rank`'s last forward or backward step block,
+    which an added template follows; None where the rank has none or it lacks either."""
+    steps = [b for b in blocks if b.rank == rank and b.phase == phase and b.kind in ("layer", "embedding", "head")]
+    if not steps:
+        return None
+    last = max(steps, key=lambda b: b.start)
+    t = last.tasks
+    cpu, gpu = t[g.kind[t] == _CPU], t[(g.kind[t] == _GPU) & ~g.comm[t]]
+    if not len(cpu) or not len(gpu):
+        return None
+    latest = lambda x: int(x[np.argmax(g.ts[x] + g.dur[x])])   # noqa: E731
+    return last, latest(cpu), latest(gpu)
 
 
 def _add_dp(grow: Growth, host: dict, role: int, rank: int, bucket_params: float) -> None:
     """One gradient-bucket template after `rank`'s last backward block; the optimizer waits for it."""
     plan = grow.plan
     g, st = plan.graph, plan.st
-    mine = [(i, b) for i, b in enumerate(st.blocks) if b.rank == rank]
-    bwd = [b for _, b in mine if b.phase == "backward" and b.kind in ("layer", "embedding", "head")]
-    if not bwd:
+    found = _anchor(g, st.blocks, rank, "backward")
+    if found is None:
         return
-    last = max(bwd, key=lambda b: b.start)
-    cpu = _last_of(g, [last], _CPU)
-    gpu = _last_of(g, [last], _GPU, lambda ts: ~g.comm[ts])
-    if cpu < 0 or gpu < 0:
-        return
+    last, cpu, gpu = found
     stream = grow.stream(rank, role, "DP")
     bi = len(st.blocks) + len(grow.new_blocks)
     t0 = float(g.ts[cpu] + g.dur[cpu])
@@ -266,7 +267,7 @@ def _add_dp(grow: Growth, host: dict, role: int, rank: int, bucket_params: float
                  "dp")
     grow.edge(calls[2], ar, _LAUNCH, 0.0)
     grow.edge(gpu, ar, _XSTREAM, 0.0)
-    opt = [b for _, b in mine if b.kind == "optimizer"]
+    opt = [b for b in st.blocks if b.rank == rank and b.kind == "optimizer"]
     first_opt = _first_kernel(g, opt)
     if first_opt >= 0:
         grow.edge(ar, first_opt, _XSTREAM, 0.0)
@@ -283,14 +284,10 @@ def _add_pp(grow: Growth, host: dict, send_role: int, recv_role: int, rank: int)
     """A template of each exchange the 1F1B schedule makes: send, receive, and both at once."""
     plan = grow.plan
     g, st = plan.graph, plan.st
-    fwd = [b for b in st.blocks if b.rank == rank and b.phase == "forward" and b.kind in ("layer", "embedding", "head")]
-    if not fwd:
+    found = _anchor(g, st.blocks, rank, "forward")
+    if found is None:
         return
-    last = max(fwd, key=lambda b: b.start)
-    cpu = _last_of(g, [last], _CPU)
-    gpu = _last_of(g, [last], _GPU, lambda ts: ~g.comm[ts])
-    if cpu < 0 or gpu < 0:
-        return
+    last, cpu, gpu = found
     streams = {"send": grow.stream(rank, send_role, "PP send"), "recv": grow.stream(rank, recv_role, "PP recv")}
     nbytes = _activation_bytes(plan)
     for shape in (("send",), ("recv",), ("send", "recv")):

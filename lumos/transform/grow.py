@@ -130,14 +130,13 @@ class Growth:
         g.lag = np.concatenate([g.lag[keep], np.array([x[3] for x in e], np.float64)])
         g.inferred = np.concatenate([g.inferred[keep], np.zeros(len(e), bool)])
         g.release[np.unique(g.dst)] = -np.inf
-        obj = lambda vals: _objects(vals)   # noqa: E731
-        st.coll = np.concatenate([st.coll, obj([t.coll for t in new])])
-        st.group = np.concatenate([st.group, obj([t.group for t in new])])
+        st.coll = np.concatenate([st.coll, _objects([t.coll for t in new])])
+        st.group = np.concatenate([st.group, _objects([t.group for t in new])])
         st.nbytes = np.concatenate([st.nbytes, np.array([t.nbytes for t in new], np.float64)])
-        st.op_name = np.concatenate([st.op_name, obj([t.op_name for t in new])])
-        st.op_dims = np.concatenate([st.op_dims, obj([None for _ in new])])
+        st.op_name = np.concatenate([st.op_name, _objects([t.op_name for t in new])])
+        st.op_dims = np.concatenate([st.op_dims, _objects([None for _ in new])])
         st.task_block = np.concatenate([st.task_block, np.array([t.block for t in new], st.task_block.dtype)])
-        out.role = np.concatenate([out.role, obj([t.role for t in new])])
+        out.role = np.concatenate([out.role, _objects([t.role for t in new])])
         st.blocks = _joined(list(st.blocks) + self.new_blocks, new, n0, self.after)
         for i in range(len(st.blocks) - len(self.new_blocks), len(st.blocks)):
             b = st.blocks[i]

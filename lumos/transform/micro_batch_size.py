@@ -33,34 +33,32 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
         return plan
     if micro_batch < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {micro_batch}")
-    out = plan.clone()
-    g, st = out.graph, out.st
     ratio = micro_batch / sh.micro_batch
     tokens = sh.seq * sh.micro_batch
-    params = parameter_shapes(st.op_name, st.op_dims)
-    in_mb = block_mask(st, PER_MICRO_BATCH)
-    is_coll = st.coll != None      # noqa: E711 (element-wise)
-    for t in np.flatnonzero(in_mb & is_coll & ((out.role == "tp") | (out.role == "pp"))).tolist():
-        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-        st.nbytes[t] *= ratio
-        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
-    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(),
-                  lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
-                                              heads_per_rank=sh.heads // sh.tp))
-    in_mb_edge = in_mb[out.graph.dst] if out.host_gaps is not None else None
-    if in_mb_edge is not None:     # a CPU capture: the gaps inside its ops of a micro-batch's blocks too
-        keep = in_mb_edge[out.host_gaps.edge]
-        gaps = out.host_gaps
-        sub = type(gaps)(edge=gaps.edge[keep], op_name=gaps.op_name[keep], op_dims=gaps.op_dims[keep])
-        out.host_gaps = sub
-        reshape_gaps(out, lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
-                                                      heads_per_rank=sh.heads // sh.tp))
-        gaps.op_dims[keep] = sub.op_dims
-        out.host_gaps = gaps
+    params = parameter_shapes(plan.st.op_name, plan.st.op_dims)
+    out = reshape_micro_batches(plan, ratio, lambda op, d: rewrite_batch(op, d, sh.micro_batch, tokens, ratio, params,
+                                                                         heads_per_rank=sh.heads // sh.tp))
     out.shape = dataclasses.replace(sh, micro_batch=micro_batch)
     out.st.shape = out.shape
     out.notes.append(f"micro-batch size {sh.micro_batch} -> {micro_batch}: GEMM, attention and activation "
                      + (f"element-wise ops and the time inside them re-timed by x{ratio:g} work (a CPU capture)"
                         if out.compute.host_ops else f"element-wise kernels re-timed by x{ratio:g} work; CPU time "
                         "unchanged"))
+    return out
+
+
+def reshape_micro_batches(plan: Plan, ratio: float, rewrite) -> Plan:
+    """A copy of `plan` whose per-micro-batch work takes the Input Dims `rewrite(op, dims)` gives, re-timed
+    (its ops, and a CPU capture's gaps inside them), and whose TP and PP messages are `ratio` times as large:
+    what a change of the tokens per micro-batch (its size, or the sequence length) does."""
+    out = plan.clone()
+    g, st = out.graph, out.st
+    in_mb = block_mask(st, PER_MICRO_BATCH)
+    is_coll = st.coll != None      # noqa: E711 (element-wise)
+    for t in np.flatnonzero(in_mb & is_coll & ((out.role == "tp") | (out.role == "pp"))).tolist():
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.nbytes[t] *= ratio
+        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
+    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(), rewrite)
+    reshape_gaps(out, rewrite, in_mb[g.dst])
     return out

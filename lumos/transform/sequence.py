@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
-from lumos.durations import CollectiveSpec
-
-from .micro_batch_size import PER_MICRO_BATCH
-from .plan import Plan, block_mask
-from .shapes import parameter_shapes, reshape_gaps, reshape_tasks, rewrite_seq
+from .micro_batch_size import reshape_micro_batches
+from .plan import Plan
+from .shapes import parameter_shapes, rewrite_seq
 
 
 def change_seq(plan: Plan, seq: int | None) -> Plan:
@@ -27,23 +23,9 @@ def change_seq(plan: Plan, seq: int | None) -> Plan:
         return plan
     if seq < 1:
         raise ValueError(f"sequence length must be >= 1, got {seq}")
-    out = plan.clone()
-    g, st = out.graph, out.st
-    ratio = seq / sh.seq
-    params = parameter_shapes(st.op_name, st.op_dims)
-    in_mb = block_mask(st, PER_MICRO_BATCH)
-    is_coll = st.coll != None      # noqa: E711 (element-wise)
-    for t in np.flatnonzero(in_mb & is_coll & ((out.role == "tp") | (out.role == "pp"))).tolist():
-        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-        st.nbytes[t] *= ratio
-        g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
-
-    def rewrite(op, d):
-        return rewrite_seq(op, d, sh.micro_batch, sh.seq, seq, params, heads_per_rank=sh.heads // sh.tp)
-
-    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(), rewrite)
-    if out.host_gaps is not None:
-        reshape_gaps(out, rewrite)
+    params = parameter_shapes(plan.st.op_name, plan.st.op_dims)
+    out = reshape_micro_batches(plan, seq / sh.seq, lambda op, d: rewrite_seq(
+        op, d, sh.micro_batch, sh.seq, seq, params, heads_per_rank=sh.heads // sh.tp))
     out.shape = dataclasses.replace(sh, seq=seq)
     out.st.shape = out.shape
     out.notes.append(f"sequence {sh.seq} -> {seq}: GEMMs' tokens, attention (its s^2 work) and activation "

@@ -53,15 +53,17 @@ def reshape_tasks(plan, tasks, rewrite) -> None:
         st.op_dims[t] = nd
 
 
-def reshape_gaps(plan, rewrite) -> None:
+def reshape_gaps(plan, rewrite, edges=None) -> None:
     """A CPU capture's gaps inside its ops (`lumos.model.host_gaps`), each re-timed as its op (`rewrite`:
-    as for `reshape_tasks`), in place."""
+    as for `reshape_tasks`), in place; `edges` (a mask over the graph's edges): only those gaps."""
     gaps = plan.host_gaps
     if gaps is None or not len(gaps.edge):
         return
     g, comp = plan.graph, plan.compute
     memo: dict = {}
     for i, e in enumerate(gaps.edge.tolist()):
+        if edges is not None and not edges[e]:
+            continue
         op, d = gaps.op_name[i], gaps.op_dims[i]
         key = (op, d)
         try:
@@ -182,12 +184,7 @@ def rewrite_batch(op: str, dims, batch: int, tokens: int, ratio: float, params: 
                 x[0] = int(round(folded * ratio))
         return map_tensors(dims, scale_folded)
     if op in GEMM_OPS:
-        mkn = gemm_mkn(op, dims)
-        if mkn is None or tokens not in mkn:
-            return None
-        new = list(mkn)
-        new[mkn.index(tokens)] = int(round(tokens * ratio))
-        return _gemm_dims(op, tuple(new))
+        return _gemm_tokens(op, dims, tokens, int(round(tokens * ratio)))
     if "attention" in op:
         bshd = attention_bshd(op, dims)
         if bshd is None or bshd[0] != batch:
@@ -228,12 +225,7 @@ def rewrite_seq(op: str, dims, batch: int, seq: int, new_seq: int, params: froze
                 x[1], x[2] = (new_seq if x[1] == seq else x[1]), (new_seq if x[2] == seq else x[2])
         return map_tensors(dims, scale_folded)
     if op in GEMM_OPS:
-        mkn = gemm_mkn(op, dims)
-        if mkn is None or tokens not in mkn:
-            return None
-        new = list(mkn)
-        new[mkn.index(tokens)] = new_tokens
-        return _gemm_dims(op, tuple(new))
+        return _gemm_tokens(op, dims, tokens, new_tokens)
     if "attention" in op:
         bshd = attention_bshd(op, dims)
         if bshd is None or bshd[1] != seq:
@@ -257,6 +249,16 @@ def rewrite_seq(op: str, dims, batch: int, seq: int, new_seq: int, params: froze
         changed |= tuple(x) != tuple(d)
         out.append(tuple(x))
     return tuple(out) if changed else None
+
+
+def _gemm_tokens(op: str, dims, tokens: int, new_tokens: int):
+    """A GEMM's dims with its token dimension (the one equal to `tokens`) at `new_tokens`; None without one."""
+    mkn = gemm_mkn(op, dims)
+    if mkn is None or tokens not in mkn:
+        return None
+    new = list(mkn)
+    new[mkn.index(tokens)] = new_tokens
+    return _gemm_dims(op, tuple(new))
 
 
 def parameter_shapes(op_names, op_dims) -> frozenset:
