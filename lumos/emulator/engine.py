@@ -129,7 +129,8 @@ class Device:
 
     STREAMS = (7, 20, 24, 28, 32)
 
-    def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric, sharded: bool = False):
+    def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric, sharded: bool = False,
+                 ring: bool = False):
         self.env, self.rank, self.slowness = env, rank, slowness
         self.jitter = knobs.compute.jitter_sigma
         self.comm_slowdown = knobs.compute.comm_slowdown   # SM share an active NCCL kernel takes
@@ -137,7 +138,7 @@ class Device:
         self.active_comm = 0
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
         sids = self.STREAMS + ((MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ()) \
-            + ((AG_STREAM,) if sharded else ())
+            + ((AG_STREAM,) if sharded else ()) + ((29, 33) if ring else ())   # rank.SEND_BWD_S, RECV_BWD_S
         self.streams = {sid: Stream(self, sid) for sid in sids}
 
 

@@ -16,6 +16,7 @@ VTRAIN_CSV = ROOT / "vtrain_a100" / "ground_truth_single.csv"
 FIG7_CSV = ROOT / "lumos_fig7" / "fig7_measured_calibration.csv"
 SC21_T1_CSV = ROOT / "megatron_sc21" / "table1_weak_scaling.csv"
 SC21_T2_CSV = ROOT / "megatron_sc21" / "table2_ptdp_vs_zero3.csv"
+SC21_T1_SCRIPTS_CSV = ROOT / "megatron_sc21" / "table1_scripts.csv"    # each row's micro-batch and schedule
 KORTHIKANTI_CSV = ROOT / "korthikanti_2022" / "table5_iteration_time.csv"
 SEQ, VOCAB = 2048, 51200   # both Selene papers: sequence 2048, vocabulary 51,200
 PARTS = ("exposed_compute", "overlapped", "exposed_comm", "other")
@@ -37,6 +38,11 @@ class Point:
     parts_ms: dict = field(default_factory=dict)   # the breakdown, where it was measured
     strata: tuple = ()                             # what a stratified sample balances
     model: str = ""                                # the model it trains: layouts are ranked per model
+    vp: int = 1                                    # model chunks per pipeline stage (interleaved 1F1B when > 1)
+
+    @property
+    def schedule(self) -> str:
+        return "1F1B" if self.vp == 1 else f"interleaved 1F1B, V={self.vp}"
 
 
 VTRAIN_COLS = ("# GPUs", "global batch", "micro batch", "hidden size", "attention heads", "# layers",
@@ -106,37 +112,53 @@ def megatron_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: 
     return 96.0 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def selene_overrides(layers: int, hidden: int, heads: int, tp: int, pp: int, dp: int, gbs: int, mbs: int) -> tuple:
-    """A Selene GPT configuration (Megatron-LM of 2021-22: full recomputation, FFN 4 x hidden)."""
+def selene_overrides(layers: int, hidden: int, heads: int, tp: int, pp: int, dp: int, gbs: int, mbs: int,
+                     vp: int = 1) -> tuple:
+    """A Selene GPT configuration (Megatron-LM of 2021-22: full recomputation, FFN 4 x hidden); `vp` model
+    chunks per pipeline stage (the interleaved schedule) where more than one."""
     return ("cluster=a100_selene", "training=megatron_sc21", "model=gpt3_175b", "model.name=selene_gpt",
             f"model.num_layers={layers}", f"model.hidden={hidden}", f"model.ffn_hidden={4 * hidden}",
             f"model.num_heads={heads}", f"model.head_dim={hidden // heads}", f"model.seq_length={SEQ}",
             f"model.vocab_size={VOCAB}", f"model.micro_batch_size={mbs}", f"model.global_batch_size={gbs}",
-            f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}")
+            f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}") + ((f"parallel.vp={vp}",) if vp > 1 else ())
 
 
-def _selene_point(dataset: str, path: Path, line: int, r: dict, mbs: int, total_ms: float) -> Point:
+def _selene_point(dataset: str, path: Path, line: int, r: dict, mbs: int, total_ms: float, vp: int = 1) -> Point:
     L, h, a = int(r["layers"]), int(r["hidden"]), int(r["heads"])
     tp, pp, gpus, gbs = int(r["tp"]), int(r["pp"]), int(r["gpus"]), int(r["global_batch"])
     dp, rest = divmod(gpus, tp * pp)
     if rest or gbs % (mbs * dp) or total_ms <= 0:
         raise MeasurementError(f"{path}: line {line}: {gpus} GPUs is not a multiple of tp*pp={tp * pp}, or batch "
                                f"{gbs} is not a multiple of micro-batch x DP, or time {total_ms} <= 0")
-    return Point(dataset, f"{r['params_b']}B_{tp}x{pp}x{dp}", selene_overrides(L, h, a, tp, pp, dp, gbs, mbs),
-                 total_ms, strata=(r["params_b"],), model=f"{r['params_b']}B")
+    label = f"{r['params_b']}B_{tp}x{pp}x{dp}" + (f"_vp{vp}" if vp > 1 else "")
+    return Point(dataset, label, selene_overrides(L, h, a, tp, pp, dp, gbs, mbs, vp),
+                 total_ms, strata=(r["params_b"],), model=f"{r['params_b']}B", vp=vp)
+
+
+def sc21_scripts(path: Path = SC21_T1_SCRIPTS_CSV) -> dict:
+    """params_b -> (micro-batch, layers per virtual stage or None) of each Table 1 row, from the paper's launch
+    script (`table1_scripts.csv` says where)."""
+    rows = _commented_rows(path, ("params_b", "micro_batch", "layers_per_virtual_stage"))
+    return {r["params_b"]: (int(r["micro_batch"]), int(r["layers_per_virtual_stage"]) if r["layers_per_virtual_stage"]
+                            else None) for r in rows}
 
 
 def sc21_points(table: int = 1) -> list[Point]:
     """Narayanan et al. SC'21 Table 1 (weak scaling) or Table 2 (PTD-P strong scaling): iteration times
-    from the printed per-GPU throughput. Table 1 prints no micro-batch size: 1 is assumed."""
+    from the printed per-GPU throughput. Table 1's rows run as the paper's launch script ran them (its
+    micro-batch size and, where it interleaved, its model chunks per stage: `sc21_scripts`); Table 2's
+    at its printed micro-batch 1, non-interleaved."""
     path = SC21_T1_CSV if table == 1 else SC21_T2_CSV
     rows = _commented_rows(path, ("params_b", "layers", "hidden", "heads", "tp", "pp", "gpus", "global_batch",
                                   "tflops_per_gpu"))
+    scripts = sc21_scripts() if table == 1 else {}
     out = []
     for i, r in enumerate(rows, start=2):
         flops = megatron_flops(int(r["global_batch"]), int(r["layers"]), int(r["hidden"]))
         ms = 1e3 * flops / (int(r["gpus"]) * float(r["tflops_per_gpu"]) * 1e12)
-        out.append(_selene_point(f"sc21_table{table}", path, i, r, int(r.get("micro_batch") or 1), ms))
+        mbs, per_virtual = scripts.get(r["params_b"], (int(r.get("micro_batch") or 1), None))
+        vp = int(r["layers"]) // (int(r["pp"]) * per_virtual) if per_virtual else 1
+        out.append(_selene_point(f"sc21_table{table}", path, i, r, mbs, ms, vp))
     return out
 
 

@@ -166,10 +166,11 @@ class Program:
         self.layer_bwd = self._finish(self._bypassed(self._layer_bwd()))
         # layers one block of layer_fwd / layer_bwd stands for (all of a stage's at granularity=stage)
         self.layers_per_block = 1
+        self._one_layer = (self.layer_fwd, self.layer_bwd)
+        self._stacks: dict = {}
         if self.level == "stage":
             self.layers_per_block = m.num_layers // settings.pp
-            self.layer_fwd = self._stack(self.layer_fwd, self.layers_per_block)
-            self.layer_bwd = self._stack(self.layer_bwd, self.layers_per_block)
+            self.layer_fwd, self.layer_bwd = self.stacked(self.layers_per_block)
         self.embed_fwd = self._finish(self._bypassed(self._embed_fwd()))
         self.embed_bwd = self._finish(self._embed_bwd())
         self.head_fwd = self._finish(self._head_fwd())
@@ -380,6 +381,14 @@ class Program:
         if self.level in ("segment", "stage"):
             out = self._segments(out)
         return tuple(out)
+
+    def stacked(self, n: int) -> tuple:
+        """(forward, backward) steps of `n` layers as one block (granularity=stage): a model chunk, or a
+        stage of its own size where the stages differ (`Settings.stage_layers`)."""
+        got = self._stacks.get(n)
+        if got is None:
+            got = self._stacks[n] = tuple(self._stack(steps, n) for steps in self._one_layer)
+        return got
 
     @staticmethod
     def _stack(steps, n: int):

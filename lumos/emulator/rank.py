@@ -15,6 +15,10 @@ from .engine import AG_STREAM, COMM, COMPUTE, MP_STREAM, WAIT, Comm, Item
 from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
+# interleaved 1F1B: a batch sends (and receives) both ways at once; the backward direction's p2p gets its own
+# streams, else each rank's second send queues behind its first around the ring and no batch completes (NCCL
+# runs one group's sends and receives together)
+SEND_BWD_S, RECV_BWD_S = 29, 33
 
 
 class Thread:
@@ -23,6 +27,20 @@ class Thread:
     def __init__(self, tid, pre, gap):
         self.t, self.tid, self.pre, self.gap = 0.0, tid, pre, gap
         self.stack = []
+
+
+def _chunks(split, stage: int, vp: int, per_block: int) -> list[list[tuple]]:
+    """The blocks of each model chunk of `stage`, as (first layer, layers): Megatron-Core's layer offsets
+    (megatron/core/transformer/transformer_layer.py, get_transformer_layer_offset), chunk c of stage s
+    holding virtual stage c * pp + s; blocks of `per_block` layers, or one per chunk (0)."""
+    total = sum(split)
+    out = []
+    for c in range(vp):
+        n = split[stage] // vp
+        first = (c * total + sum(split[:stage])) // vp
+        step = per_block or max(n, 1)
+        out.append([(l, min(step, first + n - l)) for l in range(first, first + n, step)])
+    return out
 
 
 class RankProgram:
@@ -36,9 +54,11 @@ class RankProgram:
         self.h = s.knobs.host
         self.topo = emu.topo
         self.stage, self.dpi, self.tpi = self.topo.coords(rank)
-        self.pp, self.m = s.pp, s.model.num_microbatches
-        self.layers_per_stage = s.model.num_layers // s.pp
-        self.first_layer = self.stage * self.layers_per_stage
+        self.pp, self.m, self.vp = s.pp, s.model.num_microbatches, s.vp
+        # the stage's model chunks (one unless interleaved), each as its blocks: (first layer, layers)
+        split = s.stage_layers or (s.model.num_layers // s.pp,) * s.pp
+        self.chunks = _chunks(split, self.stage, self.vp, program.layers_per_block if program.level != "stage" else 0)
+        self.n_layers = split[self.stage]
         self.is_first, self.is_last = self.stage == 0, self.stage == s.pp - 1
         pid = recorder.pid
         self.main = Thread(pid, self.h.op_pre_us, self.h.op_gap_us)
@@ -62,7 +82,7 @@ class RankProgram:
         self.after_backward = tr.dp_allreduce == "after_backward"
         self.bucket = (tr.after_backward_bucket_mparams if self.after_backward else s.knobs.comm.bucket_mparams) * 1e6
         self.root_params = (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
-        self.stage_params = self.layers_per_stage * program.layer_params + self.root_params
+        self.stage_params = self.n_layers * program.layer_params + self.root_params
         # FSDP2 (training.dp_sharding: fsdp, FULL_SHARD): every block of layers a unit, the stage's
         # embedding and head the root unit; `gathered`: all-gathers issued by a backward prefetch.
         # fsdp_grad_op (reshard_after_forward=False): a unit stays gathered from its forward to its
@@ -239,52 +259,55 @@ class RankProgram:
         self.run_steps(th, steps)
         self.op_end(th)
 
-    def forward(self, i: int) -> None:
+    def forward(self, i: int, chunk: int = 0) -> None:
         th = self.main
         th.t += self._jit_block(self.h.forward_step_us)   # Megatron forward_step python: get_batch, masks, timers
         if self.sharded and self.root_params:
             self._unshard(th, "", self.root_params, "pre_forward")
-        if self.is_first:
+        if self.is_first and chunk == 0:
             self._annotated(th, range_name(EMBEDDING, "forward", i), self.p.embed_fwd)
-        for l in range(0, self.layers_per_stage, self.p.layers_per_block):
+        for blk in self.chunks[chunk]:
             if self.sharded:
-                self._unshard(th, self._unit(l), self._unit_params(), "pre_forward")
-            self._annotated(th, range_name(self._layers(l), "forward", i), self.p.layer_fwd)
+                self._unshard(th, self._unit(blk), self._unit_params(blk), "pre_forward")
+            self._annotated(th, range_name(self._layers(blk), "forward", i), self._steps(blk)[0])
             if self.sharded:   # FULL_SHARD frees the gathered parameters, SHARD_GRAD_OP keeps them (no device work)
-                self._annotated(th, self._fsdp("post_forward", self._unit(l)), ())
-        if self.is_last:
+                self._annotated(th, self._fsdp("post_forward", self._unit(blk)), ())
+        if self.is_last and chunk == self.vp - 1:
             self._annotated(th, range_name(HEAD, "forward", i), self.p.head_fwd)
         self.progress(1)
 
-    def backward(self, i: int) -> None:
-        """Runs on the autograd thread while the main thread waits (inline: no simulation yield needed)."""
+    def backward(self, i: int, chunk: int = 0) -> None:
+        """Runs on the autograd thread while the main thread waits (inline: no simulation yield needed).
+        The last micro-batch's backward of a chunk makes its gradients ready: with chunks, each chunk's
+        buckets are flushed after it (Megatron keeps a gradient buffer per model chunk)."""
         th, last_mb = self.ag, i == self.m - 1
         self.main.t += self._jit_block(self.h.backward_step_us)   # backward_step python before autograd
         th.t = max(th.t, self.main.t + self._jit(self.h.handoff_us))
-        blocks = list(reversed(range(0, self.layers_per_stage, self.p.layers_per_block)))
+        blocks = list(reversed(self.chunks[chunk]))
         if self.sharded and self.root_params:
-            self._unshard(th, "", self.root_params, "pre_backward", prefetch=self._unit(blocks[0]) if blocks else None)
-        if self.is_last:
+            self._unshard(th, "", self.root_params, "pre_backward", prefetch=blocks[0] if blocks else None)
+        if self.is_last and chunk == self.vp - 1:
             self._annotated(th, range_name(HEAD, "backward", i), self.p.head_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
-        for k, l in enumerate(blocks):
+        for k, blk in enumerate(blocks):
             if self.sharded:
-                self._unshard(th, self._unit(l), self._unit_params(), "pre_backward",
-                              prefetch=self._unit(blocks[k + 1]) if k + 1 < len(blocks) else None)
-            name = range_name(self._layers(l), "backward", i)
+                self._unshard(th, self._unit(blk), self._unit_params(blk), "pre_backward",
+                              prefetch=blocks[k + 1] if k + 1 < len(blocks) else None)
+            name = range_name(self._layers(blk), "backward", i)
+            fwd, bwd = self._steps(blk)
             if self.recompute:   # checkpointed layer: its forward re-runs inside its backward
                 self.ann_begin(th, name)
-                self._annotated(th, range_name(self._layers(l), "recompute", i), self.p.layer_fwd)
-                self.run_steps(th, self.p.layer_bwd)
+                self._annotated(th, range_name(self._layers(blk), "recompute", i), fwd)
+                self.run_steps(th, bwd)
                 self.op_end(th)
             else:
-                self._annotated(th, name, self.p.layer_bwd)
+                self._annotated(th, name, bwd)
             if last_mb:
-                self._grads_ready(th, self.p.layer_params * self.p.layers_per_block)
+                self._grads_ready(th, self.p.layer_params * blk[1])
                 if self.sharded:
-                    self._reduce_scatter(th, self._unit(l), self._unit_params())
-        if self.is_first:
+                    self._reduce_scatter(th, self._unit(blk), self._unit_params(blk))
+        if self.is_first and chunk == 0:
             self._annotated(th, range_name(EMBEDDING, "backward", i), self.p.embed_bwd)
             if last_mb:
                 self._grads_ready(th, self.p.embed_params)
@@ -295,30 +318,35 @@ class RankProgram:
         self.main.t = max(self.main.t, th.t + self._jit(self.h.handoff_us))
         self.progress(1)
 
-    def _span(self, l: int) -> str:
-        """The model layers of the block starting at stage layer `l`: 7, or 6-11 (granularity=stage)."""
-        first = self.first_layer + l
-        n = self.p.layers_per_block
+    def _steps(self, blk: tuple) -> tuple:
+        """(forward, backward) steps of a block of layers: one layer's, or the block's stacked."""
+        if blk[1] == self.p.layers_per_block:
+            return self.p.layer_fwd, self.p.layer_bwd
+        return self.p.stacked(blk[1])
+
+    @staticmethod
+    def _span(blk: tuple) -> str:
+        """The model layers of a block (first layer, layers): 7, or 6-11 (granularity=stage)."""
+        first, n = blk
         return f"{first}" if n == 1 else f"{first}-{first + n - 1}"
 
-    def _layers(self, l: int) -> str:
-        """Annotation block of the block starting at stage layer `l`: layer_7, or layers_6-11
-        (`lumos.trace.annotation`)."""
-        first = self.first_layer + l
-        return layer_block(first, first + self.p.layers_per_block - 1)
+    @staticmethod
+    def _layers(blk: tuple) -> str:
+        """Annotation block of a block: layer_7, or layers_6-11 (`lumos.trace.annotation`)."""
+        return layer_block(blk[0], blk[0] + blk[1] - 1)
 
     # -- FSDP2 (training.dp_sharding: fsdp): torch distributed/fsdp/_fully_shard/_fsdp_param_group.py --
-    def _unit(self, l: int) -> str:
-        """The FSDP unit (module FQN) of the block starting at stage layer `l`."""
-        return "layers." + self._span(l)
+    def _unit(self, blk: tuple) -> str:
+        """The FSDP unit (module FQN) of a block of layers."""
+        return "layers." + self._span(blk)
 
     @staticmethod
     def _fsdp(what: str, unit: str) -> str:
         """FSDP2's range name: `FSDP::pre_forward (layers.3)`, the root's without a module."""
         return f"FSDP::{what} ({unit})" if unit else f"FSDP::{what}"
 
-    def _unit_params(self) -> int:
-        return int(self.p.layer_params * self.p.layers_per_block)
+    def _unit_params(self, blk: tuple) -> int:
+        return int(self.p.layer_params * blk[1])
 
     def _all_gather(self, th: Thread, unit: str, params: float):
         """`FSDP::all_gather`: the unit's parameters gathered on the all-gather stream (None at DP 1,
@@ -331,7 +359,7 @@ class RankProgram:
         self.op_end(th)
         return end
 
-    def _unshard(self, th: Thread, unit: str, params: float, hook: str, prefetch: str | None = None) -> None:
+    def _unshard(self, th: Thread, unit: str, params: float, hook: str, prefetch: tuple | None = None) -> None:
         """FSDP's pre_forward / pre_backward: gather the unit (unless a prefetch did), prefetch the next
         unit of the backward, and make the compute stream wait for the unit's all-gather. Under
         SHARD_GRAD_OP the backward's unshard and prefetch find the unit still gathered and issue nothing
@@ -341,10 +369,11 @@ class RankProgram:
         end = self.gathered.pop(unit, None)
         if end is None and not gathered:
             end = self._all_gather(th, unit, params)
-        if prefetch is not None:
-            self.ann_begin(th, f"FSDP::backward_prefetch for {prefetch}")
+        if prefetch is not None:   # a block of layers: (first layer, layers)
+            name = self._unit(prefetch)
+            self.ann_begin(th, f"FSDP::backward_prefetch for {name}")
             if not gathered:
-                self.gathered[prefetch] = self._all_gather(th, prefetch, self._unit_params())
+                self.gathered[name] = self._all_gather(th, name, self._unit_params(prefetch))
             self.op_end(th)
         if end is not None:
             self.wait(th, COMPUTE_S, end)
@@ -391,26 +420,29 @@ class RankProgram:
         th, topo = self.main, self.topo
         prev = topo.rank(self.stage - 1, self.dpi, self.tpi) if not self.is_first else None
         nxt = topo.rank(self.stage + 1, self.dpi, self.tpi) if not self.is_last else None
+        if self.vp > 1:   # interleaved: the pipeline is a ring (the last stage feeds the first one's next chunk)
+            prev = topo.rank((self.stage - 1) % self.pp, self.dpi, self.tpi)
+            nxt = topo.rank((self.stage + 1) % self.pp, self.dpi, self.tpi)
+        bwd = self.vp > 1   # the backward direction on streams of its own (SEND_BWD_S)
         ops = []
         if send_fwd and nxt is not None:
-            ops.append(("send", nxt, self.rank, nxt))
+            ops.append(("send", nxt, self.rank, nxt, SEND_S))
         if recv_bwd and nxt is not None:
-            ops.append(("recv", nxt, nxt, self.rank))
+            ops.append(("recv", nxt, nxt, self.rank, RECV_BWD_S if bwd else RECV_S))
         if send_bwd and prev is not None:
-            ops.append(("send", prev, self.rank, prev))
+            ops.append(("send", prev, self.rank, prev, SEND_BWD_S if bwd else SEND_S))
         if recv_fwd and prev is not None:
-            ops.append(("recv", prev, prev, self.rank))
+            ops.append(("recv", prev, prev, self.rank, RECV_S))
         if not ops:
             return
         self.op_begin(th, "c10d::batch_isend_irecv", {"Input Dims": [[]], "Input type": [""]})
         ends = []
-        for kind, peer, src, dst in ops:
+        for kind, peer, src, dst, sid in ops:
             comm = self._comm(topo.pp_channel(self.rank, peer), kind, self.act_elems // self.p2p_split, src, dst)
-            sid = SEND_S if kind == "send" else RECV_S
             ends.append(self._comm_op(th, sid, comm, "c10d::send" if kind == "send" else "c10d::recv_"))
         self._wait_op(th, ends)
         if self.emu.settings.knobs.schedule.p2p_sync:
-            for sid in sorted({SEND_S if k == "send" else RECV_S for k, *_ in ops}):
+            for sid in sorted({op[4] for op in ops}):
                 yield from self.stream_sync(th, sid)
         self.op_end(th)
         if self.p2p_split > 1:   # gather_split_1d_tensor: torch.distributed._all_gather_base over the TP group
@@ -429,6 +461,12 @@ class RankProgram:
         self.launch(th, COMPUTE_S, KSpec("Memset (Device)", self.emu.kcost.memset(nbytes), cat="gpu_memset",
                                          runtime="cudaMemsetAsync", nbytes=nbytes))
         self.op_end(th)
+        if self.vp > 1:
+            yield from self._interleaved()
+            yield from self.optimizer()
+            self.op_end(th)
+            self.finished = True
+            return
         w = min(self.pp - self.stage - 1, m)
         rem = m - w
         for i in range(w):
@@ -452,6 +490,61 @@ class RankProgram:
         yield from self.optimizer()
         self.op_end(th)   # ProfilerStep
         self.finished = True
+
+    def _interleaved(self):
+        """Megatron's interleaved 1F1B without p2p overlap (megatron/core/pipeline_parallel/schedules.py,
+        forward_backward_pipelining_with_interleaving, get_pp_rank_microbatches, get_schedule_table and
+        recv_tensor_from_previous_stage; micro-batches in groups of pp, Megatron's default
+        microbatch_group_size_per_vp_stage). Virtual micro-batch k runs micro-batch `table[k][0]` on chunk
+        `table[k][1]` forward, and on chunk V-1-`table[k][1]` backward."""
+        pp, v, m, s = self.pp, self.vp, self.m, self.stage
+        table = [(g + i, c) for g in range(0, m, pp) for c in range(v) for i in range(min(pp, m - g))]
+        total = m * v
+        warm = min((pp - s - 1) * 2 + (v - 1) * pp, total)
+        rem = total - warm
+
+        def chunk(k: int, forward: bool) -> int:
+            c = table[k % total][1]
+            return c if forward else v - 1 - c
+
+        def receives(k: int, forward: bool) -> bool:
+            """Whether the exchange after virtual micro-batch k receives the next one's input."""
+            if not (self.is_first if forward else self.is_last):
+                return True
+            if k < pp - 1:   # the stage that feeds the leading one has produced nothing yet
+                return False
+            # what the feeding stage finished pp - 1 steps ago, unless that was the model's last chunk
+            return chunk(k - (pp - 1), forward) != (v - 1 if forward else 0)
+
+        def sends_fwd(c: int) -> bool:
+            return not (self.is_last and c == v - 1)
+
+        def sends_bwd(c: int) -> bool:
+            return not (self.is_first and c == 0)
+
+        if not self.is_first:
+            yield from self.p2p(recv_fwd=True)
+        for k in range(warm):
+            c = chunk(k, True)
+            self.forward(table[k][0], c)
+            recv = receives(k, True) and k != total - 1
+            if k == warm - 1 and rem:
+                yield from self.p2p(send_fwd=sends_fwd(c), recv_fwd=recv, recv_bwd=not self.is_last)
+            else:
+                yield from self.p2p(send_fwd=sends_fwd(c), recv_fwd=recv)
+        for k in range(rem):
+            fk = k + warm
+            cf, cb = chunk(fk, True), chunk(k, False)
+            self.forward(table[fk][0], cf)
+            self.backward(table[k][0], cb)
+            yield from self.p2p(send_fwd=sends_fwd(cf), send_bwd=sends_bwd(cb),
+                                recv_fwd=receives(fk, True) and k != rem - 1, recv_bwd=receives(k, False))
+        if not rem and not self.is_last:
+            yield from self.p2p(recv_bwd=True)
+        for k in range(rem, total):
+            c = chunk(k, False)
+            self.backward(table[k][0], c)
+            yield from self.p2p(send_bwd=sends_bwd(c), recv_bwd=receives(k, False) and k != total - 1)
 
     def optimizer(self):
         th = self.main

@@ -34,8 +34,8 @@ def emulate_point(point: Point, extra: tuple = (), seed: int = 0) -> dict:
 
     t0 = time.perf_counter()
     r = emulate(list(point.overrides) + list(extra) + [f"seed={seed}"], progress=False)
-    row = {"dataset": point.dataset, "config": point.label, "model": point.model, "measured_ms": point.total_ms,
-           "emulated_ms": r.iteration_us / 1e3, "wall_s": time.perf_counter() - t0}
+    row = {"dataset": point.dataset, "config": point.label, "model": point.model, "schedule": point.schedule,
+           "measured_ms": point.total_ms, "emulated_ms": r.iteration_us / 1e3, "wall_s": time.perf_counter() - t0}
     if point.parts_ms:
         b = breakdown_recorder(r.recorders[r.ranks[0]])
         for k in PARTS:

@@ -21,6 +21,8 @@ CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 
         "cudaMemsetAsync": 51, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147,
         "cudaStreamSynchronize": 131}
 STREAM_NAMES = {7: "compute", 20: "nccl tp", 24: "nccl dp", 28: "nccl pp send", 32: "nccl pp recv"}
+# named only where used (interleaved 1F1B: `rank.SEND_BWD_S`)
+RING_STREAM_NAMES = {29: "nccl pp send (backward)", 33: "nccl pp recv (backward)"}
 
 
 class Recorder:
@@ -116,7 +118,9 @@ class Recorder:
         for tid, tname in sorted(self.threads.items()):
             meta.append({"name": "thread_name", "ph": "M", "ts": ts, "pid": pid, "tid": tid,
                          "args": {"name": tname}})
-        for sid, sname in sorted(STREAM_NAMES.items()):
+        used = {g[4] for g in self.gpu}
+        names = {**STREAM_NAMES, **{k: v for k, v in RING_STREAM_NAMES.items() if k in used}}
+        for sid, sname in sorted(names.items()):
             meta.append({"name": "thread_name", "ph": "M", "ts": ts, "pid": dev, "tid": sid,
                          "args": {"name": f"stream {sid} ({sname})"}})
         return meta

@@ -47,6 +47,8 @@ class Settings:
     progress: str
     training: SimpleNamespace = None   # training/*.yaml: recompute, DP all-reduce placement, schedule
     write_ranks: str = "emulated"      # emulated: a trace per emulated rank; stage: the stage ranks only
+    vp: int = 1                        # model chunks per pipeline rank (Megatron's interleaved 1F1B when > 1)
+    stage_layers: tuple = ()           # transformer layers of each pipeline stage (`pipeline_split`)
 
     @property
     def world_size(self) -> int:
@@ -159,13 +161,16 @@ def from_config(cfg: DictConfig) -> Settings:
     if gph % tp and tp % gph:
         raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} or be a multiple of it "
                             f"(a TP group fills whole hosts)")
-    if m["num_layers"] % pp:
-        raise SettingsError(f"pp={pp} must divide num_layers={m['num_layers']}")
+    vp = int(par.get("vp") or 1)
+    stage_layers = pipeline_split(int(m["num_layers"]), pp, vp, par.get("first_stage_layers"),
+                                  par.get("last_stage_layers"))
     for key in ("hidden", "ffn_hidden", "vocab_size", "num_heads"):
         if m[key] % tp:
             raise SettingsError(f"tp={tp} must divide model.{key}={m[key]}")
     mbs = int(m["micro_batch_size"])
     nmb, gbs = _microbatches(m, mbs, tp, pp, dp)
+    if vp > 1:
+        _check_interleaved(nmb, pp, training)
     ranks = str(c.get("ranks", "stage"))
     if ranks not in ("stage", "all"):
         raise SettingsError(f"ranks must be 'stage' or 'all', got {ranks!r}")
@@ -191,4 +196,46 @@ def from_config(cfg: DictConfig) -> Settings:
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
                     base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
                     knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training),
-                    write_ranks=write_ranks)
+                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers)
+
+
+def pipeline_split(layers: int, pp: int, vp: int = 1, first: int | None = None, last: int | None = None) -> tuple:
+    """Transformer layers of each pipeline stage, as Megatron-Core splits them
+    (megatron/core/transformer/transformer_block.py, get_num_layers_to_build): `first` / `last` layers on the
+    first / last stage where set (num_layers_in_first/last_pipeline_stage), the rest spread evenly over the
+    other stages, each stage's layers an equal share for each of its `vp` model chunks."""
+    if vp < 1:
+        raise SettingsError(f"parallel.vp must be >= 1 (model chunks per pipeline rank), got {vp}")
+    if vp > 1 and pp < 3:   # megatron/training/arguments.py: without p2p overlap, two stages would exchange
+        # several sends and receives between the same two ranks in one batch
+        raise SettingsError(f"parallel.vp={vp} interleaves model chunks over pipeline stages: Megatron's batched "
+                            f"(non-overlapped) exchange needs pp > 2, got pp={pp}")
+    ends = {0: first, pp - 1: last}
+    for where, n in (("first", first), ("last", last)):
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise SettingsError(f"parallel.{where}_stage_layers must be a positive integer or null, got {n!r}")
+    if pp == 1 and (first is not None or last is not None):
+        raise SettingsError("parallel.first_stage_layers / last_stage_layers need pp >= 2")
+    fixed = {s: n for s, n in ends.items() if n is not None}
+    rest, left = layers - sum(fixed.values()), pp - len(fixed)
+    if rest < 0 or (left == 0 and rest) or (left and (rest % left or rest < left)):
+        raise SettingsError(f"{layers} layers do not split over pp={pp}" + (
+            f" with {first} on the first and {last} on the last stage: the {max(rest, 0)} left must be a positive "
+            f"multiple of the {left} other stages" if fixed else " evenly (pp must divide num_layers)"))
+    out = tuple(fixed.get(s, rest // left if left else 0) for s in range(pp))
+    bad = [s for s, n in enumerate(out) if n % vp]
+    if bad:
+        raise SettingsError(f"parallel.vp={vp} must divide the layers of every stage; stage {bad[0]} holds "
+                            f"{out[bad[0]]}")
+    return out
+
+
+def _check_interleaved(m: int, pp: int, training: dict) -> None:
+    """Megatron's interleaved schedule takes micro-batches in groups of `pp`
+    (microbatch_group_size_per_vp_stage, default pp) and refuses a last group of fewer than pp
+    (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving)."""
+    if m % pp:   # with groups of pp, a last group is either whole or shorter than pp
+        raise SettingsError(f"the interleaved schedule (parallel.vp > 1) needs micro-batches in groups of pp={pp}: "
+                            f"{m} micro-batches per iteration is not a multiple of {pp}")
+    if training["dp_sharding"] in ("fsdp", "fsdp_grad_op"):
+        raise SettingsError(f"training.dp_sharding={training['dp_sharding']} with parallel.vp > 1 is not emulated")

@@ -36,9 +36,11 @@ class Topology:
     """`model_parallel_group`: the job also creates Megatron's model-parallel groups (TP x PP ranks of one
     DP index, for the grad-norm all-reduce); they are then listed in each rank's `pg_config`."""
 
-    def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int, model_parallel_group: bool = False):
+    def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int, model_parallel_group: bool = False,
+                 ring: bool = False):
         self.tp, self.pp, self.dp, self.gph = tp, pp, dp, gpus_per_host
         self.with_mp = model_parallel_group
+        self.ring = ring and pp > 2    # interleaved 1F1B: the last stage also sends to the first
         self.world = tp * pp * dp
         self.hosts = -(-self.world // gpus_per_host)
         self._groups: dict[tuple, Group] = {}
@@ -92,6 +94,8 @@ class Topology:
         s, d, t = self.coords(lo)
         base = 1 + self.pp * self.dp + self.pp * self.tp
         number = base + (d * self.tp + t) * max(self.pp - 1, 1) + s
+        if self.coords(hi)[0] - s > 1:   # the ring's wrap (last stage -> first), numbered after the mp groups
+            number = base + self.dp * self.tp * max(self.pp - 1, 1) + self.dp + d * self.tp + t
         return self._make("pp", ("pp", lo, hi), (lo, hi), number)
 
     def mp_group(self, rank: int) -> Group:
@@ -131,6 +135,8 @@ class Topology:
         for nb in (s - 1, s + 1):
             if 0 <= nb < self.pp:
                 groups.append(self.pp_channel(rank, self.rank(nb, d, t)))
+        if self.ring and s in (0, self.pp - 1):
+            groups.append(self.pp_channel(rank, self.rank(self.pp - 1 - s, d, t)))
         if self.with_mp:
             groups.append(self.mp_group(rank))
         for g in groups:

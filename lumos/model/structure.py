@@ -148,6 +148,8 @@ class RunStructure:
     stage_of_rank: dict
     stage_params: dict               # rank -> parameter count of its stage (from the trace)
     recovery: list = field(default_factory=list)  # per rank: how its layers were found (`recover.py`)
+    chunks: int = 1                  # model chunks per stage (interleaved 1F1B when > 1; `layer_chunks`)
+    stage_layers: tuple = ()         # layers each stage holds, in stage order
 
 
 def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc: int,
@@ -527,7 +529,21 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
         raise ValueError(f"the base run must hold one rank per pipeline stage: world {world} = "
                          f"tp {shape.tp} x dp {dp} x pp {pp}, but {len(ranks)} ranks are present")
     stage_of_rank = {r: i for i, r in enumerate(ranks)}
+    chunks, stage_layers = layer_chunks(blocks, ranks)
     return RunStructure(blocks=blocks, task_block=task_block, coll=coll, group=group, nbytes=nbytes,
                         op_name=op_name, op_dims=op_dims, proc_role=proc_role, shape=shape,
                         tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),
-                        stage_of_rank=stage_of_rank, stage_params=stage_params)
+                        stage_of_rank=stage_of_rank, stage_params=stage_params, chunks=chunks,
+                        stage_layers=stage_layers)
+
+
+def layer_chunks(blocks: list, ranks: list) -> tuple[int, tuple]:
+    """(model chunks per stage, layers of each stage) from the layers each stage's blocks ran: every stage
+    of an interleaved pipeline holds V runs of consecutive layers (chunk c of stage s: virtual stage
+    c * pp + s), and no layer runs on two stages. Anything else reads as one chunk per stage, as before
+    interleaving was known (a layer the recovery missed leaves a gap in one stage's run)."""
+    held = {r: sorted({b.layer for b in blocks if b.rank == r and b.kind == "layer"}) for r in ranks}
+    runs = {n for n in (1 + sum(1 for a, b in zip(ls, ls[1:]) if b != a + 1) for ls in held.values() if ls)}
+    seen = [l for ls in held.values() for l in ls]
+    chunks = runs.pop() if len(runs) == 1 and len(ranks) > 1 and len(seen) == len(set(seen)) else 1
+    return chunks, tuple(len(held[r]) for r in ranks)

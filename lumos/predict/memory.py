@@ -118,13 +118,25 @@ def param_bytes(params: float, dp: int, m: MemorySettings, layer_params: float =
     return params * m.bytes_per_param
 
 
+def inflight_microbatches(stage: int, pp: int, microbatches: int, chunks: int = 1) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in whole-stage units: 1F1B's warm-up
+    forwards plus the one in flight; interleaved, the warm-up of 2 (pp - s - 1) + (V - 1) pp chunk-steps
+    plus one, each 1/V of the stage (Korthikanti et al. 2022, Sec. 4.2.3: the first stage holds
+    (1 + (p - 1) / (p V)) times 1F1B's)."""
+    m = max(microbatches, 1)
+    if chunks <= 1:
+        return min(pp - stage, m)
+    return min(2 * (pp - stage - 1) + (chunks - 1) * pp + 1, m * chunks) / chunks
+
+
 def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, microbatches: int,
-                 m: MemorySettings, ndigits: int | None = 3) -> dict:
+                 m: MemorySettings, ndigits: int | None = 3, chunks: int = 1) -> dict:
     """GiB of one GPU of `stage`: parameters (with optimizer state), activations, logits, workspace;
-    rounded to `ndigits` (None: not rounded, for comparing MiB-sized models with a measurement)."""
+    rounded to `ndigits` (None: not rounded, for comparing MiB-sized models with a measurement);
+    `chunks` model chunks per stage (interleaved 1F1B)."""
     first, last = stage == 0, stage == pp - 1
     params = layers_in_stage * shape.layer_params() + shape.embed_params() * (first + last)
-    inflight = min(pp - stage, max(microbatches, 1))
+    inflight = inflight_microbatches(stage, pp, microbatches, chunks)
     act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m, shape)
     logits = 4.0 * shape.seq * shape.micro_batch * shape.vocab / shape.tp if last else 0.0
     parts = {"parameters_gib": param_bytes(params, dp, m, shape.layer_params() if layers_in_stage else 0.0) / GIB,
@@ -136,8 +148,8 @@ def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, micr
 
 
 def plan_memory(shape, layers_per_stage: list[int], pp: int, dp: int, microbatches: int,
-                m: MemorySettings) -> dict:
-    stages = [stage_memory(shape, n, s, pp, dp, microbatches, m) for s, n in enumerate(layers_per_stage)]
+                m: MemorySettings, chunks: int = 1) -> dict:
+    stages = [stage_memory(shape, n, s, pp, dp, microbatches, m, chunks=chunks) for s, n in enumerate(layers_per_stage)]
     peak = max(st["total_gib"] for st in stages)
     return {"memory_gib_per_gpu": round(peak, 3), "gpu_memory_gib": m.gpu_memory_gib,
             "fits": bool(peak <= m.gpu_memory_gib), "per_stage": stages,

@@ -37,6 +37,7 @@ class MeasuredPeak:
     microbatches: int
     source: str                 # the files and devices read, said in the prediction
     sharding: str | None = None   # the memory model's stage of the base's own DP (None: as the settings say)
+    chunks: int = 1               # model chunks per stage of the base's schedule
 
 
 def workspace_from_peak(parts: dict, measured_gib: float) -> float:
@@ -55,7 +56,7 @@ def calibrate(m: MemorySettings, peak: MeasuredPeak) -> MemorySettings:
                                    "no GPU peak; a CPU one leaves out what was allocated before profiling)")
     as_base = m if peak.sharding is None else dataclasses.replace(m, sharding=peak.sharding)
     w = max(workspace_from_peak(stage_memory(peak.shape, n, s, peak.pp, peak.dp, peak.microbatches, as_base,
-                                             ndigits=None),
+                                             ndigits=None, chunks=peak.chunks),
                                 peak.gib_by_stage[s])
             for s, n in enumerate(peak.layers_per_stage) if s in peak.gib_by_stage)
     return dataclasses.replace(m, workspace_gib=round(w, 3), workspace_source=f"trace: {peak.source}")
@@ -63,7 +64,7 @@ def calibrate(m: MemorySettings, peak: MeasuredPeak) -> MemorySettings:
 
 def measured_peak(tables: Sequence, stage_of_rank: dict, shape, layers_per_stage: Sequence[int], pp: int,
                   dp: int, microbatches: int, step: int | None = None,
-                  sharding: str | None = None) -> MeasuredPeak | None:
+                  sharding: str | None = None, chunks: int = 1) -> MeasuredPeak | None:
     """The base's GPU peaks from the traces Kineto marks `profile_memory` (no other file is re-read);
     None when none is. `sharding`: the memory model's stage of the base's sharded DP, if it has one."""
     by_stage: dict[int, float] = {}
@@ -80,4 +81,4 @@ def measured_peak(tables: Sequence, stage_of_rank: dict, shape, layers_per_stage
     if not read:
         return None
     return MeasuredPeak(gib_by_stage=by_stage, shape=shape, layers_per_stage=tuple(layers_per_stage), pp=pp,
-                        dp=dp, microbatches=microbatches, source="; ".join(read), sharding=sharding)
+                        dp=dp, microbatches=microbatches, source="; ".join(read), sharding=sharding, chunks=chunks)

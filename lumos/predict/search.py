@@ -1,7 +1,9 @@
 """`lumos search BASE --gpus N`: every layout of N GPUs predicted from one base trace, ranked.
 
-Candidates are TP x PP x DP x micro-batch size: TP divides the heads, hidden, FFN and
-vocabulary sizes (Megatron's split), PP divides the layer count, TP x PP x DP = N, and with
+Candidates are TP x PP x V x DP x micro-batch size: TP divides the heads, hidden, FFN and
+vocabulary sizes (Megatron's split), PP divides the layer count, V (model chunks per stage, the
+interleaved schedule; default the base's, `vps` to try others) divides each stage's layers with
+micro-batches a multiple of PP, TP x PP x DP = N, and with
 `--global-batch B` the batch
 splits into whole micro-batches (B divisible by DP x micro-batch; micro-batches per
 iteration = B / (DP x micro-batch)); without it each candidate keeps the base's micro-batch
@@ -18,7 +20,8 @@ beyond the extrapolation below:
 - many micro-batches: a 1F1B iteration grows by one period of its slowest stage per micro-batch,
   so T(m) is affine in m once the per-micro-batch increment has settled (from about 8 on, seen
   on the emulated 15B and 175B bases, also with fewer micro-batches than stages). A layout with
-  m > 2c micro-batches (c = SHORT_PIPELINE = 8) is replayed at c and 2c and extrapolated:
+  m > 2c micro-batches (c = SHORT_PIPELINE = 8; interleaved, the first multiple of PP from 8) is
+  replayed at c and 2c and extrapolated:
   T(m) = T(2c) + (m - 2c) (T(2c) - T(c)) / c. Replaying all m costs time in proportion to m
   (a 175B layout of 32 stages and 1,536 micro-batches is 20 million tasks). `exact=True` replays
   every layout whole; each row says which micro-batch counts were replayed;
@@ -37,6 +40,7 @@ from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import STRATEGIES, reachable
 from lumos.transform.micro_batch_size import change_micro_batch
+from lumos.transform.schedule import ScheduleError, check_interleaved, layers_per_stage
 from lumos.transform.tp import change_tp, tp_misfits
 
 from .device_memory import device_memory, on_device
@@ -52,11 +56,15 @@ __all__ = ["candidates", "search", "SHORT_PIPELINE"]
 SHORT_PIPELINE = 8
 
 
-def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None) -> list[dict]:
-    """Valid (tp, pp, dp, micro_batch, microbatches) for `gpus`, each with every FSDP strategy the
+def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None,
+               vps: list[int] | None = None) -> list[dict]:
+    """Valid (tp, pp, vp, dp, micro_batch, microbatches) for `gpus`, each with every FSDP strategy the
     base can be changed to (`dp_sharding.reachable`; key `fsdp_strategy`, FSDP bases only); a
     sharded optimizer's base keeps its TP, PP and micro-batch count (its buckets are not re-cut,
-    `plan.refuse_rebucketing`)."""
+    `plan.refuse_rebucketing`). `vps`: model chunks per stage to try (default the base's); a
+    one-stage layout has one, and an interleaved one needs V to divide every stage's layers and
+    micro-batches in whole groups of PP (as Megatron asks)."""
+    vps = vps or [base.chunks]
     out = []
     strategies = reachable(base.sharding) or [None]
     fixed = base.sharding == "zero12"
@@ -76,15 +84,20 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     m = base.microbatches
                 if fixed and m != base.microbatches:
                     continue
-                for strategy in strategies:
-                    c = {"tp": tp, "pp": pp, "dp": dp, "micro_batch": mbs, "microbatches": m}
-                    out.append(c if strategy is None else dict(c, fsdp_strategy=strategy))
+                for vp in sorted({v if pp > 1 else 1 for v in vps}):
+                    try:
+                        check_interleaved(pp, vp, m, layers_per_stage(pp, base.layers))
+                    except ScheduleError:
+                        continue
+                    for strategy in strategies:
+                        c = {"tp": tp, "pp": pp, "vp": vp, "dp": dp, "micro_batch": mbs, "microbatches": m}
+                        out.append(c if strategy is None else dict(c, fsdp_strategy=strategy))
     return out
 
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
            memory: dict | None = None, progress: bool = True, exact: bool = False,
-           workers: int | None = None, cluster: str | None = None) -> list[dict]:
+           workers: int | None = None, cluster: str | None = None, vps: list[int] | None = None) -> list[dict]:
     """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
     fitting ones ranked fastest first. `workers` processes (default: every core) share the work by
     (TP, micro-batch size); the result does not depend on their number. Memory is judged against the
@@ -97,7 +110,7 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     memory, _ = device_memory(tables, memory)
     base = base_plan(tables, PredictOptions(cluster=cluster))
     micro_batches = micro_batches or [base.shape.micro_batch]
-    cands = candidates(base, gpus, micro_batches, global_batch)
+    cands = candidates(base, gpus, micro_batches, global_batch, vps)
     settings = {s: memory_settings(base, _strategy_memory(memory, s))
                 for s in {c.get("fsdp_strategy") for c in cands}}
     if not cands:
@@ -106,7 +119,8 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     rows = []
     for c in cands:
         shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
-        mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings[c.get("fsdp_strategy")])
+        mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings[c.get("fsdp_strategy")],
+                            chunks=c["vp"])
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
                          replayed_microbatches=None))
     fitting = [r for r in rows if r["fits"]]
@@ -170,11 +184,13 @@ def _iteration(part, c: dict, exact: bool) -> tuple[float, list[int]]:
     part = change_dp(part, c["dp"])     # once for both replays (`transform` would do it in each)
 
     def replay(m: int) -> float:
-        plan = transform(part, pp=c["pp"], global_batch=m * c["dp"] * c["micro_batch"],
+        plan = transform(part, pp=c["pp"], vp=c.get("vp"), global_batch=m * c["dp"] * c["micro_batch"],
                          fsdp_strategy=c.get("fsdp_strategy"))
         return float(simulate_plan(plan)[2].as_dict()["iteration_us"])
 
     m, short = c["microbatches"], SHORT_PIPELINE
+    if c.get("vp", 1) > 1:     # the interleaved schedule takes whole groups of PP micro-batches
+        short = c["pp"] * -(-short // c["pp"])
     if exact or m <= 2 * short:
         return round(replay(m), 3), [m]
     t1, t2 = replay(short), replay(2 * short)

@@ -31,7 +31,7 @@ from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
-from lumos.transform.schedule import layers_per_stage
+from lumos.transform.schedule import ScheduleError, layers_per_stage
 from lumos.transform.sequence import change_seq
 from lumos.transform.speed import change_speed, compute_mask
 from lumos.transform.tp import change_tp
@@ -80,14 +80,16 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                        else 0, host_ops=host_ops)
     ranks = sorted(st.stage_of_rank)
     sharding = base_sharding(flavours)
-    measured = measured_peak(tables, st.stage_of_rank, st.shape, layers_per_stage(st.pp, st.layers), st.pp, st.dp,
-                             st.microbatches, step=step, sharding=SHARDED_MEMORY.get(sharding))
+    split = st.stage_layers if len(st.stage_layers) == st.pp and sum(st.stage_layers) == st.layers else \
+        layers_per_stage(st.pp, st.layers)
+    measured = measured_peak(tables, st.stage_of_rank, st.shape, split, st.pp, st.dp, st.microbatches, step=step,
+                             sharding=SHARDED_MEMORY.get(sharding), chunks=st.chunks)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
-                profile=profile, host_gaps=gaps)
+                profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers)
 
 
 def alone_under_comm(graph, st, tables: Sequence[TraceTable]):
@@ -138,7 +140,7 @@ def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
-              kv_heads: int | None = None, seq: int | None = None,
+              kv_heads: int | None = None, seq: int | None = None, vp: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
@@ -150,7 +152,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
     FSDP base."""
     for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("layers", layers), ("hidden", hidden), ("ffn", ffn),
-                    ("kv_heads", kv_heads), ("seq", seq),
+                    ("kv_heads", kv_heads), ("seq", seq), ("vp", vp),
                     ("global_batch", global_batch), ("micro_batch", micro_batch)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name} must be a positive integer or None (the base's), got {v!r}")
@@ -160,6 +162,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     pp = pp or plan.pp
     dp = dp or plan.dp
     _refuse_empty_stages(pp, layers or plan.layers, pp != plan.pp)
+    chunks = vp or (plan.chunks if pp > 1 else 1)   # a pipeline folded to one stage has no chunks to interleave
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn, kv_heads)
     added = missing(out, tp, pp, dp)
@@ -181,13 +184,25 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     changed_width = (out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
                      or out.shape.kv != plan.shape.kv or out.shape.seq != plan.shape.seq)
     if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
-            or restrategy or out.inserted):    # an added collective is a template: only a rebuild places it
-        refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change")
-        out = rebuild(out, pp=pp, layers=layers, microbatches=m)
+            or restrategy or out.inserted or chunks != plan.chunks):   # an added collective is a template: only a rebuild places it
+        refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change" if chunks == plan.chunks
+                           else "a pipeline schedule change")
+        try:
+            out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks)
+        except ScheduleError as exc:
+            asked = f"--vp {chunks}" if vp else f"the base's {chunks} model chunks per stage (--vp 1: 1F1B)"
+            raise UserError(f"{asked} at pp {pp}, {layers} layers, {m} micro-batches: {exc}") from None
+        if chunks != plan.chunks:
+            out.notes.append(f"pipeline schedule: {_schedule_name(plan.chunks)} -> {_schedule_name(chunks)} "
+                             "(lumos/transform/schedule.py)")
         if layers % pp and (pp != plan.pp or layers != plan.layers):
             out.notes.append(f"layers split unevenly over {pp} stages: "
                              + "/".join(map(str, layers_per_stage(pp, layers))))
     return out
+
+
+def _schedule_name(chunks: int) -> str:
+    return "1F1B" if chunks == 1 else f"interleaved 1F1B with {chunks} chunks per stage"
 
 
 NON_GPT_WHY = ("the query heads do not span the hidden size (heads x head dim != hidden), which the width and TP "
@@ -244,15 +259,18 @@ def memory_settings(plan: Plan, overrides: dict | None = None):
 def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
     """Peak memory per GPU of a plan's configuration (`memory.py`), settings from `memory_settings`."""
     return layout_memory(plan.shape, plan.pp, plan.dp, plan.layers, plan.microbatches,
-                         memory_settings(plan, overrides))
+                         memory_settings(plan, overrides), chunks=plan.chunks, split=plan.stage_layers or None)
 
 
-def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, settings) -> dict:
+def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, settings, chunks: int = 1,
+                  split=None) -> dict:
     """Peak memory per GPU of `shape` (its TP and micro-batch size) laid out over `pp` stages and
-    `dp` replicas (`memory.plan_memory`), without building the layout's graph."""
+    `dp` replicas (`memory.plan_memory`), without building the layout's graph; `chunks` model chunks
+    per stage, `split` the layers of each stage (default: as even as they go)."""
     from .memory import plan_memory
 
-    return plan_memory(shape, layers_per_stage(pp, layers), pp, dp, microbatches, settings)
+    split = list(split) if split and len(split) == pp else layers_per_stage(pp, layers)
+    return plan_memory(shape, split, pp, dp, microbatches, settings, chunks=chunks)
 
 
 def dp_flavours(tables: Sequence[TraceTable], step=None) -> dict:

@@ -29,7 +29,7 @@ from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
 from lumos.model.structure import Block, RunStructure
 
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
-from .schedule import layers_of_stage, one_f_one_b
+from .schedule import check_interleaved, layers_per_stage, pipeline_schedule, stage_chunks
 from .templates import Templates
 
 # plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array
@@ -40,6 +40,7 @@ _STREAM_WAIT, _DEVICE_WAIT = int(WaitKind.STREAM), int(WaitKind.DEVICE)
 
 MULTI_TENSOR_OPS = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
 _PHASE_CODE = {"forward": 0, "backward": 1}     # a new task's phase (2: optimizer, -1: other)
+BWD_LANE = 1 << 20    # added to a stream's role: the backward direction's pipeline stream (interleaved)
 
 
 class _Builder:
@@ -60,6 +61,7 @@ class _Builder:
         self.placed: dict[tuple, tuple] = {}  # (block, rank) -> its tasks' processors and wait targets
         self.blocks: list[Block] = []
         self.n = 0
+        self.lanes: dict | None = None          # (kind, direction) -> stream role of a p2p kernel (`_p2p_lanes`)
 
     def proc(self, rank: int, kind: int, role: int) -> int:
         key = (rank, int(kind), int(role))
@@ -109,11 +111,20 @@ class _Builder:
 
 
 def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
-            microbatches: int | None = None) -> Plan:
-    """A plan for `pp` stages, `layers` layers and `microbatches` per iteration, from `plan`'s blocks."""
+            microbatches: int | None = None, chunks: int | None = None, split=None) -> Plan:
+    """A plan for `pp` stages, `layers` layers and `microbatches` per iteration, from `plan`'s blocks;
+    `chunks` model chunks per stage (interleaved 1F1B when > 1), `split` the layers of each stage (default:
+    the base's where the stages and layers are the base's, else as even as they go)."""
     pp = pp or plan.pp
     layers = layers or plan.layers
     m = microbatches or plan.microbatches
+    chunks = chunks or plan.chunks
+    if split is None:
+        same = pp == plan.pp and layers == plan.layers and len(plan.stage_layers) == pp and sum(plan.stage_layers) == layers
+        split = list(plan.stage_layers) if same else layers_per_stage(pp, layers)
+    if len(split) != pp or sum(split) != layers:
+        raise ValueError(f"a split of {'/'.join(map(str, split))} layers is not {layers} layers over {pp} stages")
+    check_interleaved(pp, chunks, m, split)
     tm = plan.memo.get("templates")
     if tm is None:      # the same plan rebuilt again (a search's two replays): its templates are reused
         tm = plan.memo["templates"] = Templates(plan)
@@ -122,6 +133,8 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
         raise ValueError("the base run has no layer ranges: cannot rebuild its pipeline")
     st = plan.st
     b = _Builder(plan)
+    if chunks > 1 or plan.chunks > 1:
+        b.lanes = _p2p_lanes(plan, both_ways=chunks > 1)
     ranks = stage_ranks(pp, plan.tp, plan.dp)
     pairs: dict[tuple, list] = defaultdict(list)
     shape = plan.shape
@@ -136,7 +149,8 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     for s in range(pp):
         rank = ranks[s]
         base_rank = tm.base_rank_for(s, pp)
-        my_layers = list(layers_of_stage(s, pp, layers))
+        my_chunks = stage_chunks(s, split, chunks)
+        my_layers = [l for c in my_chunks for l in c]
         first, last = s == 0, s == pp - 1
         stage_params = len(my_layers) * params_layer + params_embed * (first + last)
         ratio = stage_params / tm.stage_param_count(base_rank, base_stage_params[base_rank])
@@ -148,14 +162,14 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
             _emit(plan, tm, b, state, bi, rank, s, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes, lead,
                   layer, mb)
 
-        def step_blocks(phase: str, mb: int, blocks: list) -> None:
+        def step_blocks(phase: str, mb: int, blocks: list, chunk: int) -> None:
             """Emit one forward/backward step: base step-start lags first, interior lags after."""
             src_rank = (tm.ranks[0] if first else tm.ranks[-1]) if phase == "forward" else \
                 (tm.ranks[-1] if last else tm.ranks[0])
-            # the base stage plays itself (first -> first, last -> last) for the base's micro-batches;
-            # middle stages and extra micro-batches are replicas of a role
-            own = (first if src_rank == tm.ranks[0] else last) and mb < tm.base_mb
-            start = tm.lead(src_rank, phase, mb, replica=not own)
+            # the base stage plays itself (first -> first, last -> last) for the base's micro-batches and
+            # chunks; middle stages, extra micro-batches and chunks are replicas of a role
+            own = (first if src_rank == tm.ranks[0] else last) and mb < tm.base_mb and chunk < tm.base_chunks
+            start = tm.lead(src_rank, phase, mb, replica=not own, chunk=chunk)
             if tm.sharded is not None:
                 blocks = _with_shard_glue(tm, st, blocks, base_rank, phase, mb, m, has_root=first or last)
             for k, (bi, after, layer, *own_lag) in enumerate(blocks):
@@ -171,26 +185,26 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
 
         for bi in tm.prologue.get(base_rank, []):
             emit(bi, scale_params=ratio)
-        for act in one_f_one_b(s, pp, m):
+        for act in pipeline_schedule(s, pp, m, chunks):
             if act[0] == "p2p":
-                ops = act[1]
-                tb = tm.p2p.get(tuple(sorted(k for k, _ in ops)))
-                if not tb:
-                    raise ValueError(f"the base run has no pipeline exchange of shape {ops}")
-                emit(tm.p2p_block(tb, state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))]),
-                     p2p_ops=ops)
-                state["counters"][("p2p", tuple(sorted(k for k, _ in ops)))] += 1
-            elif act[0] == "F":
-                mb = act[1]
+                for ops in _p2p_batches(tm, act[1]):
+                    shape = tuple(sorted(k for k, _ in ops))
+                    emit(tm.p2p_block(tm.p2p[shape], state["counters"][("p2p", shape)]), p2p_ops=ops)
+                    state["counters"][("p2p", shape)] += 1
+                continue
+            mb, chunk = act[1], (act[2] if len(act) > 2 else 0)
+            embeds, heads = first and chunk == 0, last and chunk == chunks - 1
+            if act[0] == "F":
                 seq = []
-                if first and (bi := tm.role_block(tm.embed, "forward", mb)) is not None:
+                if embeds and (bi := tm.role_block(tm.embed, "forward", mb)) is not None:
                     seq.append((bi, None, None))
-                seq += [(tm.layer_block(l, "forward", mb), None, l) for l in my_layers]
-                if last and (bi := tm.role_block(tm.head, "forward", mb)) is not None:
+                seq += [(tm.layer_block(l, "forward", mb), None, l) for l in my_chunks[chunk]]
+                if heads and (bi := tm.role_block(tm.head, "forward", mb)) is not None:
                     seq.append((bi, None, None))
-                step_blocks("forward", mb, seq)
+                step_blocks("forward", mb, seq, chunk)
             else:
-                mb = act[1]
+                # the last micro-batch's backward of a chunk readies its gradients (each chunk's buckets
+                # after its own, as Megatron keeps a gradient buffer per model chunk)
                 grads = mb == m - 1 and plan.dp > 1 and tm.dp_template is not None
 
                 def ready(params):
@@ -210,12 +224,12 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
                             dp_ready()
                     return after
                 seq = []
-                if last and (bi := tm.role_block(tm.head, "backward", mb)) is not None:
+                if heads and (bi := tm.role_block(tm.head, "backward", mb)) is not None:
                     seq.append((bi, ready(params_embed), None))
-                seq += [(tm.layer_block(l, "backward", mb), layer_done(l), l) for l in reversed(my_layers)]
-                if first and (bi := tm.role_block(tm.embed, "backward", mb)) is not None:
+                seq += [(tm.layer_block(l, "backward", mb), layer_done(l), l) for l in reversed(my_chunks[chunk])]
+                if embeds and (bi := tm.role_block(tm.embed, "backward", mb)) is not None:
                     seq.append((bi, ready(params_embed), None))
-                step_blocks("backward", mb, seq)
+                step_blocks("backward", mb, seq, chunk)
                 if grads:
                     _grads(state, 0.0, tm, emit, flush=True)
         for bi in tm.optimizer.get(base_rank, []):
@@ -227,8 +241,49 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     out.graph, out.st = graph, stt
     out.role = comm_roles(stt)
     out.pp, out.layers, out.microbatches, out.ranks = pp, layers, m, ranks
+    out.chunks, out.stage_layers = chunks, tuple(split)
     out.pairs = groups
     return out
+
+
+def _p2p_batches(tm: Templates, ops: tuple) -> list[tuple]:
+    """The base's exchange blocks that make up one batch of `ops`: a block of the same shape where the
+    base has one; else the forward and the backward direction's pair apart (the four-way exchange of the
+    interleaved schedule from a 1F1B base), else op by op."""
+    def has(part) -> bool:
+        return tuple(sorted(k for k, _ in part)) in tm.p2p
+    if has(ops):
+        return [ops]
+    halves = [h for h in (tuple(o for o in ops if o[1] == "fwd"), tuple(o for o in ops if o[1] == "bwd")) if h]
+    out = []
+    for h in halves:
+        if has(h):
+            out.append(h)
+            continue
+        for o in h:
+            if not has((o,)):
+                raise ValueError(f"the base run has no pipeline exchange to copy for a {o[0]} "
+                                 f"({'forward' if o[1] == 'fwd' else 'backward'} direction)")
+            out.append((o,))
+    return out
+
+
+def _p2p_lanes(plan: Plan, both_ways: bool) -> dict:
+    """(kind, direction) -> the stream role a copied send / receive kernel runs on, when the base or the
+    target is interleaved: sends on the base's first send stream, receives on its first receive stream,
+    and with `both_ways` (an interleaved target) the backward direction on a stream of its own beside
+    each. Megatron's four-way exchange sends (and receives) both ways at once; with one stream per kind a
+    rank's second send would queue behind its first around the ring."""
+    g, st = plan.graph, plan.st
+    lanes = {}
+    for kind in ("send", "recv"):
+        tasks = np.flatnonzero(st.coll == kind)
+        roles = sorted({int(st.proc_role[g.proc[t]]) % BWD_LANE for t in tasks.tolist()})
+        if not roles:
+            continue
+        lanes[(kind, "fwd")] = roles[0]
+        lanes[(kind, "bwd")] = roles[0] + (BWD_LANE if both_ways else 0)
+    return lanes
 
 
 def _with_shard_glue(tm: Templates, st: RunStructure, blocks: list, base_rank: int, phase: str, mb: int,
@@ -366,18 +421,30 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     if p2p_ops is not None:
         p2p_k = sorted([k for k in comm_k if coll[k] in ("send", "recv")], key=lambda k: g.ts[T[k]])
         avail = {"send": [k for k in p2p_k if coll[k] == "send"], "recv": [k for k in p2p_k if coll[k] == "recv"]}
+        moved = {}      # a template stream's role -> the lane its kernel now runs on
+        if b.lanes:
+            procs = procs.copy()
         for kind, direction in p2p_ops:
             k = avail[kind].pop(0)
             to_next = (kind, direction) in (("send", "fwd"), ("recv", "bwd"))
-            peer_stage = stage + 1 if to_next else stage - 1
-            lo = min(stage, peer_stage)
+            # the link is named by the stage that sends forward on it; the ring of an interleaved
+            # pipeline wraps from the last stage to the first
+            peer_stage = (stage + 1) % pp if to_next else (stage - 1) % pp
+            link = stage if to_next else peer_stage
+            if b.lanes and (kind, direction) in b.lanes:
+                moved[int(st.proc_role[g.proc[T[k]]])] = procs[k] = b.proc(rank, _GPU, b.lanes[(kind, direction)])
             c = state["counters"]
-            key = (direction, lo, c[(kind, direction)])
+            key = (direction, link, c[(kind, direction)])
             c[(kind, direction)] += 1
             old = CollectiveSpec(kind, nbytes[k], group[k])
             group[k] = (min(rank, ranks[peer_stage]), max(rank, ranks[peer_stage]))
             dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(kind, nbytes[k], group[k]))
             pairs[key].append(first_id + k)
+        if moved:   # a synchronize of a stream whose kernel moved waits for it on its lane
+            wt = wt.copy()
+            for k, role in lay.stream_waits:
+                if role in moved:
+                    wt[k] = moved[role]
     b.base_tasks.append(T)
     parts = b.t_parts
     parts["proc"].append(procs)

@@ -1,14 +1,25 @@
-"""The non-interleaved 1F1B pipeline schedule (Megatron-LM), as a list of actions per stage.
+"""Megatron-LM's 1F1B pipeline schedules, as a list of actions per stage: non-interleaved and interleaved.
 
-Stage s of P with m micro-batches runs w = min(P - s - 1, m) warm-up forwards,
-then m - w steady one-forward-one-backward pairs, then w cool-down backwards.
-Every forward receives its input from stage s-1 and sends its output to s+1;
-every backward receives the gradient from s+1 and sends one to s-1. Exchanges
-are batched exactly where Megatron batches them (send_forward_recv_backward,
-send_backward_recv_forward).
+Non-interleaved: stage s of P with m micro-batches runs w = min(P - s - 1, m)
+warm-up forwards, then m - w steady one-forward-one-backward pairs, then w
+cool-down backwards. Every forward receives its input from stage s-1 and sends
+its output to s+1; every backward receives the gradient from s+1 and sends one
+to s-1. Exchanges are batched exactly where Megatron batches them
+(send_forward_recv_backward, send_backward_recv_forward).
+
+Interleaved (V model chunks per stage; megatron/core/pipeline_parallel/schedules.py,
+forward_backward_pipelining_with_interleaving): chunk c of stage s is virtual stage
+c * P + s, so the pipeline is a ring (the last stage feeds the first one's next
+chunk); micro-batches run in groups of P, each group through every chunk in turn;
+2 (P - s - 1) + (V - 1) P warm-up forwards, then forward-backward pairs with one
+four-way exchange each, then the cool-down.
 """
 
 from __future__ import annotations
+
+
+class ScheduleError(ValueError):
+    """A layout the asked pipeline schedule cannot run (what Megatron refuses)."""
 
 # an exchange op: (kind, direction); send fwd -> s+1, recv fwd <- s-1, send bwd -> s-1, recv bwd <- s+1
 SEND_FWD, RECV_FWD, SEND_BWD, RECV_BWD = ("send", "fwd"), ("recv", "fwd"), ("send", "bwd"), ("recv", "bwd")
@@ -24,6 +35,132 @@ def _p2p(stage: int, pp: int, *ops) -> list:
             continue
         keep.append(op)
     return [("p2p", tuple(keep))] if keep else []
+
+
+def _ring(*ops) -> list:
+    """A batch of the interleaved schedule: on a ring, every op is kept. The forward direction's pair
+    comes first, then the backward's: each stream then meets its peers' in the same order (a send to the
+    next stage before one to the previous, a receive from the previous before one from the next), which
+    no cycle of waits around the ring can block."""
+    keep = tuple(op for op in (SEND_FWD, RECV_FWD, SEND_BWD, RECV_BWD) if op in ops)
+    return [("p2p", keep)] if keep else []
+
+
+def interleaved(stage: int, pp: int, chunks: int, microbatches: int) -> list[tuple]:
+    """Actions of `stage` under the interleaved schedule: ('F', mb, chunk), ('B', mb, chunk),
+    ('p2p', ops). Step k's micro-batch and chunk come from groups of `pp` micro-batches, each run
+    through every chunk before the next group; backward k runs the same micro-batch through the chunks
+    in reverse. A stage that a step's input comes from (the previous stage, wrapping around) sends it
+    unless it holds the model's last chunk; the leading stage (first forward, last backward) receives
+    only once the ring behind it has had pp - 1 steps to fill."""
+    pp_, v, m = pp, chunks, microbatches
+    order = []
+    for g in range(0, m, pp_):
+        size = min(pp_, m - g)
+        order += [(g + i, c) for c in range(v) for i in range(size)]
+    total = m * v
+    warm = min(2 * (pp_ - stage - 1) + (v - 1) * pp_, total)
+    first, last = stage == 0, stage == pp_ - 1
+
+    def chunk_of(k: int, forward: bool) -> int:
+        c = order[k][1]
+        return c if forward else v - 1 - c
+
+    def feeds(k: int, forward: bool) -> bool:
+        """Whether the input of step k + 1 arrives in the exchange after step k."""
+        leading = first if forward else last
+        if not leading:
+            return True
+        return k >= pp_ - 1 and chunk_of(k - pp_ + 1, forward) != (v - 1 if forward else 0)
+
+    def out_fwd(c: int) -> tuple:
+        return () if last and c == v - 1 else (SEND_FWD,)
+
+    def out_bwd(c: int) -> tuple:
+        return () if first and c == 0 else (SEND_BWD,)
+
+    acts: list[tuple] = [] if first else _ring(RECV_FWD)
+    for k in range(warm):
+        c = chunk_of(k, True)
+        acts.append(("F", order[k][0], c))
+        ops = out_fwd(c) + ((RECV_FWD,) if feeds(k, True) and k < total - 1 else ())
+        if k == warm - 1 and warm < total and not last:
+            ops += (RECV_BWD,)
+        acts += _ring(*ops)
+    steady = total - warm
+    for j in range(steady):
+        k = warm + j
+        cf, cb = chunk_of(k, True), chunk_of(j, False)
+        acts += [("F", order[k][0], cf), ("B", order[j][0], cb)]
+        ops = out_fwd(cf) + out_bwd(cb) + ((RECV_FWD,) if feeds(k, True) and j < steady - 1 else ()) \
+            + ((RECV_BWD,) if feeds(j, False) else ())
+        acts += _ring(*ops)
+    if not steady and not last:
+        acts += _ring(RECV_BWD)
+    for k in range(steady, total):
+        c = chunk_of(k, False)
+        acts.append(("B", order[k][0], c))
+        acts += _ring(*(out_bwd(c) + ((RECV_BWD,) if feeds(k, False) and k < total - 1 else ())))
+    return acts
+
+
+def pipeline_schedule(stage: int, pp: int, microbatches: int, chunks: int = 1) -> list[tuple]:
+    """The stage's actions: non-interleaved 1F1B for one chunk per stage, interleaved for more."""
+    if chunks > 1:
+        return interleaved(stage, pp, chunks, microbatches)
+    return one_f_one_b(stage, pp, microbatches)
+
+
+def stage_chunks(stage: int, split, chunks: int = 1) -> list[range]:
+    """Layers of each model chunk of `stage`, given the layers of every stage (`split`): chunk c holds
+    virtual stage c * pp + s, each virtual stage an equal share of its stage's layers (Megatron-Core's
+    get_transformer_layer_offset)."""
+    total = sum(split)
+    n = split[stage] // chunks
+    out = []
+    for c in range(chunks):
+        first = (c * total + sum(split[:stage])) // chunks
+        out.append(range(first, first + n))
+    return out
+
+
+def check_interleaved(pp: int, chunks: int, microbatches: int, split) -> None:
+    """What Megatron refuses of an interleaved layout, refused here with the same reason."""
+    if chunks < 1:
+        raise ScheduleError(f"model chunks per stage must be >= 1, got {chunks}")
+    if chunks == 1:
+        return
+    if pp < 3:   # megatron/training/arguments.py asserts it where the exchange is batched (no p2p overlap)
+        raise ScheduleError(f"{chunks} model chunks per stage interleave a pipeline of more than 2 stages (with "
+                            f"Megatron's batched exchange, two stages would send both ways between the same two "
+                            f"ranks in one batch); got {pp}")
+    bad = [s for s, n in enumerate(split) if n % chunks or n == 0]
+    if bad:
+        raise ScheduleError(f"{chunks} model chunks per stage must divide every stage's layers; stage {bad[0]} holds "
+                         f"{split[bad[0]]} (layers per stage: {'/'.join(map(str, split))})")
+    if microbatches % pp:
+        raise ScheduleError(f"the interleaved schedule runs micro-batches in groups of the {pp} stages: "
+                         f"{microbatches} micro-batches per iteration is not a multiple of {pp}")
+
+
+def split_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
+    """Layers of each stage: `first` / `last` on the end stages where given (Megatron-Core's
+    num_layers_in_first/last_pipeline_stage), the rest over the others, the earlier ones taking any remainder."""
+    fixed = {s: n for s, n in ((0, first), (pp - 1, last)) if n is not None}
+    if len(fixed) == 2 and pp == 1:
+        raise ValueError("a first and a last stage of their own need at least 2 stages")
+    rest, others = layers - sum(fixed.values()), [s for s in range(pp) if s not in fixed]
+    if any(n < 1 for n in fixed.values()) or (others and rest < len(others)) or (not others and rest):
+        raise ValueError(f"{layers} layers do not split over {pp} stages with "
+                         f"{first if first is not None else 'an even share'} on the first and "
+                         f"{last if last is not None else 'an even share'} on the last")
+    base, extra = divmod(rest, len(others)) if others else (0, 0)
+    out = [0] * pp
+    for i, s in enumerate(others):
+        out[s] = base + (1 if i < extra else 0)
+    for s, n in fixed.items():
+        out[s] = n
+    return out
 
 
 def one_f_one_b(stage: int, pp: int, microbatches: int) -> list[tuple]:

@@ -69,6 +69,8 @@ class Templates:
         self.base_layers = 1 + max(k[0] for k in self.layer) if self.layer else 0
         self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
         self.ranks = sorted({b.rank for b in st.blocks})
+        self.base_chunks = max(plan.chunks, 1)
+        chunk_of = _chunk_of(st, self.base_chunks)
         self.host_only = not np.any(g.kind == _GPU)   # a CPU capture: the host does the work
         # per block: tasks, internal edges (local ids), external in-edges (by source processor)
         local = np.full(g.n_tasks, -1, np.int64)     # a task's index in its block
@@ -91,7 +93,7 @@ class Templates:
             bl = st.blocks[i]
             if bl.kind not in ("layer", "embedding", "head"):
                 continue
-            key = (bl.rank, bl.phase, bl.mb)
+            key = (bl.rank, bl.phase, bl.mb, chunk_of(bl))
             if key in seen:
                 if self.lead_lag[i][0] is not None:
                     interior[bl.phase].append(self.lead_lag[i][0])
@@ -106,7 +108,7 @@ class Templates:
         # of the same (rank, phase, lead pattern) -- a one-off host stall -- which a replica replaces
         # by their median (ordinary run-to-run variation of host time is kept, so totals stay unbiased)
         pat = defaultdict(list)
-        for (r, ph, mb), ll in self.step_lead.items():
+        for (r, ph, mb, _), ll in self.step_lead.items():
             pat[(r, ph, ll[0] is None, ll[1] is None)].append(ll)
         self.step_lead_pool = {k: [np.array([x[j] for x in v], float) if not k[2 + j] else None
                                    for j in range(2)] for k, v in pat.items()}
@@ -263,10 +265,11 @@ class Templates:
                 np.clip(self.edges[bi][0][3], 0.0, None).sum())
         return cost
 
-    def lead(self, rank: int, phase: str, mb: int, replica: bool):
+    def lead(self, rank: int, phase: str, mb: int, replica: bool, chunk: int = 0):
         """Host lag before a step's first block: the base's own value, or a robust one for a replica;
-        as (program-order lag, hand-off lag, whether the hand-off set the start in the base)."""
-        key = (rank, phase, mb % self.base_mb)
+        as (program-order lag, hand-off lag, whether the hand-off set the start in the base). A chunk
+        the base did not have takes the base's last one's."""
+        key = (rank, phase, mb % self.base_mb, min(chunk, self.base_chunks - 1))
         ll = self.step_lead.get(key)
         if ll is None:
             return None
@@ -281,6 +284,26 @@ class Templates:
         if stage == pp - 1 and pp > 1:
             return self.ranks[-1]
         return self.ranks[0]
+
+
+def _chunk_of(st, chunks: int):
+    """Block -> the model chunk it ran in: a layer by the run of consecutive layers it sits in on its rank
+    (`structure.layer_chunks`), the embedding in the first chunk, the head in the last."""
+    if chunks == 1:
+        return lambda bl: 0
+    runs = {}
+    for r in {b.rank for b in st.blocks}:
+        ls = sorted({b.layer for b in st.blocks if b.rank == r and b.kind == "layer"})
+        c = 0
+        for i, l in enumerate(ls):
+            c += i > 0 and l != ls[i - 1] + 1
+            runs[(r, l)] = c
+
+    def of(bl) -> int:
+        if bl.kind == "layer":
+            return runs[(bl.rank, bl.layer)]
+        return 0 if bl.kind == "embedding" else chunks - 1
+    return of
 
 
 def _block_edges(g, st, local: np.ndarray) -> tuple[list, list, list, list]:

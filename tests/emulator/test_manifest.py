@@ -14,7 +14,9 @@ def test_manifest_content(tiny_run):
     assert m["emulated"] is True
     assert m["seed"] == 3
     assert m["config"]["model"]["name"] == "tiny"
-    assert m["config"]["parallel"] == {"tp": 2, "pp": 2, "dp": 4}
+    assert m["config"]["parallel"] == {"tp": 2, "pp": 2, "dp": 4, "vp": 1, "first_stage_layers": None,
+                                       "last_stage_layers": None}
+    assert m["parallel"] == {"tp": 2, "pp": 2, "dp": 4, "vp": 1, "stage_layers": [2, 2]}
     assert m["ranks"] == [0, 8]                     # tp=0, dp=0 of each stage
     assert m["stage_of_rank"] == {"0": 0, "8": 1}
     assert m["iteration_us"] > 0 and m["wall_s"] >= 0

@@ -23,13 +23,18 @@ def test_candidates_divide_gpus_layers_and_batch(tiny_plan):
     assert {c["microbatches"] for c in candidates(tiny_plan, 16, [1], None)} == {tiny_plan.microbatches}
     # 15 GPUs: only TP 1 x PP 1 x DP 15, and 16 sequences do not split over 15 replicas
     assert candidates(tiny_plan, 15, [1], global_batch=16) == []
+    # the base's 1F1B unless asked; interleaved where V divides each stage's layers, micro-batches come in
+    # whole groups of PP and PP > 2 (tiny's 4 layers over 4 stages: one each, so V 2 never divides)
+    assert {c["vp"] for c in got} == {1}
+    v2 = candidates(tiny_plan, 16, [1], global_batch=16, vps=[1, 2])
+    assert {(c["pp"], c["vp"]) for c in v2} == {(1, 1), (2, 1), (4, 1)}
 
 
 def test_search_ranks_fitting_layouts_and_lists_the_rest(tiny_runs, capsys):
     assert lumos_main(["search", str(tiny_runs["base"]), "--gpus", "8", "--global-batch", "8",
                        "--micro-batch", "1,2", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(["tp", "pp", "dp", "micro_batch", "microbatches",
+    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(["tp", "pp", "vp", "dp", "micro_batch", "microbatches",
                                                               "iteration_us", "memory_gib_per_gpu", "fits",
                                                               "replayed_microbatches"]))}
     assert all(r["replayed_microbatches"] == [r["microbatches"]] for r in rows)   # at most 8: replayed whole

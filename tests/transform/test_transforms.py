@@ -147,7 +147,7 @@ def test_a_warm_up_forward_keeps_the_host_time_its_base_step_had_after_a_hand_of
     from lumos.transform.templates import Templates
 
     tm = Templates(tiny_plan)
-    assert [tm.step_handoff_binds[(0, "forward", mb)] for mb in range(4)] == [False, False, True, True]
+    assert [tm.step_handoff_binds[(0, "forward", mb, 0)] for mb in range(4)] == [False, False, True, True]
     out = change_pp(tiny_plan, 4)
     g = out.graph
     for b in _blocks(out, 0, "embedding"):
@@ -156,7 +156,7 @@ def test_a_warm_up_forward_keeps_the_host_time_its_base_step_had_after_a_hand_of
         first = min((t for t in b.tasks if g.kind[t] == TaskKind.CPU), key=lambda t: g.ts[t])
         e = np.flatnonzero(g.dst == first)
         assert [(str(g.name[g.src[k]]), int(g.cls[k])) for k in e] == [("cudaStreamSynchronize", EdgeClass.INTRA_THREAD)]
-        ll = tm.step_lead[(0, "forward", b.mb)]
+        ll = tm.step_lead[(0, "forward", b.mb, 0)]
         assert g.lag[e[0]] == pytest.approx(ll[1] if b.mb >= 2 else ll[0])   # 14725.0 and 15085.6 us: the hand-offs'
     doc = predict(load_run(tiny_runs["base"]), {"pp": 4}, actual_tables=load_run(tiny_runs["pp4"]))
     err = doc["component_error_pct"]

@@ -1,0 +1,162 @@
+"""Interleaved 1F1B in the predictor: the schedule's actions, its invariants, the layers of each chunk,
+memory, and predictions between 1F1B and interleaved runs against the emulator (EMULATED)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from lumos.cli import main as lumos_main
+from lumos.emulator import emulate, write_result
+from lumos.predict.memory import inflight_microbatches
+from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.whatif import base_plan
+from lumos.trace import load_run
+from lumos.transform.schedule import (ScheduleError, check_interleaved, interleaved, one_f_one_b, pipeline_schedule,
+                                      stage_chunks)
+
+QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
+         "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]
+
+
+def _compute(acts):
+    return [a for a in acts if a[0] != "p2p"]
+
+
+def test_three_stages_two_chunks_six_micro_batches():
+    """Megatron's table for PP 3, V 2, m 6: micro-batches in groups of 3, each group through chunk 0 then
+    chunk 1; stage 0 warms up with 2 (3 - 0 - 1) + (2 - 1) 3 = 7 forwards; backward k runs forward k's
+    micro-batch through the chunks in reverse."""
+    fwd = [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (5, 0), (3, 1), (4, 1), (5, 1)]
+    bwd = [(mb, 1 - c) for mb, c in fwd]
+    want = [("F", *f) for f in fwd[:7]]
+    for j in range(5):
+        want += [("F", *fwd[7 + j]), ("B", *bwd[j])]
+    want += [("B", *b) for b in bwd[5:]]
+    assert _compute(interleaved(0, 3, 2, 6)) == want
+    # the last stage warms up with (2 - 1) 3 = 3 forwards and opens with a receive from stage 1
+    last = interleaved(2, 3, 2, 6)
+    assert last[0] == ("p2p", (("recv", "fwd"),))
+    assert [a[0] for a in _compute(last)][:5] == ["F", "F", "F", "F", "B"]
+    # its chunk 1 is the model's last: nothing is sent forward after it; stage 0's chunk 0 sends no gradient
+    # back, and its chunk 1 sends its gradient round the ring to stage 2
+
+    def sent_after(acts, step):
+        i = acts.index(step)
+        nxt = next(a for a in acts[i + 1:] if a[0] == "p2p")
+        return {k for k in nxt[1] if k[0] == "send"}
+    assert all(("send", "fwd") not in sent_after(last, ("F", mb, 1)) for mb in range(6))
+    assert all(("send", "fwd") in sent_after(last, ("F", mb, 0)) for mb in range(6))
+    first = interleaved(0, 3, 2, 6)
+    assert all(("send", "bwd") not in sent_after(first, ("B", mb, 0)) for mb in range(5))
+    assert all(("send", "bwd") in sent_after(first, ("B", mb, 1)) for mb in range(6))
+
+
+def test_one_chunk_is_1f1b():
+    for s in range(4):
+        assert pipeline_schedule(s, 4, 8) == pipeline_schedule(s, 4, 8, 1) == one_f_one_b(s, 4, 8)
+    assert pipeline_schedule(0, 4, 8, 2) == interleaved(0, 4, 2, 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pp=hs.integers(3, 6), chunks=hs.integers(1, 4), groups=hs.integers(1, 3))
+def test_every_exchange_pairs_and_the_ring_drains(pp, chunks, groups):
+    """Invariants of any interleaved layout: every stage runs each (micro-batch, chunk) forward and backward
+    once; on every link and direction as many sends as receives; and the steps, run in each stage's order
+    with a forward waiting for its virtual predecessor's and a backward for its successor's, all complete
+    (the order has no step waiting on one that comes later on another stage)."""
+    m = pp * groups
+    acts = {s: interleaved(s, pp, chunks, m) for s in range(pp)}
+    links = Counter()
+    for s, a in acts.items():
+        steps = _compute(a)
+        assert Counter(steps) == Counter([(p, mb, c) for p in "FB" for mb in range(m) for c in range(chunks)])
+        for act in a:
+            if act[0] != "p2p":
+                continue
+            for kind, d in act[1]:
+                to_next = (kind, d) in (("send", "fwd"), ("recv", "bwd"))
+                link = s if to_next else (s - 1) % pp
+                links[(d, link)] += 1 if kind == "send" else -1
+    assert all(v == 0 for v in links.values())
+    virtual = pp * chunks
+    done, pos = set(), {s: 0 for s in range(pp)}
+    steps = {s: _compute(a) for s, a in acts.items()}
+    moved = True
+    while moved:
+        moved = False
+        for s in range(pp):
+            while pos[s] < len(steps[s]):
+                p, mb, c = steps[s][pos[s]]
+                v = c * pp + s
+                need = (("F", mb, v - 1) if v else None) if p == "F" else \
+                    (("B", mb, v + 1) if v < virtual - 1 else ("F", mb, v))
+                if need is not None and need not in done:
+                    break
+                done.add((p, mb, v))
+                pos[s] += 1
+                moved = True
+    assert all(pos[s] == len(steps[s]) for s in range(pp))
+
+
+def test_chunks_hold_virtual_stages():
+    assert stage_chunks(0, [4, 4, 4, 4], 2) == [range(0, 2), range(8, 10)]
+    assert stage_chunks(3, [4, 4, 4, 4], 2) == [range(6, 8), range(14, 16)]
+    with pytest.raises(ScheduleError, match="must divide every stage's layers; stage 0 holds 3"):
+        check_interleaved(4, 2, 8, [3, 3, 3, 3])
+    with pytest.raises(ScheduleError, match="6 micro-batches per iteration is not a multiple of 4"):
+        check_interleaved(4, 2, 6, [2, 2, 2, 2])
+    with pytest.raises(ScheduleError, match="more than 2 stages"):
+        check_interleaved(2, 2, 4, [2, 2])
+
+
+def test_interleaved_memory_is_korthikantis():
+    """Stage 0 of PP 4 holds 1F1B's 4 micro-batches; interleaved with V 2, 2 x 3 + 4 + 1 = 11 chunk-steps of
+    half a stage, 5.5 micro-batches: (1 + (p - 1) / (p V)) = 1.375 times as many."""
+    assert inflight_microbatches(0, 4, 8) == 4
+    assert inflight_microbatches(0, 4, 8, 2) == 5.5 == 4 * (1 + 3 / 8)
+    assert inflight_microbatches(3, 4, 8, 2) == 2.5
+    assert inflight_microbatches(0, 4, 2, 2) == 2.0     # no more than the micro-batches there are
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """tiny at 8 layers over 4 stages, 8 micro-batches: 1F1B, and 2 and 4 chunks per stage."""
+    root = tmp_path_factory.mktemp("interleaved")
+    out = {}
+    for vp in (1, 2):
+        d = root / f"vp{vp}"
+        write_result(emulate(["model=tiny", "model.num_layers=8", "parallel.tp=1", "parallel.pp=4", "parallel.dp=1",
+                              "model.microbatch_rule=fixed", "model.num_microbatches=8", f"parallel.vp={vp}", *QUIET],
+                             progress=False), d)
+        out[vp] = d
+    return out
+
+
+def test_an_interleaved_base_is_read_as_one(runs):
+    plan = base_plan(load_run(runs[2]))
+    assert (plan.pp, plan.chunks, plan.stage_layers, plan.layers) == (4, 2, (2, 2, 2, 2), 8)
+    assert base_plan(load_run(runs[1])).chunks == 1
+
+
+@pytest.mark.parametrize("base,target", [(1, 2), (2, 1)])
+def test_the_schedule_as_a_what_if(runs, base, target):
+    doc = predict(load_run(runs[base]), {"vp": target}, actual_tables=load_run(runs[target]),
+                  actual_manifest=read_manifest(runs[target]))
+    assert (doc["target"]["vp"], doc["base_config"]["vp"]) == (target, base)
+    assert abs(doc["error_pct"]) < 4.0
+    assert any(n.startswith("pipeline schedule: ") for n in doc["notes"])
+
+
+def test_the_unchanged_interleaved_base_replays_as_measured(runs):
+    doc = predict(load_run(runs[2]), {}, actual_tables=load_run(runs[2]), actual_manifest=read_manifest(runs[2]))
+    assert doc["predicted"]["iteration_us"] == doc["measured"]["iteration_us"]
+
+
+def test_the_cli_refuses_chunks_that_do_not_divide(runs, capsys):
+    assert lumos_main(["predict", str(runs[2]), "--vp", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--vp 3" in err and "must divide every stage's layers; stage 0 holds 2" in err
