@@ -355,6 +355,10 @@ def realism_figure(rows: pd.DataFrame, summary: pd.DataFrame):
         ax.scatter(d["measured_ms"], d["emulated_ms"], s=36 if big else 9, marker=marker, color=color,
                    alpha=1.0 if big else 0.55, edgecolors="black" if big else "none", linewidths=0.5,
                    label=label, zorder=3 if big else 2)
+    inter = rows[rows["schedule"].fillna("1F1B") != "1F1B"] if "schedule" in rows else rows.iloc[:0]
+    if len(inter):   # which rows ran the interleaved schedule (the SC'21 script's, measured.sc21_scripts)
+        ax.scatter(inter["measured_ms"], inter["emulated_ms"], s=130, marker="o", facecolors="none",
+                   edgecolors="black", linewidths=0.8, zorder=4, label="emulated with interleaved 1F1B")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

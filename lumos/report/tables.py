@@ -411,6 +411,17 @@ REALISM_SUMMARY = {"n": "n", "mean_abs_err_pct": "mean_abs_error_pct", "median_a
 REALISM_SOURCE = "emulated vs measured (published)"
 
 
+def realism_schedules(rows: pd.DataFrame) -> str:
+    """The pipeline schedules a data set's rows were emulated with: '1F1B', or which rows interleaved."""
+    sched = rows["schedule"].fillna("1F1B") if "schedule" in rows else pd.Series("1F1B", index=rows.index)
+    inter = rows[sched != "1F1B"]
+    if inter.empty:
+        return "1F1B"
+    chunks = sorted({s.rsplit("=", 1)[-1] for s in sched[sched != "1F1B"]})
+    return (f"interleaved 1F1B on {len(inter)} of {len(rows)} rows (V = {', '.join(chunks)}: "
+            + ", ".join(inter["config"]) + "), 1F1B on the rest")
+
+
 def emulator_realism_table(rows: pd.DataFrame, scores: Mapping[str, Mapping]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The summary per data set and one row per configuration with a measured breakdown.
 
@@ -419,7 +430,8 @@ def emulator_realism_table(rows: pd.DataFrame, scores: Mapping[str, Mapping]) ->
     `lumos.emulator.realism.score`. Shares are percent of the iteration: measured parts over the measured
     total, emulated parts over the emulated rank-0 breakdown total; differences in percentage points.
     """
-    summary = pd.DataFrame([{"dataset": ds, **{new: s[old] for old, new in REALISM_SUMMARY.items()}}
+    summary = pd.DataFrame([{"dataset": ds, **{new: s[old] for old, new in REALISM_SUMMARY.items()},
+                             "schedule": realism_schedules(rows[rows["dataset"] == ds])}
                             for ds, s in scores.items()])
     summary["source"] = REALISM_SOURCE
     has_parts = rows[f"measured_{COMPONENT_PARTS[0]}_ms"].notna() if f"measured_{COMPONENT_PARTS[0]}_ms" in rows \

@@ -208,14 +208,20 @@ def test_selene_rows_are_the_printed_tables_with_derived_iteration_times():
     t1 = {p.label: p for p in sc21_points(1)}
     assert len(t1) == 10 and {p.dataset for p in t1.values()} == {"sc21_table1"}
     # 145.6B, 80 layers, hidden 12288, TP8 PP8 on 1536 GPUs (DP 24), batch 2304, 148 TFLOP/s per GPU
-    p = t1["145.6B_8x8x24"]
+    p = t1["145.6B_8x8x24_vp2"]
     assert megatron_flops(2304, 80, 12288) == 96.0 * 2304 * 2048 * 80 * 12288 ** 2 * (
         1 + 2048 / (6 * 12288) + 51200 / (16 * 80 * 12288))
     assert p.total_ms == pytest.approx(1e3 * megatron_flops(2304, 80, 12288) / (1536 * 148e12))
     assert round(p.total_ms) == 24817 and p.model == "145.6B"
     assert ("parallel.dp=24" in p.overrides and "model.ffn_hidden=49152" in p.overrides
             and "model.head_dim=128" in p.overrides and "cluster=a100_selene" in p.overrides
-            and "training=megatron_sc21" in p.overrides and "model.micro_batch_size=1" in p.overrides)
+            and "training=megatron_sc21" in p.overrides)
+    # each row as the paper's launch script ran it (examples/sc21/run_table_1.sh): 145.6B at micro-batch 2 with
+    # 5 layers per virtual stage, 80 / (8 x 5) = 2 chunks per stage; 1.7B at 16, 1T non-interleaved
+    assert "model.micro_batch_size=2" in p.overrides and "parallel.vp=2" in p.overrides
+    assert p.schedule == "interleaved 1F1B, V=2"
+    assert "model.micro_batch_size=16" in t1["1.7B_1x1x32"].overrides and t1["1008.0B_8x64x6"].vp == 1
+    assert [q.vp for q in t1.values()] == [1, 1, 1, 1, 1, 3, 2, 2, 3, 1]
     t2 = sc21_points(2)
     assert [q.label for q in t2] == ["174.6B_8x12x4", "174.6B_8x12x8", "174.6B_8x12x16",
                                      "529.6B_8x35x2", "529.6B_8x35x4", "529.6B_8x35x8"]

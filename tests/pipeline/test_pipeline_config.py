@@ -19,6 +19,16 @@ def test_run_names_round_trip():
         pc.parse_run("gpt3_15b_2x2x4")
 
 
+def test_an_interleaved_run_is_named_with_its_chunks():
+    run = pc.parse_run("llama3_8b-2x8x4v2")
+    assert (run.tp, run.pp, run.dp, run.vp, run.name) == (2, 8, 4, 2, "llama3_8b-2x8x4v2")
+    assert run.emulate_overrides()[-1] == "parallel.vp=2"
+    assert pc.parse_run("llama3_8b-2x8x4").vp == 1 and "parallel.vp" not in " ".join(
+        pc.parse_run("llama3_8b-2x8x4").emulate_overrides())
+    assert pc.predict_flags(pc.parse_run("llama3_8b-2x8x4"), run) == ["--tp", "2", "--pp", "8", "--dp", "4", "--vp", "2"]
+    assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x16x4v2")) == ["--tp", "2", "--pp", "16", "--dp", "4"]
+
+
 def test_override_keys():
     assert pc.override_key("+model.hidden=1") == "model.hidden"
     assert pc.override_root("~trace") == "trace"

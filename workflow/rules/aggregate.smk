@@ -28,6 +28,8 @@ def collect_inputs(kind):
         return from_one_gpu_inputs()
     if kind == "llama":
         return llama_inputs()
+    if kind == "schedules":
+        return schedule_inputs()
     if kind == "ablation":
         abl = config.get("ablation", {})
         labels = ([{"source": t, "emulated": False} for t in abl.get("real", [])]
@@ -43,7 +45,7 @@ rule collect:
     output:
         csv=f"{R}/data/{{kind}}.csv",
     wildcard_constraints:
-        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|ablation",
+        kind="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|schedules|ablation",
     params:
         labels=lambda w: collect_inputs(w.kind)[1],
     log:
@@ -81,7 +83,7 @@ rule table:
         csv=f"{R}/tables/{{name}}.csv",
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
-        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|ablation|ablation_by_trace|statistics",
+        name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|schedules|ablation|ablation_by_trace|statistics",
     params:
         tag=TAG,
         overrides=OVERRIDES,

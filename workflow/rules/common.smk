@@ -229,6 +229,8 @@ def table_names():
         names.append("from_one_gpu")
     if (config.get("llama") or {}).get("targets"):
         names.append("llama")
+    if (config.get("schedules") or {}).get("predictions"):
+        names.append("schedules")
     if (config.get("fsdp_cpu") or {}).get("targets"):
         names.append("fsdp_cpu_whatif")
     if ablation_csvs():
