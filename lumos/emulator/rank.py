@@ -29,15 +29,15 @@ class Thread:
         self.stack = []
 
 
-def _chunks(split, stage: int, vp: int, per_block: int) -> list[list[tuple]]:
-    """The blocks of each model chunk of `stage`, as (first layer, layers): Megatron-Core's layer offsets
-    (megatron/core/transformer/transformer_layer.py, get_transformer_layer_offset), chunk c of stage s
-    holding virtual stage c * pp + s; blocks of `per_block` layers, or one per chunk (0)."""
-    total = sum(split)
+def _chunks(sizes, stage: int, per_block: int) -> list[list[tuple]]:
+    """The blocks of each model chunk of `stage`, as (first layer, layers), given every stage's chunk sizes:
+    Megatron-Core's layer offsets (megatron/core/transformer/transformer_layer.py,
+    get_transformer_layer_offset), chunk c of stage s holding virtual stage c * pp + s, whose layers follow
+    every virtual stage before it; blocks of `per_block` layers, or one per chunk (0)."""
+    pp = len(sizes)
     out = []
-    for c in range(vp):
-        n = split[stage] // vp
-        first = (c * total + sum(split[:stage])) // vp
+    for c, n in enumerate(sizes[stage]):
+        first = sum(sizes[s2][c2] for c2 in range(len(sizes[stage])) for s2 in range(pp) if c2 * pp + s2 < c * pp + stage)
         step = per_block or max(n, 1)
         out.append([(l, min(step, first + n - l)) for l in range(first, first + n, step)])
     return out
@@ -56,9 +56,9 @@ class RankProgram:
         self.stage, self.dpi, self.tpi = self.topo.coords(rank)
         self.pp, self.m, self.vp = s.pp, s.model.num_microbatches, s.vp
         # the stage's model chunks (one unless interleaved), each as its blocks: (first layer, layers)
-        split = s.stage_layers or (s.model.num_layers // s.pp,) * s.pp
-        self.chunks = _chunks(split, self.stage, self.vp, program.layers_per_block if program.level != "stage" else 0)
-        self.n_layers = split[self.stage]
+        self.chunks = _chunks([s.chunks_of(st) for st in range(s.pp)], self.stage,
+                              program.layers_per_block if program.level != "stage" else 0)
+        self.n_layers = sum(s.chunks_of(self.stage))
         self.is_first, self.is_last = self.stage == 0, self.stage == s.pp - 1
         pid = recorder.pid
         self.main = Thread(pid, self.h.op_pre_us, self.h.op_gap_us)

@@ -49,6 +49,14 @@ class Settings:
     write_ranks: str = "emulated"      # emulated: a trace per emulated rank; stage: the stage ranks only
     vp: int = 1                        # model chunks per pipeline rank (Megatron's interleaved 1F1B when > 1)
     stage_layers: tuple = ()           # transformer layers of each pipeline stage (`pipeline_split`)
+    chunk_layers: tuple = ()           # per stage, the transformer layers of each of its model chunks
+
+    def chunks_of(self, stage: int) -> tuple:
+        """Layers of each model chunk of `stage` (one chunk unless interleaved)."""
+        if self.chunk_layers:
+            return self.chunk_layers[stage]
+        n = self.stage_layers[stage] if self.stage_layers else self.model.num_layers // self.pp
+        return (n // self.vp,) * self.vp
 
     @property
     def world_size(self) -> int:
@@ -162,8 +170,10 @@ def from_config(cfg: DictConfig) -> Settings:
         raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} or be a multiple of it "
                             f"(a TP group fills whole hosts)")
     vp = int(par.get("vp") or 1)
-    stage_layers = pipeline_split(int(m["num_layers"]), pp, vp, par.get("first_stage_layers"),
-                                  par.get("last_stage_layers"))
+    chunk_layers = chunk_split(int(m["num_layers"]), pp, vp, par.get("first_stage_layers"),
+                               par.get("last_stage_layers"), bool(par.get("embedding_in_split")),
+                               bool(par.get("loss_in_split")))
+    stage_layers = tuple(sum(c) for c in chunk_layers)
     for key in ("hidden", "ffn_hidden", "vocab_size", "num_heads"):
         if m[key] % tp:
             raise SettingsError(f"tp={tp} must divide model.{key}={m[key]}")
@@ -196,7 +206,7 @@ def from_config(cfg: DictConfig) -> Settings:
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
                     base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
                     knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training),
-                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers)
+                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers, chunk_layers=chunk_layers)
 
 
 def pipeline_split(layers: int, pp: int, vp: int = 1, first: int | None = None, last: int | None = None) -> tuple:
@@ -228,6 +238,30 @@ def pipeline_split(layers: int, pp: int, vp: int = 1, first: int | None = None, 
         raise SettingsError(f"parallel.vp={vp} must divide the layers of every stage; stage {bad[0]} holds "
                             f"{out[bad[0]]}")
     return out
+
+
+def chunk_split(layers: int, pp: int, vp: int = 1, first: int | None = None, last: int | None = None,
+                embedding: bool = False, loss: bool = False) -> tuple:
+    """Per stage, the transformer layers of each model chunk. `embedding` / `loss`: the embedding and the
+    output and loss count as one layer each in the split (Megatron-Core's account_for_embedding_in_pipeline_split
+    and account_for_loss_in_pipeline_split, transformer_block.get_num_layers_to_build): the first chunk of the
+    first stage and the last chunk of the last stage then build one transformer layer fewer (Llama 3 405B's
+    layout: 126 layers + 2 over 16 stages of 8, 8 chunks of one each, the first only the embedding, the last
+    only the output and loss)."""
+    if not (embedding or loss):
+        return tuple((n // vp,) * vp for n in pipeline_split(layers, pp, vp, first, last))
+    if first is not None or last is not None:
+        raise SettingsError("parallel.embedding_in_split / loss_in_split take no first_stage_layers / "
+                            "last_stage_layers (Megatron-Core refuses the two together)")
+    slots = layers + embedding + loss
+    per_chunk = pipeline_split(slots, pp, vp)[0] // vp
+    out = [[per_chunk] * vp for _ in range(pp)]
+    out[0][0] -= embedding
+    out[-1][-1] -= loss
+    if min(out[0][0], out[-1][-1]) < 0:
+        raise SettingsError(f"{layers} layers with the embedding and loss in the split leave no room in the "
+                            "first or last chunk")
+    return tuple(tuple(c) for c in out)
 
 
 def _check_interleaved(m: int, pp: int, training: dict) -> None:

@@ -72,7 +72,8 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
         if gpus % tp or tp_misfits(base.shape, tp) or (fixed and tp != base.tp):
             continue
         for pp in range(1, gpus // tp + 1):
-            if (gpus // tp) % pp or base.layers % pp or (fixed and pp != base.pp):
+            # PP divides the layers, or is the base's own (its split kept: Llama 3's 126 layers over 16 stages)
+            if (gpus // tp) % pp or (base.layers % pp and pp != base.pp) or (fixed and pp != base.pp):
                 continue
             dp = gpus // (tp * pp)
             for mbs in micro_batches:
@@ -85,14 +86,22 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                 if fixed and m != base.microbatches:
                     continue
                 for vp in sorted({v if pp > 1 else 1 for v in vps}):
+                    own = pp == base.pp and vp == base.chunks and bool(base.chunk_layers)   # the base's own chunks
                     try:
-                        check_interleaved(pp, vp, m, layers_per_stage(pp, base.layers))
+                        check_interleaved(pp, vp, m, None if own else _split(base, pp))
                     except ScheduleError:
                         continue
                     for strategy in strategies:
                         c = {"tp": tp, "pp": pp, "vp": vp, "dp": dp, "micro_batch": mbs, "microbatches": m}
                         out.append(c if strategy is None else dict(c, fsdp_strategy=strategy))
     return out
+
+
+def _split(base, pp: int) -> list[int]:
+    """Layers of each stage at `pp` stages: the base's own split at its own PP, else as even as they go."""
+    if pp == base.pp and len(base.stage_layers) == pp:
+        return list(base.stage_layers)
+    return layers_per_stage(pp, base.layers)
 
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
@@ -120,7 +129,7 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     for c in cands:
         shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
         mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings[c.get("fsdp_strategy")],
-                            chunks=c["vp"])
+                            chunks=c["vp"], split=_split(base, c["pp"]))
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
                          replayed_microbatches=None))
     fitting = [r for r in rows if r["fits"]]

@@ -89,7 +89,8 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
-                profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers)
+                profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers,
+                chunk_layers=st.chunk_layers)
 
 
 def alone_under_comm(graph, st, tables: Sequence[TraceTable]):

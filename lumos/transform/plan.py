@@ -52,6 +52,7 @@ class Plan:
     host_gaps: object = None    # a CPU capture's gaps inside its ops (lumos.model.host_gaps), re-timed as they are
     chunks: int = 1             # model chunks per stage: interleaved 1F1B when > 1 (`schedule.interleaved`)
     stage_layers: tuple = ()    # layers of each stage (empty: split as `schedule.layers_per_stage` does)
+    chunk_layers: tuple = ()    # per stage, the layers of each chunk (empty: each stage's split evenly)
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)

@@ -29,7 +29,7 @@ from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
 from lumos.model.structure import Block, RunStructure
 
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
-from .schedule import check_interleaved, layers_per_stage, pipeline_schedule, stage_chunks
+from .schedule import check_interleaved, chunk_ranges, layers_per_stage, pipeline_schedule
 from .templates import Templates
 
 # plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array
@@ -124,7 +124,12 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
         split = list(plan.stage_layers) if same else layers_per_stage(pp, layers)
     if len(split) != pp or sum(split) != layers:
         raise ValueError(f"a split of {'/'.join(map(str, split))} layers is not {layers} layers over {pp} stages")
-    check_interleaved(pp, chunks, m, split)
+    if chunks == plan.chunks and plan.chunk_layers and list(split) == list(plan.stage_layers):
+        sizes = [list(c) for c in plan.chunk_layers]     # the base's own chunks (Llama 3's empty end chunks)
+        check_interleaved(pp, chunks, m)
+    else:
+        check_interleaved(pp, chunks, m, split)
+        sizes = [[n // chunks] * chunks for n in split]
     tm = plan.memo.get("templates")
     if tm is None:      # the same plan rebuilt again (a search's two replays): its templates are reused
         tm = plan.memo["templates"] = Templates(plan)
@@ -149,7 +154,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     for s in range(pp):
         rank = ranks[s]
         base_rank = tm.base_rank_for(s, pp)
-        my_chunks = stage_chunks(s, split, chunks)
+        my_chunks = chunk_ranges(s, sizes)
         my_layers = [l for c in my_chunks for l in c]
         first, last = s == 0, s == pp - 1
         stage_params = len(my_layers) * params_layer + params_embed * (first + last)
@@ -242,6 +247,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     out.role = comm_roles(stt)
     out.pp, out.layers, out.microbatches, out.ranks = pp, layers, m, ranks
     out.chunks, out.stage_layers = chunks, tuple(split)
+    out.chunk_layers = tuple(tuple(c) for c in sizes) if chunks > 1 else ()
     out.pairs = groups
     return out
 

@@ -112,20 +112,26 @@ def pipeline_schedule(stage: int, pp: int, microbatches: int, chunks: int = 1) -
 
 
 def stage_chunks(stage: int, split, chunks: int = 1) -> list[range]:
-    """Layers of each model chunk of `stage`, given the layers of every stage (`split`): chunk c holds
-    virtual stage c * pp + s, each virtual stage an equal share of its stage's layers (Megatron-Core's
-    get_transformer_layer_offset)."""
-    total = sum(split)
-    n = split[stage] // chunks
+    """Layers of each model chunk of `stage`, given the layers of every stage (`split`), each chunk an equal
+    share of its stage's (`chunk_ranges`)."""
+    return chunk_ranges(stage, [[n // chunks] * chunks for n in split])
+
+
+def chunk_ranges(stage: int, sizes) -> list[range]:
+    """Layers of each model chunk of `stage`, given every stage's chunk sizes: chunk c holds virtual stage
+    c * pp + s, whose layers follow those of every virtual stage before it (Megatron-Core's
+    get_transformer_layer_offset); a chunk may hold none (Llama 3's embedding-only first chunk)."""
+    pp = len(sizes)
     out = []
-    for c in range(chunks):
-        first = (c * total + sum(split[:stage])) // chunks
+    for c, n in enumerate(sizes[stage]):
+        first = sum(sizes[s][k] for s in range(pp) for k in range(len(sizes[s])) if k * pp + s < c * pp + stage)
         out.append(range(first, first + n))
     return out
 
 
-def check_interleaved(pp: int, chunks: int, microbatches: int, split) -> None:
-    """What Megatron refuses of an interleaved layout, refused here with the same reason."""
+def check_interleaved(pp: int, chunks: int, microbatches: int, split=None) -> None:
+    """What Megatron refuses of an interleaved layout, refused here with the same reason (`split`: the layers
+    of each stage, to be cut into equal chunks; None: the chunks are given)."""
     if chunks < 1:
         raise ScheduleError(f"model chunks per stage must be >= 1, got {chunks}")
     if chunks == 1:
@@ -134,7 +140,7 @@ def check_interleaved(pp: int, chunks: int, microbatches: int, split) -> None:
         raise ScheduleError(f"{chunks} model chunks per stage interleave a pipeline of more than 2 stages (with "
                             f"Megatron's batched exchange, two stages would send both ways between the same two "
                             f"ranks in one batch); got {pp}")
-    bad = [s for s, n in enumerate(split) if n % chunks or n == 0]
+    bad = [s for s, n in enumerate(split or ()) if n % chunks or n == 0]
     if bad:
         raise ScheduleError(f"{chunks} model chunks per stage must divide every stage's layers; stage {bad[0]} holds "
                          f"{split[bad[0]]} (layers per stage: {'/'.join(map(str, split))})")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos.graph.model import EdgeClass, TaskKind, WaitKind
+from lumos.model.structure import chunk_of_layer
 
 from .dp_shard_units import ShardedGlue
 from .plan import Plan
@@ -70,7 +71,7 @@ class Templates:
         self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
         self.ranks = sorted({b.rank for b in st.blocks})
         self.base_chunks = max(plan.chunks, 1)
-        chunk_of = _chunk_of(st, self.base_chunks)
+        chunk_of = _chunk_of(st, self.base_chunks, plan.chunk_layers)
         self.host_only = not np.any(g.kind == _GPU)   # a CPU capture: the host does the work
         # per block: tasks, internal edges (local ids), external in-edges (by source processor)
         local = np.full(g.n_tasks, -1, np.int64)     # a task's index in its block
@@ -286,22 +287,19 @@ class Templates:
         return self.ranks[0]
 
 
-def _chunk_of(st, chunks: int):
-    """Block -> the model chunk it ran in: a layer by the run of consecutive layers it sits in on its rank
-    (`structure.layer_chunks`), the embedding in the first chunk, the head in the last."""
-    if chunks == 1:
+def _chunk_of(st, chunks: int, sizes: tuple):
+    """Block -> the model chunk it ran in: a layer by its place in its stage's chunks (`sizes`, per stage in
+    rank order; `structure.layer_chunks`), the embedding in the first chunk, the head in the last."""
+    if chunks == 1 or not sizes:
         return lambda bl: 0
-    runs = {}
-    for r in {b.rank for b in st.blocks}:
-        ls = sorted({b.layer for b in st.blocks if b.rank == r and b.kind == "layer"})
-        c = 0
-        for i, l in enumerate(ls):
-            c += i > 0 and l != ls[i - 1] + 1
-            runs[(r, l)] = c
+    where = {}
+    for stage, r in enumerate(sorted({b.rank for b in st.blocks})):   # a transform may have renumbered the ranks
+        held = sorted({b.layer for b in st.blocks if b.rank == r and b.kind == "layer"})
+        where.update({(r, l): c for l, c in chunk_of_layer(held, sizes[stage]).items()})
 
     def of(bl) -> int:
         if bl.kind == "layer":
-            return runs[(bl.rank, bl.layer)]
+            return where[(bl.rank, bl.layer)]
         return 0 if bl.kind == "embedding" else chunks - 1
     return of
 

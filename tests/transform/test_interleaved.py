@@ -13,10 +13,11 @@ from lumos.cli import main as lumos_main
 from lumos.emulator import emulate, write_result
 from lumos.predict.memory import inflight_microbatches
 from lumos.predict.prediction import predict, read_manifest
-from lumos.predict.whatif import base_plan
+from lumos.errors import UserError
+from lumos.predict.whatif import base_plan, transform
 from lumos.trace import load_run
-from lumos.transform.schedule import (ScheduleError, check_interleaved, interleaved, one_f_one_b, pipeline_schedule,
-                                      stage_chunks)
+from lumos.transform.schedule import (ScheduleError, check_interleaved, chunk_ranges, interleaved, one_f_one_b,
+                                      pipeline_schedule, stage_chunks)
 
 QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
          "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]
@@ -160,3 +161,26 @@ def test_the_cli_refuses_chunks_that_do_not_divide(runs, capsys):
     assert lumos_main(["predict", str(runs[2]), "--vp", "3"]) == 2
     err = capsys.readouterr().err
     assert "--vp 3" in err and "must divide every stage's layers; stage 0 holds 2" in err
+
+
+def test_llama3s_layout_is_read_and_kept(tmp_path):
+    """Llama 3 405B's layout in small: 6 layers with the embedding and the loss counted in the split, 8 slots
+    over 4 stages of 2 chunks of one; stage 0's first chunk holds only the embedding, stage 3's last only the
+    output and loss. The base is read with those empty chunks, a DP change keeps them, and the prediction
+    meets the emulated actual (EMULATED)."""
+    runs = {}
+    for dp in (1, 2):
+        d = tmp_path / f"dp{dp}"
+        write_result(emulate(["model=tiny", "model.num_layers=6", "parallel.tp=1", "parallel.pp=4", f"parallel.dp={dp}",
+                              "parallel.vp=2", "parallel.embedding_in_split=true", "parallel.loss_in_split=true",
+                              "model.microbatch_rule=fixed", "model.num_microbatches=8", *QUIET], progress=False), d)
+        runs[dp] = d
+    plan = base_plan(load_run(runs[1]))
+    assert (plan.chunks, plan.stage_layers, plan.chunk_layers) == (2, (1, 2, 2, 1), ((0, 1), (1, 1), (1, 1), (1, 0)))
+    assert [list(map(list, chunk_ranges(s, plan.chunk_layers))) for s in range(4)] == [
+        [[], [3]], [[0], [4]], [[1], [5]], [[2], []]]
+    doc = predict(load_run(runs[1]), {"dp": 2}, actual_tables=load_run(runs[2]), actual_manifest=read_manifest(runs[2]))
+    assert abs(doc["error_pct"]) < 4.0
+    # four chunks per stage would be cut evenly from each stage's layers, which 1 / 2 / 2 / 1 are not
+    with pytest.raises(UserError, match="--vp 4 at pp 4, 6 layers, 8 micro-batches: .*stage 0 holds 1"):
+        transform(plan, vp=4)
