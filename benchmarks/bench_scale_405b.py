@@ -20,7 +20,9 @@ Everything printed is EMULATED, and timed on this machine. The throughput line i
 second, 6 N + 12 L h s FLOPs per token (PaLM's model-FLOPs utilisation, Chowdhery et al. 2022, App. B),
 N = 405e9.
 
-    python benchmarks/bench_scale_405b.py [--out DIR] [--skip-search]
+    python benchmarks/bench_scale_405b.py [--out DIR] [--skip-search] [--csv benchmarks/scale_405b.csv]
+
+`--csv` writes the rows the README's scale claim reads (`lumos/report/headline.py`, `scale`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="where the emulated runs go (default: a temporary directory)")
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument("--csv", default=None, help="also write the rows here (what, wall_s, target_s, result, cpus)")
     a = ap.parse_args(argv)
     root = Path(a.out or tempfile.mkdtemp(prefix="lumos-405b-"))
     big, base = root / "405b_8x16x128v8", root / "405b_8x16x8v8"
@@ -93,6 +96,19 @@ def main(argv=None) -> int:
     for what, wall, target, result in rows:
         print(f"| {what} | {wall:.1f} | {'-' if target is None else f'{target:g}'} | {result} |")
     print(f"# runs in {root}")
+    if a.csv:
+        import csv
+        import io
+        import os
+
+        from lumos.trace.atomic import write_text_atomic
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["what", "wall_s", "target_s", "result", "cpus"])
+        for what, wall, target, result in rows:
+            w.writerow([what, f"{wall:.2f}", "" if target is None else target, result, os.cpu_count()])
+        write_text_atomic(a.csv, buf.getvalue())
     return 0
 
 

@@ -63,6 +63,7 @@ class Sources:
     benchmarks: Path = Path("results/default/benchmarks")
     paper_errors: Path = Path("resources/measurements/lumos_fig7/paper_prediction_errors.csv")
     startup: Path = Path("benchmarks/startup_vs_hta.csv")
+    scale: Path = Path("benchmarks/scale_405b.csv")
 
 
 class MissingTable(FileNotFoundError):
@@ -217,6 +218,18 @@ def llama(src: Sources) -> Cells:
             ("llama",))
 
 
+def schedules(src: Sources) -> Cells:
+    """schedules.csv: abs_error_pct_mean per target (mean over seeds), group (what changes, then `(from BASE)`),
+    label (the target run), n (seeds), parts as in `scaleout`."""
+    df = _read(src.tables / "schedules.csv")
+    each = ", ".join(f"{r.group.split(' (from')[0]} {r.label.split('-')[-1]} {pct(r.abs_error_pct_mean, 1)}"
+                     for r in df.itertuples())
+    return (f"{ABS_ERROR} {pct(df['abs_error_pct_mean'].mean())} over {len(df)} targets ({each}; "
+            f"{_seeds(df['n'])} seeds each); {worst_part(df, 'label')}",
+            "- (the paper's predictor knows 1F1B only; none of dPRO, vTrain predicts a schedule change from a trace)",
+            "emulated", ("schedules",))
+
+
 def fsdp_cpu(src: Sources) -> Cells:
     """fsdp_cpu_whatif.csv, per target (in the table's order; the direction from its flags' --dp): error_pct
     per base and steps_from (own rows by base; STEPS_POOLED rows, one value where they agree) and
@@ -364,6 +377,16 @@ def speed(src: Sources) -> Cells:
             ("replay_real", "replay_h200", str(src.benchmarks / "replay")))
 
 
+def scale(src: Sources) -> Cells:
+    """benchmarks/scale_405b.csv (`python benchmarks/bench_scale_405b.py --csv FILE`, committed: the pipeline
+    does not run it): what, wall_s, target_s, result, one row per whole process; cpus."""
+    df = _read(src.scale)
+    ours = "; ".join(f"{r.what} {r.wall_s:.1f} s" + (f" (target {r.target_s:g} s)" if r.target_s == r.target_s else "")
+                     + f": {r.result}" for r in df.itertuples())
+    return (ours, "- (no peer emulates or predicts 16,384 GPUs from a trace)",
+            f"emulated, timed on this machine ({int(df['cpus'].iloc[0])} CPU cores, whole processes)", (str(src.scale),))
+
+
 def _trace_name(path: str) -> str:
     """`hta/trace_diff__control__control.json.gz` -> trace_diff; `gpt3_175b_8x4x8/rank0.json.gz` ->
     gpt3_175b_8x4x8 rank0."""
@@ -404,6 +427,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
     ("From one GPU or one host to the nine scale-out and three TP targets (15B)", from_one_gpu, "from_one_gpu"),
     ("Llama-style what-ifs (GQA, SwiGLU) from Llama 3 8B 2x2x4", llama, "llama"),
+    ("Pipeline schedules (interleaved 1F1B) from Llama 3 8B 2x8x4v2 and 2x8x4", schedules, "schedules"),
     ("FSDP2 over gloo, real CPU captures (2 ranks <-> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),
@@ -411,6 +435,8 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Prediction intervals: do they hold?", coverage, "coverage"),
     ("Speed: the pipeline's replay job, whole process", speed, "replay_real"),
     ("Start-up against HTA: one trace, whole process", startup, "benchmarks/startup_vs_hta.csv"),
+    ("Scale: Llama 3 405B on 16,384 GPUs (TP 8, PP 16 interleaved, DP 128), whole processes", scale,
+     "benchmarks/scale_405b.csv"),
 )
 
 

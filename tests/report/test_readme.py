@@ -69,6 +69,13 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
         ll[f"actual_{part}_ms_mean"] = ll[f"predicted_{part}_ms_mean"] = ms
     ll.loc[1, "predicted_other_ms_mean"] = 22.0
     ll.to_csv(tables / "llama.csv", index=False)
+    # schedules: V 1.0 and to-1F1B 0.5 -> mean 0.75; the V target's exposed comm off by 8 ms of 200 (4 points)
+    sc = pd.DataFrame({"group": ["V (from l-2x8x4v2)", "to 1F1B (from l-2x8x4v2)"], "label": ["l-2x8x4v4", "l-2x8x4"],
+                       "n": [3, 3], "abs_error_pct_mean": [1.0, 0.5], "actual_iteration_ms_mean": 200.0})
+    for part, ms in (("exposed_compute", 100.0), ("overlapped", 20.0), ("exposed_comm", 60.0), ("other", 20.0)):
+        sc[f"actual_{part}_ms_mean"] = sc[f"predicted_{part}_ms_mean"] = ms
+    sc.loc[0, "predicted_exposed_comm_ms_mean"] = 68.0
+    sc.to_csv(tables / "schedules.csv", index=False)
     # H200 what-ifs: w1, w2 from b0 |1|, |-2| -> mean 1.5, worst 2; from b1 |-3|, |5| -> 4, 5; mbs_2 apart
     h = pd.DataFrame({"target": ["base", "w1", "w1", "w2", "w2", "mbs_2", "mbs_2"],
                       "base": ["b0", "b0", "b1", "b0", "b1", "b0", "b1"],
@@ -131,7 +138,10 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
                   "reference_s": [3.6, float("nan"), 10.0, 0.3], "reference_over_lumos": [12.0, float("nan"), 20.0, 0.5],
                   "cpus": [2] * 4, "load_average": [0.1] * 4}
                  ).to_csv(startup, index=False)
-    return H.Sources(tables, bench, paper, startup)
+    scale = d / "scale.csv"
+    pd.DataFrame({"what": ["emulate", "predict"], "wall_s": [3.14, 6.5], "target_s": [300.0, None],
+                  "result": ["iteration 9.5 s", "error +1.00%"], "cpus": [2, 2]}).to_csv(scale, index=False)
+    return H.Sources(tables, bench, paper, startup, scale)
 
 
 EXPECTED = {
@@ -162,6 +172,10 @@ EXPECTED = {
         "mean \\|error\\| 2.00% over 2 targets (PP 1.0%, TP 3.0%; 3 seeds each); every part within 1.0 points of "
         "the iteration (worst: TP, other)",
         "- (none of Lumos, dPRO, vTrain predicts a KV-head or SwiGLU width change from a trace)"),
+    "Pipeline schedules (interleaved 1F1B) from Llama 3 8B 2x8x4v2 and 2x8x4": (
+        "mean \\|error\\| 0.75% over 2 targets (V 2x8x4v4 1.0%, to 1F1B 2x8x4 0.5%; 3 seeds each); every part within "
+        "4.0 points of the iteration (worst: l-2x8x4v4, exposed comm)",
+        "- (the paper's predictor knows 1F1B only; none of dPRO, vTrain predicts a schedule change from a trace)"),
     "FSDP2 over gloo, real CPU captures (2 ranks <-> 1)": (
         "one (2 ranks -> 1) from r0 / r1: +4.00% / +14.00%, all recordings' host work +8.00% (measured steps span "
         "39.0% of their mean); two (1 -> 2 ranks, calibrated on other model sizes) from s0 / s1: -7.00% / +3.00%, "
@@ -186,6 +200,9 @@ EXPECTED = {
         "`lumos replay` big (35 MB) 0.30 s, old (35 MB) 0.31 s, c rank0 (30 MB, EMULATED) 0.50 s; `lumos predict` "
         "15B 2x2x4 -> 2x8x8 0.60 s, 2.00x its floor (start Python, import numpy and numba, read the base)",
         "HTA 0.5.0, load + critical path, same run: 3.60 s (12.0x) / fails / 10.00 s (20.0x)"),
+    "Scale: Llama 3 405B on 16,384 GPUs (TP 8, PP 16 interleaved, DP 128), whole processes": (
+        "emulate 3.1 s (target 300 s): iteration 9.5 s; predict 6.5 s: error +1.00%",
+        "- (no peer emulates or predicts 16,384 GPUs from a trace)"),
 }
 
 
