@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq", type=positive_int, default=None, help="sequence length (tokens per sequence)")
     p.add_argument("--kv-heads", type=positive_int, default=None,
                    help="key/value heads of grouped-query attention (must divide the query heads)")
+    p.add_argument("--cp", type=positive_int, default=None,
+                   help="context-parallel ranks per sequence (from a base that ran with context parallelism)")
     p.add_argument("--vp", type=positive_int, default=None,
                    help="model chunks per pipeline stage: 1 is 1F1B, more is Megatron's interleaved 1F1B "
                         "(must divide each stage's layers; micro-batches a multiple of PP)")
@@ -212,7 +214,8 @@ def _run(args) -> int:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
-              "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads, "seq": args.seq, "vp": args.vp}
+              "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads, "seq": args.seq, "vp": args.vp,
+              "cp": args.cp}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,
@@ -253,7 +256,7 @@ def _one_rank_fsdp_base(args) -> bool:
 
 
 # what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
-_NOT_WITH_HOST_DP = ("tp", "pp", "vp", "layers", "hidden", "ffn", "kv_heads", "seq", "global_batch", "micro_batch", "compute_speed",
+_NOT_WITH_HOST_DP = ("tp", "pp", "vp", "cp", "layers", "hidden", "ffn", "kv_heads", "seq", "global_batch", "micro_batch", "compute_speed",
                      "network_speed", "fsdp_strategy")
 
 
@@ -331,6 +334,7 @@ def format_table(doc: dict) -> str:
     t = doc["target"]
     mbs = f", micro-batch {t['micro_batch']}" if "micro_batch" in t else ""
     vp = f" vp{t['vp']}" if t.get("vp", 1) > 1 or doc.get("base_config", {}).get("vp", 1) > 1 else ""
+    vp += f" cp{t['cp']}" if t.get("cp", 1) > 1 or doc.get("base_config", {}).get("cp", 1) > 1 else ""
     lines = [f"{doc['base']} -> tp{t['tp']} pp{t['pp']}{vp} dp{t['dp']} layers {t['layers']} hidden {t['hidden']} "
              f"ffn {t['ffn']}" + (f" kv-heads {t['kv_heads']}" if t.get("kv_heads") not in (
                  None, doc.get("base_config", {}).get("kv_heads")) else "") + f" ({doc['microbatches']} micro-batches{mbs})"]

@@ -3,7 +3,8 @@
 Assumptions:
 - A kernel's time is a fixed part (launch tail, setup) plus a part proportional to
   its work: 2mkn FLOPs for a GEMM ((m,k) x (k,n), read from mm / addmm / bmm /
-  linear / matmul shapes), b*s^2*heads*head_dim for attention (flash, memory-
+  linear / matmul shapes), b*s_q*s_k*heads*head_dim for attention (s_q = s_k but under context
+  parallelism, where a rank's queries attend over the whole sequence; flash, memory-
   efficient, cuDNN or torch's scaled_dot_product ops, each in its own tensor
   layout), the number of elements touched for anything else (memory-bound).
 - GEMM and attention kernels of transformer sizes (hundreds of us) are compute-bound:
@@ -38,7 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from lumos.model.ops import GEMM_OPS, attention_bshd, elements, gemm_mkn, op_class
+from lumos.model.ops import GEMM_OPS, attention_bshd, attention_keys, elements, gemm_mkn, op_class
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def work(spec: ComputeSpec) -> float:
             if bshd is None:
                 return 0.0
             b, s, a, hd = bshd
-            return float(b) * s * s * a * hd
+            return float(b) * s * (attention_keys(spec.op, d) or s) * a * hd   # queries x keys (context parallel)
         return float(sum(elements(x) for x in d if isinstance(x, (list, tuple))))
     except (TypeError, IndexError, ValueError):
         return 0.0

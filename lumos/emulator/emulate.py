@@ -117,7 +117,7 @@ def emulate_config(cfg: DictConfig, progress: bool | None = None) -> EmulationRe
 def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
     t_wall = time.perf_counter()
     s = from_config(cfg)
-    topo = Topology(s.tp, s.pp, s.dp, s.cluster.gpus_per_host,
+    topo = Topology(s.tp, s.pp, s.dp * s.cp, s.cluster.gpus_per_host, cp=s.cp,
                     model_parallel_group=s.knobs.schedule.grad_norm_group == "model_parallel", ring=s.vp > 1)
     ranks = list(range(s.world_size)) if s.ranks == "all" else topo.stage_reps()
     topo.set_emulated(ranks)
@@ -140,7 +140,7 @@ def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
         rand = Rand(np.random.default_rng(rank_seeds[r]))
         rec = Recorder(r, r % s.cluster.gpus_per_host, 10000 + r)
         dev = Device(env, r, float(slowness[r]), s.knobs, rand, rec, fabric,
-                     sharded=s.training.dp_sharding in ("fsdp", "fsdp_grad_op"), ring=s.vp > 1)
+                     sharded=s.training.dp_sharding in ("fsdp", "fsdp_grad_op"), ring=s.vp > 1, cp=s.cp > 1)
         rp = RankProgram(emu, r, dev, rand, rec, program, bar.update)
         env.process(rp.run())
         recorders[r] = rec
@@ -233,7 +233,8 @@ def write_result(result: EmulationResult, out: str | os.PathLike) -> list[Path]:
         "ranks": result.ranks,
         "stage_of_rank": {str(r): st for r, st in result.stage_of_rank.items()},
         "world_size": s.world_size,
-        "parallel": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vp": s.vp, "stage_layers": list(s.stage_layers)},
+        "parallel": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vp": s.vp, "stage_layers": list(s.stage_layers),
+                     **({"cp": s.cp} if s.cp > 1 else {})},
         "num_microbatches": s.model.num_microbatches,
         "global_batch_size": s.model.global_batch_size,
         "granularity": granularity_level(s),   # what `auto` resolved to (coarse traces lack element-wise ops)

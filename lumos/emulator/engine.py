@@ -16,6 +16,7 @@ import numpy as np
 COMPUTE, COMM, WAIT = 0, 1, 2
 MP_STREAM = 36   # the model-parallel group's NCCL stream, only with schedule.grad_norm_group: model_parallel
 AG_STREAM = 40   # FSDP's all-gather stream, only with training.dp_sharding: fsdp
+CP_STREAM = 44   # the context-parallel group's NCCL stream, only with parallel.cp > 1
 
 
 class Rand:
@@ -130,7 +131,7 @@ class Device:
     STREAMS = (7, 20, 24, 28, 32)
 
     def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric, sharded: bool = False,
-                 ring: bool = False):
+                 ring: bool = False, cp: bool = False):
         self.env, self.rank, self.slowness = env, rank, slowness
         self.jitter = knobs.compute.jitter_sigma
         self.comm_slowdown = knobs.compute.comm_slowdown   # SM share an active NCCL kernel takes
@@ -138,7 +139,8 @@ class Device:
         self.active_comm = 0
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
         sids = self.STREAMS + ((MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ()) \
-            + ((AG_STREAM,) if sharded else ()) + ((29, 33) if ring else ())   # rank.SEND_BWD_S, RECV_BWD_S
+            + ((AG_STREAM,) if sharded else ()) + ((29, 33) if ring else ()) + ((CP_STREAM,) if cp else ())
+        # (29, 33: rank.SEND_BWD_S, RECV_BWD_S)
         self.streams = {sid: Stream(self, sid) for sid in sids}
 
 

@@ -64,6 +64,16 @@ class TPWait:
     pass
 
 
+@dataclass(frozen=True)
+class CPComm:
+    """A blocking collective of the context-parallel group inside a layer: the all-gather of the keys and values
+    before attention (`nelems`: the gathered output), or the reduce-scatter of their gradients (`nelems`: the
+    full input)."""
+    kind: str                           # allgather | reduce_scatter
+    nelems: int
+    repeat: int = 1                     # back-to-back calls it stands for (granularity=stage)
+
+
 def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
     """cuBLAS kernel names as the profiler shows them on Hopper (sm90) and Ampere (sm80)."""
     if arch == "ampere":
@@ -146,7 +156,11 @@ class Program:
 
     def __init__(self, settings, costs: KernelCosts):
         m = settings.model
-        self.s, self.b, self.h, self.f = m.seq_length, m.micro_batch_size, m.hidden, m.ffn_hidden
+        # context parallelism: each rank holds 1 / cp of every sequence's tokens (its queries), and attends over
+        # the whole sequence's keys and values, gathered from the context-parallel group
+        self.cp = max(int(getattr(settings, "cp", 1)), 1)
+        self.s_full = m.seq_length
+        self.s, self.b, self.h, self.f = m.seq_length // self.cp, m.micro_batch_size, m.hidden, m.ffn_hidden
         self.t = settings.tp
         self.heads, self.d, self.v = m.num_heads, m.head_dim, m.vocab_size
         # Llama-style switches (config/model/llama3_*.yaml): grouped-query attention's KV heads, the SwiGLU
@@ -181,7 +195,7 @@ class Program:
             self.layer_params = (h * self.qkv + q * h + (3 if self.gated else 2) * h * f) // t + 2 * h
         else:
             self.layer_params = (4 * h * h + 2 * h * f) // t + (3 * h + f) // t + 6 * h
-        self.embed_params = self.v * h // t + self.s * h
+        self.embed_params = self.v * h // t + self.s_full * h
 
     # -- op builders -------------------------------------------------------
     def mm(self, m: int, k: int, n: int, layout: str, dims=None) -> OpSpec:
@@ -234,6 +248,7 @@ class Program:
             self.mm(T, h, qkv, "tn"),
             self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
             *self._rope(),
+            *self._cp_gather(),
             *self._attention_fwd(b, s, a, d),
             self.mm(T, q, h, "tn"),
             TPAllReduce(T * h),
@@ -264,7 +279,9 @@ class Program:
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
             self.mm(T, h, q, "nn"),                                        # proj dgrad
             self.mm(h, T, q, "nt", dims=((h, T), (T, q))),                 # proj wgrad
+            *self._cp_gather(),
             *self._attention_bwd(b, s, a, d),
+            *self._cp_scatter(),
             *self._rope(backward=True),
             self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
             self.mm(T, qkv, h, "nn"),                                      # QKV dgrad
@@ -284,11 +301,35 @@ class Program:
         ks = KSpec(kernel, self.k.elementwise(bytes_per_elem * batch * s * s), compute=False)
         return OpSpec(name, ((batch, s, s),) * n_in, (BF16,) * n_in, (ks,))
 
+    def _cp_gather(self) -> list:
+        """Llama 3's context parallelism (Llama Team 2024, Sec. 3.3.2: all-gather of K and V, then attention of
+        the local queries; Transformer Engine's AttnFuncWithCPAndKVAllGather gathers again in the backward):
+        the rank's keys and values, gathered to the whole sequence."""
+        if self.cp == 1:
+            return []
+        return [CPComm("allgather", 2 * self.b * self.s_full * (self.kv // self.t) * self.d)]
+
+    def _cp_scatter(self) -> list:
+        """The gradients of the gathered keys and values, reduce-scattered back to their ranks."""
+        if self.cp == 1:
+            return []
+        return [CPComm("reduce_scatter", 2 * self.b * self.s_full * (self.kv // self.t) * self.d)]
+
+    def _flash_cost(self, b, s, a, d, backward: bool) -> float:
+        """A rank's causal attention: its 1 / cp of the sequence's queries against every key, load-balanced
+        (Megatron splits a sequence into 2 cp chunks, rank i holding chunks i and 2 cp - 1 - i): 1 / cp of
+        the whole sequence's work."""
+        if self.cp == 1:
+            return self.k.attention(b, s, a, d, backward)
+        return (self.k.attention(b, self.s_full, a, d, backward) - self.k.c.gemm_fixed_us) / self.cp \
+            + self.k.c.gemm_fixed_us
+
     def _attention_fwd(self, b, s, a, d):
         if not self.unfused:
-            qkv, kv = (b, s, a, d), (b, s, self.kv // self.t, d)    # keys and values: the rank's KV heads
+            # keys and values: the rank's KV heads, over the whole sequence under context parallelism
+            qkv, kv = (b, s, a, d), (b, self.s_full, self.kv // self.t, d)
             return [OpSpec("aten::_flash_attention_forward", (qkv, kv, kv), (BF16,) * 3,
-                           (KSpec(FLASH_FWD, self.k.attention(b, s, a, d, False)),), heavy=True)]
+                           (KSpec(FLASH_FWD, self._flash_cost(b, s, a, d, False)),), heavy=True)]
         B = b * a   # (batch x local heads) independent s x s score matrices, not causally skipped
         return [self._bmm(B, s, d, s, "aten::baddbmm", False),                       # Q K^T
                 self._scores("aten::_softmax", SOFTMAX, B, s, 4.0, 1),                # read + write bf16
@@ -297,9 +338,9 @@ class Program:
 
     def _attention_bwd(self, b, s, a, d):
         if not self.unfused:
-            qkv, kv = (b, s, a, d), (b, s, self.kv // self.t, d)
+            qkv, kv = (b, s, a, d), (b, self.s_full, self.kv // self.t, d)
             return [OpSpec("aten::_flash_attention_backward", ((b, s, a, d), qkv, kv, kv, qkv), (BF16,) * 5,
-                           (KSpec(FLASH_BWD, self.k.attention(b, s, a, d, True)),), heavy=True)]
+                           (KSpec(FLASH_BWD, self._flash_cost(b, s, a, d, True)),), heavy=True)]
         B = b * a
         return [self._bmm(B, s, d, s, "aten::bmm", True),                            # dP = dO V^T
                 self._bmm(B, s, s, d, "aten::bmm", True),                            # dV = P^T dO
@@ -397,11 +438,13 @@ class Program:
 
         The GPU time is the same sum as layer after layer as long as, in each overlapped pair, the
         same side (all-reduce or wgrad GEMM) is the longer one."""
-        serial, overlapped = [], []
+        serial, overlapped, cp = [], [], []
         blocking = parallel = 0
         nelems, first, inside = None, None, False
         for st in steps:
-            if isinstance(st, OpSpec):
+            if isinstance(st, CPComm):   # blocking: its time adds to the block's, wherever it sits
+                cp.append(replace(st, repeat=n * st.repeat))
+            elif isinstance(st, OpSpec):
                 first = first or st
                 (overlapped if inside else serial).extend(st.kernels)
             elif isinstance(st, TPAllReduce):
@@ -420,7 +463,7 @@ class Program:
         # a collective active when the block starts would have slowed only its first kernel; the
         # overlapped compute ran beside its all-reduces throughout
         lead = sum(k.base_us for k in first.kernels)
-        out = [op(serial, lead / (n * sum(k.base_us for k in serial)))]
+        out = [op(serial, lead / (n * sum(k.base_us for k in serial)))] + cp
         if blocking:
             out.append(TPAllReduce(nelems, repeat=n * blocking))
         if parallel:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from lumos.trace.annotation import EMBEDDING, HEAD, layer_block, range_name
 
-from .engine import AG_STREAM, COMM, COMPUTE, MP_STREAM, WAIT, Comm, Item
-from .program import BF16, KSpec, OpSpec, TPAllReduce, TPWait
+from .engine import AG_STREAM, COMM, COMPUTE, CP_STREAM, MP_STREAM, WAIT, Comm, Item
+from .program import BF16, CPComm, KSpec, OpSpec, TPAllReduce, TPWait
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
 # interleaved 1F1B: a batch sends (and receives) both ways at once; the backward direction's p2p gets its own
@@ -72,7 +72,8 @@ class RankProgram:
         # the grad-norm all-reduce: over the TP group, or Megatron's model-parallel group (TP x PP)
         self.norm_group = self.topo.mp_group(rank) if sched.grad_norm_group == "model_parallel" else self.tp_group
         self.seq: dict = {}
-        self.act_elems = s.model.seq_length * s.model.micro_batch_size * s.model.hidden
+        self.act_elems = s.model.seq_length // s.cp * s.model.micro_batch_size * s.model.hidden   # the rank's tokens
+        self.cp_group = self.topo.cp_group(rank) if s.cp > 1 else None
         # Megatron's scatter/gather of pipeline p2p: each TP rank sends 1/tp of the activation, the receiver
         # all-gathers it over the TP group (only where tp divides it; with tp 1 there is nothing to split)
         self.p2p_split = s.tp if (sched.p2p_scatter_gather and s.tp > 1 and self.act_elems % s.tp == 0) else 1
@@ -253,6 +254,10 @@ class RankProgram:
                 self.tp_allreduce(th, st.nelems, st.overlap, st.repeat)
             elif isinstance(st, TPWait):
                 self._wait_op(th, [self.pending_tp.pop(0)])
+            elif isinstance(st, CPComm):
+                name = "c10d::_allgather_base_" if st.kind == "allgather" else "c10d::_reduce_scatter_base_"
+                comm = self._comm(self.cp_group, st.kind, st.nelems, repeat=st.repeat)
+                self._wait_op(th, [self._comm_op(th, CP_STREAM, comm, name)])
 
     def _annotated(self, th: Thread, name: str, steps) -> None:
         self.ann_begin(th, name)

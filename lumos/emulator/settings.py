@@ -48,6 +48,7 @@ class Settings:
     training: SimpleNamespace = None   # training/*.yaml: recompute, DP all-reduce placement, schedule
     write_ranks: str = "emulated"      # emulated: a trace per emulated rank; stage: the stage ranks only
     vp: int = 1                        # model chunks per pipeline rank (Megatron's interleaved 1F1B when > 1)
+    cp: int = 1                        # context-parallel ranks: each holds 1/cp of every sequence
     stage_layers: tuple = ()           # transformer layers of each pipeline stage (`pipeline_split`)
     chunk_layers: tuple = ()           # per stage, the transformer layers of each of its model chunks
 
@@ -60,7 +61,7 @@ class Settings:
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
 
 def _ns(obj):
@@ -84,7 +85,7 @@ def _merge(base: dict, over: dict, where: str) -> dict:
 DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
-                    "attention": "flash", "dp_sharding": "none"}
+                    "attention": "flash", "dp_sharding": "none", "cp_form": "allgather"}
 
 
 def _training(c: dict) -> dict:
@@ -100,6 +101,9 @@ def _training(c: dict) -> dict:
     if t["dp_sharding"] != "none" and t["dp_allreduce"] != "bucketed":
         raise SettingsError(f"training.dp_sharding={t['dp_sharding']} reduces the gradients as the backward makes "
                             "them; it takes no dp_allreduce=after_backward")
+    if t["cp_form"] != "allgather":
+        raise SettingsError(f"training.cp_form {t['cp_form']!r} is not emulated (only allgather: Llama 3's all-gather "
+                            "of keys and values; the ring form of Megatron / torchtitan is not)")
     if t["schedule"] != "1f1b":
         raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
     return t
@@ -170,6 +174,14 @@ def from_config(cfg: DictConfig) -> Settings:
         raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} or be a multiple of it "
                             f"(a TP group fills whole hosts)")
     vp = int(par.get("vp") or 1)
+    cp = int(par.get("cp") or 1)
+    if cp < 1:
+        raise SettingsError(f"parallel.cp must be >= 1, got {cp}")
+    if cp > 1 and int(m["seq_length"]) % (2 * cp):
+        raise SettingsError(f"parallel.cp={cp} splits each sequence into 2 x cp chunks (Megatron's load-balanced causal "
+                            f"split): model.seq_length={m['seq_length']} is not a multiple of {2 * cp}")
+    if cp > 1 and training["attention"] != "flash":
+        raise SettingsError("parallel.cp > 1 needs training.attention=flash (context parallelism splits flash attention)")
     chunk_layers = chunk_split(int(m["num_layers"]), pp, vp, par.get("first_stage_layers"),
                                par.get("last_stage_layers"), bool(par.get("embedding_in_split")),
                                bool(par.get("loss_in_split")))
@@ -206,7 +218,7 @@ def from_config(cfg: DictConfig) -> Settings:
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
                     base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
                     knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training),
-                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers, chunk_layers=chunk_layers)
+                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp)
 
 
 def pipeline_split(layers: int, pp: int, vp: int = 1, first: int | None = None, last: int | None = None) -> tuple:

@@ -37,10 +37,14 @@ class Topology:
     DP index, for the grad-norm all-reduce); they are then listed in each rank's `pg_config`."""
 
     def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int, model_parallel_group: bool = False,
-                 ring: bool = False):
+                 ring: bool = False, cp: int = 1):
+        """`dp`: the data-parallel ranks of a stage, context-parallel ones included (Megatron's order is TP, CP,
+        DP, PP: `cp` consecutive ones of them, TP apart, share each sequence; the gradients are reduced over
+        all of them, Megatron's data-parallel group with context parallelism)."""
         self.tp, self.pp, self.dp, self.gph = tp, pp, dp, gpus_per_host
         self.with_mp = model_parallel_group
         self.ring = ring and pp > 2    # interleaved 1F1B: the last stage also sends to the first
+        self.cp = cp
         self.world = tp * pp * dp
         self.hosts = -(-self.world // gpus_per_host)
         self._groups: dict[tuple, Group] = {}
@@ -106,6 +110,16 @@ class Topology:
         base = 1 + self.pp * self.dp + self.pp * self.tp + self.dp * self.tp * max(self.pp - 1, 1)
         return self._make("mp", ("mp", d), tuple(sorted(ranks)), base + d)
 
+    def cp_group(self, rank: int) -> Group:
+        """The context-parallel group of `rank`: the `cp` ranks, TP apart, that hold the parts of its sequences
+        (numbered after every other group)."""
+        s, d, t = self.coords(rank)
+        first = d - d % self.cp
+        ranks = tuple(self.rank(s, first + c, t) for c in range(self.cp))
+        base = 1 + self.pp * self.dp + self.pp * self.tp + self.dp * self.tp * max(self.pp - 1, 1) + self.dp \
+            + self.dp * self.tp
+        return self._make("cp", ("cp", s, first, t), ranks, base + (s * (self.dp // self.cp) + first // self.cp) * self.tp + t)
+
     def copies_on_host(self, g: Group, rank: int) -> tuple[int, int]:
         """(GPUs of `rank`'s host that run this call of `g` across hosts at once, how many of them are emulated).
 
@@ -139,6 +153,8 @@ class Topology:
             groups.append(self.pp_channel(rank, self.rank(self.pp - 1 - s, d, t)))
         if self.with_mp:
             groups.append(self.mp_group(rank))
+        if self.cp > 1:
+            groups.append(self.cp_group(rank))
         for g in groups:
             out.append({"pg_name": g.name, "pg_desc": f"{g.kind}_group", "backend_config": "cuda:nccl",
                         "pg_size": len(g.ranks), "ranks": list(g.ranks)})

@@ -70,6 +70,14 @@ def gemm_mkn(op: str, dims) -> tuple | None:
 _HEADS_SECOND = ("scaled_dot_product", "cudnn_attention")
 
 
+def attention_keys(op: str, dims) -> int | None:
+    """The sequence the queries attend over: the longest of the op's (batch, seq, heads, head_dim) tensors (under
+    context parallelism the keys and values span the whole sequence, the queries the rank's part), or None."""
+    seqs = [int(d[2] if any(k in op for k in _HEADS_SECOND) else d[1]) for d in (dims or ())
+            if _matrix(d) and len(d) == 4]
+    return max(seqs) if seqs else None
+
+
 def attention_bshd(op: str, dims) -> tuple | None:
     """(batch, seq, heads, head_dim) of an attention op's query, or None."""
     if not dims:

@@ -37,6 +37,7 @@ from .launchers import by_correlation, launching_events, runtime_calls
 from .nesting import innermost
 from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
 from .ops import GEMM_OPS, attention_bshd, gemm_mkn
+from .parallel_layout import context_parallel, layer_chunks
 
 BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
 OPTIMIZER = ("optimizer", "optimizer_step")
@@ -148,9 +149,10 @@ class RunStructure:
     stage_of_rank: dict
     stage_params: dict               # rank -> parameter count of its stage (from the trace)
     recovery: list = field(default_factory=list)  # per rank: how its layers were found (`recover.py`)
-    chunks: int = 1                  # model chunks per stage (interleaved 1F1B when > 1; `layer_chunks`)
+    chunks: int = 1                  # model chunks per stage (interleaved 1F1B when > 1; `parallel_layout.layer_chunks`)
     stage_layers: tuple = ()         # layers each stage holds, in stage order
     chunk_layers: tuple = ()         # per stage, the layers of each of its chunks (where interleaved)
+    cp: int = 1                      # context-parallel ranks per sequence (`parallel_layout`); dp counts them
 
 
 def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc: int,
@@ -531,56 +533,9 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
                          f"tp {shape.tp} x dp {dp} x pp {pp}, but {len(ranks)} ranks are present")
     stage_of_rank = {r: i for i, r in enumerate(ranks)}
     chunks, stage_layers, chunk_layers = layer_chunks(blocks, ranks)
+    cp = context_parallel(blocks, task_block, coll, group, shape.tp)
     return RunStructure(blocks=blocks, task_block=task_block, coll=coll, group=group, nbytes=nbytes,
                         op_name=op_name, op_dims=op_dims, proc_role=proc_role, shape=shape,
                         tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),
                         stage_of_rank=stage_of_rank, stage_params=stage_params, chunks=chunks,
-                        stage_layers=stage_layers, chunk_layers=chunk_layers)
-
-
-def layer_chunks(blocks: list, ranks: list) -> tuple[int, tuple, tuple]:
-    """(model chunks per stage, layers of each stage, per stage the layers of each chunk) from the layers each
-    stage's blocks ran: every stage of an interleaved pipeline holds V runs of consecutive layers (chunk c of
-    stage s: virtual stage c * pp + s), and no layer runs on two stages; the first stage may hold one run fewer
-    (its first chunk only the embedding) and so may the last (its last chunk only the output and loss), as in
-    Llama 3 405B's layout. Anything else reads as one chunk per stage, as before interleaving was known (a
-    layer the recovery missed leaves a gap in one stage's run)."""
-    held = {r: sorted({b.layer for b in blocks if b.rank == r and b.kind == "layer"}) for r in ranks}
-    runs = {r: _runs(ls) for r, ls in held.items()}
-    stage_layers = tuple(len(held[r]) for r in ranks)
-    seen = [l for ls in held.values() for l in ls]
-    v = max((len(x) for x in runs.values()), default=1)
-    ends = {ranks[0]: "first", ranks[-1]: "last"}
-    fits = len(ranks) > 1 and v > 1 and len(seen) == len(set(seen)) and all(
-        len(x) == v or (len(x) == v - 1 and r in ends) for r, x in runs.items())
-    if not fits:
-        return 1, stage_layers, ()
-    sizes = []
-    for r in ranks:
-        x = [len(run) for run in runs[r]]
-        if len(x) < v:      # the end stage's empty chunk: the embedding's (first) or the loss's (last)
-            x = [0] + x if ends[r] == "first" else x + [0]
-        sizes.append(tuple(x))
-    return v, stage_layers, tuple(sizes)
-
-
-def _runs(layers: list) -> list[list]:
-    """Sorted layers as runs of consecutive ones."""
-    out: list[list] = []
-    for l in layers:
-        if out and l == out[-1][-1] + 1:
-            out[-1].append(l)
-        else:
-            out.append([l])
-    return out
-
-
-def chunk_of_layer(held: list, sizes) -> dict:
-    """layer -> its chunk on a stage that holds the sorted layers `held` in chunks of `sizes` (an empty chunk
-    holds none)."""
-    out, i = {}, 0
-    for c, n in enumerate(sizes):
-        for l in held[i:i + n]:
-            out[l] = c
-        i += n
-    return out
+                        stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp)

@@ -95,7 +95,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     """
     if plan is None:
         plan = base_plan(base_tables, options, recordings=recordings)
-    tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "vp")}
+    tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "vp", "cp")}
     refuse_no_ops(plan, tgt, options)   # a change that would change nothing: refused, with what the base lacks
     engine, peer_waits, compute_speed = options.engine, options.peer_waits, options.compute_speed
     mode = resolve_mode(plan, peer_waits)
@@ -125,10 +125,12 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
         out.notes.append(clock_doc["note"])
     predicted = round_metrics(bd.as_dict())
     doc = {"base": base_name,
-           "target": {"tp": out.tp, "pp": out.pp, "vp": out.chunks, "dp": out.dp, "layers": out.layers,
+           "target": {"tp": out.tp, "pp": out.pp, "vp": out.chunks, "dp": out.dp // out.cp, "cp": out.cp,
+                      "layers": out.layers,
                       "hidden": out.shape.hidden, "ffn": out.shape.ffn, "kv_heads": out.shape.kv, "seq": out.shape.seq,
                       "micro_batch": out.shape.micro_batch, "dp_sharding": out.sharding or "none"},
-           "base_config": {"tp": plan.tp, "pp": plan.pp, "vp": plan.chunks, "dp": plan.dp, "layers": plan.layers,
+           "base_config": {"tp": plan.tp, "pp": plan.pp, "vp": plan.chunks, "dp": plan.dp // plan.cp, "cp": plan.cp,
+                           "layers": plan.layers,
                            "hidden": plan.shape.hidden, "ffn": plan.shape.ffn, "kv_heads": plan.shape.kv,
                            "seq": plan.shape.seq,
                            "micro_batch": plan.shape.micro_batch, "microbatches": plan.microbatches,

@@ -26,6 +26,7 @@ from lumos.model.structure import find_structure
 from lumos.trace import TraceTable
 from lumos.trace.table import devices
 from lumos.transform.add_collectives import add_collectives, missing
+from lumos.transform.cp import change_cp
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
@@ -90,7 +91,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
                 profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers,
-                chunk_layers=st.chunk_layers)
+                chunk_layers=st.chunk_layers, cp=st.cp)
 
 
 def alone_under_comm(graph, st, tables: Sequence[TraceTable]):
@@ -141,7 +142,7 @@ def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
 
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
-              kv_heads: int | None = None, seq: int | None = None, vp: int | None = None,
+              kv_heads: int | None = None, seq: int | None = None, vp: int | None = None, cp: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
@@ -153,7 +154,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     the base's). `fsdp_strategy` (full_shard, shard_grad_op; `lumos/transform/dp_sharding.py`) from an
     FSDP base."""
     for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("layers", layers), ("hidden", hidden), ("ffn", ffn),
-                    ("kv_heads", kv_heads), ("seq", seq), ("vp", vp),
+                    ("kv_heads", kv_heads), ("seq", seq), ("vp", vp), ("cp", cp),
                     ("global_batch", global_batch), ("micro_batch", micro_batch)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name} must be a positive integer or None (the base's), got {v!r}")
@@ -161,7 +162,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     refuse_kv_change(plan, kv_heads)
     tp = tp or plan.tp
     pp = pp or plan.pp
-    dp = dp or plan.dp
+    cp = cp or plan.cp
+    dp_only = dp or plan.dp // plan.cp   # the data-parallel degree asked; the plan's DP counts the CP ranks too
+    dp = dp_only * cp
     _refuse_empty_stages(pp, layers or plan.layers, pp != plan.pp)
     chunks = vp or (plan.chunks if pp > 1 else 1)   # a pipeline folded to one stage has no chunks to interleave
     out = change_speed(plan, compute_speed, network_speed)
@@ -171,11 +174,12 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
+    out = change_cp(out, cp)
     out = change_dp(out, dp)
     strategy = change_fsdp_strategy(out, fsdp_strategy)
     restrategy = strategy is not out
     out = strategy
-    m, note = target_micro_batches(plan.microbatches, plan.tp, plan.pp, tp=tp, pp=pp, dp=dp,
+    m, note = target_micro_batches(plan.microbatches, plan.tp, plan.pp, tp=tp, pp=pp, dp=dp_only,
                                   micro_batch=out.shape.micro_batch, global_batch=global_batch,
                                   rule=microbatch_rule)
     if out is plan:  # nothing so far copied the base: its notes must not collect this target's

@@ -15,6 +15,7 @@ import numpy as np
 from lumos.durations import AlphaBeta, ComputeModel
 from lumos.durations.contention import NO_CONTENTION, Contention
 from lumos.graph.model import Graph
+from lumos.model.parallel_layout import is_cp_collective
 from lumos.model.structure import ModelShape, RunStructure
 
 
@@ -53,6 +54,7 @@ class Plan:
     chunks: int = 1             # model chunks per stage: interleaved 1F1B when > 1 (`schedule.interleaved`)
     stage_layers: tuple = ()    # layers of each stage (empty: split as `schedule.layers_per_stage` does)
     chunk_layers: tuple = ()    # per stage, the layers of each chunk (empty: each stage's split evenly)
+    cp: int = 1                 # context-parallel ranks per sequence; `dp` counts them (the gradients' group)
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -110,14 +112,18 @@ def mp_group(rank: int, tp: int, pp: int, dp: int) -> tuple:
 
 
 def comm_roles(st: RunStructure) -> np.ndarray:
-    """tp / dp / pp / mp per communication task, from its group's size and stride (Megatron's layout: TP
-    ranks adjacent, DP ranks TP apart, stages TP x DP apart): mp is the model-parallel group, TP x PP ranks
+    """tp / cp / dp / pp / mp per communication task, from its group's size and stride (Megatron's layout: TP
+    ranks adjacent, CP and DP ranks TP apart, stages TP x CP x DP apart): cp is a layer's context-parallel
+    gather or reduce-scatter (`parallel_layout.is_cp_collective`), mp the model-parallel group, TP x PP ranks
     (Megatron's grad-norm all-reduce); anything else is "other"."""
     role = np.empty(len(st.coll), dtype=object)
     for t in np.flatnonzero(st.coll != None):  # noqa: E711
         g = st.group[t] or ()
         if st.coll[t] in ("send", "recv"):
             role[t] = "pp"
+        elif st.cp > 1 and len(g) == st.cp and st.task_block[t] >= 0 and is_cp_collective(
+                st.coll[t], g, st.blocks[st.task_block[t]].kind, st.tp):
+            role[t] = "cp"
         elif len(g) == st.tp and st.tp > 1 and (len(g) < 2 or g[1] - g[0] == 1):
             role[t] = "tp"
         elif len(g) == st.dp and st.dp > 1 and (len(g) < 2 or g[1] - g[0] == st.tp):

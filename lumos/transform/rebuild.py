@@ -409,6 +409,8 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         role = plan.role[t]
         if role == "tp":
             group[k] = tuple(range(rank, rank + plan.tp))
+        elif role == "cp":      # the stage rank's context-parallel peers, TP apart
+            group[k] = tuple(rank + c * plan.tp for c in range(plan.cp))
         elif role == "dp":     # a gradient bucket's all-reduce, or a sharded base's gather / reduce-scatter
             old = CollectiveSpec(coll[k], nbytes[k], group[k])
             group[k] = dp_group(rank, plan.tp, plan.dp)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos.graph.model import EdgeClass, TaskKind, WaitKind
-from lumos.model.structure import chunk_of_layer
+from lumos.model.parallel_layout import chunk_of_layer
 
 from .dp_shard_units import ShardedGlue
 from .plan import Plan
@@ -289,7 +289,7 @@ class Templates:
 
 def _chunk_of(st, chunks: int, sizes: tuple):
     """Block -> the model chunk it ran in: a layer by its place in its stage's chunks (`sizes`, per stage in
-    rank order; `structure.layer_chunks`), the embedding in the first chunk, the head in the last."""
+    rank order; `parallel_layout.layer_chunks`), the embedding in the first chunk, the head in the last."""
     if chunks == 1 or not sizes:
         return lambda bl: 0
     where = {}

@@ -58,9 +58,11 @@ with logged(smk):
                  "actual, mean over seeds")
     elif name == "schedules":
         df = T.prediction_table(data[name])
-        title = ("Pipeline schedules (emulated): Megatron's interleaved 1F1B (vV: V model chunks per stage, batched "
-                 "exchange) from an emulated Llama 3 8B base, its chunks per stage (V), its schedule to and from 1F1B, "
-                 "and PP, DP and TP changes of an interleaved base, predicted vs the emulated actual, mean over seeds")
+        title = ("Pipeline schedules and context parallelism (emulated): Megatron's interleaved 1F1B (vV: V model "
+                 "chunks per stage, batched exchange) from an emulated Llama 3 8B base, its chunks per stage (V), its "
+                 "schedule to and from 1F1B, and PP, DP and TP changes of an interleaved base; context parallelism (cC: "
+                 "C ranks per sequence, Llama 3's all-gather of keys and values), its degree and DP, PP, TP changes of a "
+                 "CP base; predicted vs the emulated actual, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
         title = "Ablation of the execution graph (real traces and emulated runs, emulated rows marked)"

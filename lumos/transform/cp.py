@@ -1,0 +1,60 @@
+"""Context-parallel degree: each rank's part of every sequence re-timed, its key/value gathers re-grouped.
+
+Under context parallelism (Megatron's order TP, CP, DP, PP) the cp ranks TP apart share each sequence:
+each holds s / cp of its tokens, so every token-wise kernel (the GEMMs' token dimension, the element-wise
+work, the TP and PP messages) is re-timed to s / cp' tokens, and a rank's causal attention, its queries
+against the whole sequence's keys, by the same factor (the flash op keeps the keys at s: `compute.work`
+counts queries x keys). The all-gathers of the keys and values and the reduce-scatters of their gradients
+(Llama 3's form, `lumos emulate training.cp_form=allgather`) keep their bytes and move to a group of cp'
+ranks; at cp' = 1 they no longer run (their kernels are kept at no time, their launches stay). The
+gradients are reduced over the DP x CP ranks: `Plan.dp` counts both, so the DP change that follows
+(`dp.change_dp`) re-times the buckets over DP x cp'. A base without context parallelism has no gather to
+re-group: --cp from it is refused (inserting them is not built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from lumos.durations import CollectiveSpec
+from lumos.errors import UserError
+
+from .micro_batch_size import reshape_micro_batches
+from .plan import Plan
+from .shapes import parameter_shapes, rewrite_seq
+
+
+def change_cp(plan: Plan, cp: int | None) -> Plan:
+    """`plan` at `cp` context-parallel ranks per sequence (`Plan.dp` stays DP x CP of the base: the caller
+    changes it to DP x cp)."""
+    if cp is None or cp == plan.cp:
+        return plan
+    sh = plan.shape
+    if plan.cp == 1:
+        raise UserError(f"--cp {cp}: the base runs without context parallelism, so it has no all-gather of keys and "
+                        "values to re-group; adding them is not built (predict --cp from a base that ran with it)")
+    whole = sh.seq * plan.cp
+    if whole % (2 * cp):
+        raise UserError(f"--cp {cp}: a sequence of {whole} tokens does not split into 2 x {cp} chunks "
+                        "(Megatron's load-balanced causal split)")
+    local = whole // cp
+    params = parameter_shapes(plan.st.op_name, plan.st.op_dims)
+    out = reshape_micro_batches(plan, local / sh.seq, lambda op, d: rewrite_seq(
+        op, d, sh.micro_batch, sh.seq, local, params, heads_per_rank=sh.heads // sh.tp))
+    g, st = out.graph, out.st
+    for t in np.flatnonzero(out.role == "cp").tolist():
+        first = min(st.group[t])
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        st.group[t] = tuple(first + c * out.tp for c in range(cp))
+        g.dur[t] = 0.0 if cp == 1 else out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t],
+                                                                                               st.group[t]))
+    out.shape = dataclasses.replace(sh, seq=local)
+    out.st.shape = out.shape
+    out.st.cp = out.cp = cp
+    out.notes.append(f"context parallelism {plan.cp} -> {cp}: each rank's {sh.seq} of every sequence's {whole} "
+                     f"tokens -> {local} (GEMMs, attention's queries, element-wise work, TP and PP messages re-timed), "
+                     f"the key/value gathers over {cp} ranks" + (" (none at CP 1: kept at no time)" if cp == 1 else "")
+                     + "; gradients reduced over DP x CP")
+    return out

@@ -1,0 +1,53 @@
+"""Context parallelism in the predictor: read from a base, its degree changed (`--cp`), against the emulator
+(EMULATED)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lumos.cli import main as lumos_main
+from lumos.emulator import emulate, write_result
+from lumos.errors import UserError
+from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.whatif import base_plan, transform
+from lumos.trace import load_run
+
+QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",
+         "emulator.rank.straggler_prob=0", "emulator.peers.noise_sigma=0"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Llama 3 8B cut to 4 layers, TP 2 x PP 2 x DP 1, at CP 1, 2 and 4 (sequence 8,192)."""
+    root = tmp_path_factory.mktemp("cp")
+    out = {}
+    for cp in (1, 2, 4):
+        d = root / f"cp{cp}"
+        write_result(emulate(["model=llama3_8b", "model.num_layers=4", "parallel.tp=2", "parallel.pp=2", "parallel.dp=1",
+                              f"parallel.cp={cp}", *QUIET], progress=False), d)
+        out[cp] = d
+    return out
+
+
+def test_a_cp_base_is_read_as_one(runs):
+    plan = base_plan(load_run(runs[2]))
+    # the gradients' group counts the CP ranks: DP 1 x CP 2; each rank's tokens are half the sequence
+    assert (plan.cp, plan.dp, plan.tp, plan.pp, plan.shape.seq) == (2, 2, 2, 2, 4096)
+    roles = {str(plan.st.coll[t]) for t in range(len(plan.role)) if plan.role[t] == "cp"}
+    assert roles == {"allgather", "reduce_scatter"}
+    assert base_plan(load_run(runs[1])).cp == 1
+
+
+@pytest.mark.parametrize("base,target", [(2, 4), (4, 2), (2, 1)])
+def test_the_cp_degree_as_a_what_if(runs, base, target):
+    doc = predict(load_run(runs[base]), {"cp": target}, actual_tables=load_run(runs[target]),
+                  actual_manifest=read_manifest(runs[target]))
+    assert (doc["target"]["cp"], doc["target"]["dp"], doc["base_config"]["cp"]) == (target, 1, base)
+    assert abs(doc["error_pct"]) < 6.0
+    assert any(n.startswith(f"context parallelism {base} -> {target}") for n in doc["notes"])
+
+
+def test_a_base_without_cp_is_refused(runs):
+    with pytest.raises(UserError, match="the base runs without context parallelism"):
+        transform(base_plan(load_run(runs[1])), cp=2)
+    assert lumos_main(["predict", str(runs[2]), "--cp", "3"]) == 2
