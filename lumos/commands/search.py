@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vp", type=positive_int_list, default=None,
                    help="model chunks per pipeline stage to try, comma-separated (1: 1F1B, more: interleaved 1F1B; "
                         "default: the base's)")
+    p.add_argument("--cp", type=positive_int_list, default=None,
+                   help="context-parallel degrees to try, comma-separated (default: the base's; others from a base "
+                        "that ran with context parallelism)")
     p.add_argument("--top", type=positive_int, default=None, help="show the K fastest fitting layouts")
     p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
     p.add_argument("--exact", action="store_true",
@@ -58,7 +61,8 @@ def run(args) -> int:
     tables = load_run(args.base)
     try:
         rows = search(tables, args.gpus, args.micro_batch, args.global_batch, memory=memory_overrides(args),
-                      exact=args.exact, workers=args.workers, cluster=args.cluster, vps=args.vp)
+                      exact=args.exact, workers=args.workers, cluster=args.cluster, vps=args.vp,
+                      cps=args.cp)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     shown = rows if args.top is None else [r for r in rows if r["fits"]][:args.top]
@@ -68,13 +72,13 @@ def run(args) -> int:
     print(f"{args.base}: {len(rows)} layouts of {args.gpus} GPUs, {sum(r['fits'] for r in rows)} fit in memory")
     print(f"  memory per GPU judged against {_judged_against(tables, args)}")
     fsdp = any("fsdp_strategy" in r for r in rows)   # an FSDP base: each layout with each strategy
-    print(f"  {'tp':>3} {'pp':>3} {'vp':>3} {'dp':>4} {'mbs':>4} {'m':>5}" + (f" {'FSDP':<13}" if fsdp else "")
+    print(f"  {'tp':>3} {'cp':>3} {'pp':>3} {'vp':>3} {'dp':>4} {'mbs':>4} {'m':>5}" + (f" {'FSDP':<13}" if fsdp else "")
           + f" {'iteration ms':>13} {'GiB/GPU':>8}  fits  replayed m")
     for r in shown:
         it = f"{r['iteration_us'] / 1e3:13.3f}" if r["iteration_us"] is not None else f"{'-':>13}"
         replayed = ",".join(map(str, r["replayed_microbatches"] or [])) or "-"
         strategy = f" {r['fsdp_strategy']:<13}" if fsdp else ""
-        print(f"  {r['tp']:>3} {r['pp']:>3} {r['vp']:>3} {r['dp']:>4} {r['micro_batch']:>4} {r['microbatches']:>5}{strategy} {it} "
+        print(f"  {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['vp']:>3} {r['dp']:>4} {r['micro_batch']:>4} {r['microbatches']:>5}{strategy} {it} "
               f"{r['memory_gib_per_gpu']:8.1f}  {'yes' if r['fits'] else 'no ':<4}  {replayed}")
     if any(len(r["replayed_microbatches"] or []) == 2 for r in shown):
         print("  replayed m with two counts: extrapolated to m from those two replays (--exact: replay all)")

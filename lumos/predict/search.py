@@ -57,25 +57,30 @@ SHORT_PIPELINE = 8
 
 
 def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | None,
-               vps: list[int] | None = None) -> list[dict]:
-    """Valid (tp, pp, vp, dp, micro_batch, microbatches) for `gpus`, each with every FSDP strategy the
+               vps: list[int] | None = None, cps: list[int] | None = None) -> list[dict]:
+    """Valid (tp, cp, pp, vp, dp, micro_batch, microbatches) for `gpus`, each with every FSDP strategy the
     base can be changed to (`dp_sharding.reachable`; key `fsdp_strategy`, FSDP bases only); a
     sharded optimizer's base keeps its TP, PP and micro-batch count (its buckets are not re-cut,
     `plan.refuse_rebucketing`). `vps`: model chunks per stage to try (default the base's); a
     one-stage layout has one, and an interleaved one needs V to divide every stage's layers and
-    micro-batches in whole groups of PP (as Megatron asks)."""
+    micro-batches in whole groups of PP (as Megatron asks). `cps`: context-parallel degrees to try (default
+    the base's; another only from a base that ran with context parallelism, `transform/cp.py`, and where the
+    sequence splits into 2 x CP chunks)."""
     vps = vps or [base.chunks]
     out = []
     strategies = reachable(base.sharding) or [None]
     fixed = base.sharding == "zero12"
-    for tp in range(1, gpus + 1):
-        if gpus % tp or tp_misfits(base.shape, tp) or (fixed and tp != base.tp):
+    whole = base.shape.seq * base.cp
+    for tp, cp in ((t, c) for t in range(1, gpus + 1) for c in sorted(set(cps or [base.cp]))):
+        if gpus % (tp * cp) or tp_misfits(base.shape, tp) or (fixed and tp != base.tp):
             continue
-        for pp in range(1, gpus // tp + 1):
+        if cp != base.cp and (base.cp == 1 or whole % (2 * cp)):
+            continue
+        for pp in range(1, gpus // (tp * cp) + 1):
             # PP divides the layers, or is the base's own (its split kept: Llama 3's 126 layers over 16 stages)
-            if (gpus // tp) % pp or (base.layers % pp and pp != base.pp) or (fixed and pp != base.pp):
+            if (gpus // (tp * cp)) % pp or (base.layers % pp and pp != base.pp) or (fixed and pp != base.pp):
                 continue
-            dp = gpus // (tp * pp)
+            dp = gpus // (tp * cp * pp)
             for mbs in micro_batches:
                 if global_batch is not None:
                     if global_batch % (dp * mbs):
@@ -92,9 +97,14 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     except ScheduleError:
                         continue
                     for strategy in strategies:
-                        c = {"tp": tp, "pp": pp, "vp": vp, "dp": dp, "micro_batch": mbs, "microbatches": m}
+                        c = {"tp": tp, "cp": cp, "pp": pp, "vp": vp, "dp": dp, "micro_batch": mbs, "microbatches": m}
                         out.append(c if strategy is None else dict(c, fsdp_strategy=strategy))
     return out
+
+
+def whole_seq(base) -> int:
+    """The base's sequence length (a context-parallel base's shape holds one rank's part)."""
+    return base.shape.seq * base.cp
 
 
 def _split(base, pp: int) -> list[int]:
@@ -106,7 +116,8 @@ def _split(base, pp: int) -> list[int]:
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
            memory: dict | None = None, progress: bool = True, exact: bool = False,
-           workers: int | None = None, cluster: str | None = None, vps: list[int] | None = None) -> list[dict]:
+           workers: int | None = None, cluster: str | None = None, vps: list[int] | None = None,
+           cps: list[int] | None = None) -> list[dict]:
     """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
     fitting ones ranked fastest first. `workers` processes (default: every core) share the work by
     (TP, micro-batch size); the result does not depend on their number. Memory is judged against the
@@ -119,7 +130,7 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     memory, _ = device_memory(tables, memory)
     base = base_plan(tables, PredictOptions(cluster=cluster))
     micro_batches = micro_batches or [base.shape.micro_batch]
-    cands = candidates(base, gpus, micro_batches, global_batch, vps)
+    cands = candidates(base, gpus, micro_batches, global_batch, vps, cps)
     settings = {s: memory_settings(base, _strategy_memory(memory, s))
                 for s in {c.get("fsdp_strategy") for c in cands}}
     if not cands:
@@ -127,8 +138,9 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
                          + (f", global batch {global_batch}" if global_batch else "") + ")")
     rows = []
     for c in cands:
-        shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"])
-        mem = layout_memory(shape, c["pp"], c["dp"], base.layers, c["microbatches"], settings[c.get("fsdp_strategy")],
+        cp = c.get("cp", 1)   # a rank's part of each sequence; DP x CP ranks hold the optimizer's shards
+        shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"], seq=whole_seq(base) // cp)
+        mem = layout_memory(shape, c["pp"], c["dp"] * cp, base.layers, c["microbatches"], settings[c.get("fsdp_strategy")],
                             chunks=c["vp"], split=_split(base, c["pp"]))
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
                          replayed_microbatches=None))
@@ -181,7 +193,7 @@ def _run(base, jobs: list, exact: bool, workers: int | None):
 def _pair(base, tp: int, mbs: int, rows: list, exact: bool) -> list:
     base = base if base is not None else _BASE
     # collectives these layouts need and the base lacks (a one-GPU base's), added once for all of them
-    pp, dp = max(r["pp"] for r in rows), max(r["dp"] for r in rows)
+    pp, dp = max(r["pp"] for r in rows), max(r["dp"] * r.get("cp", 1) for r in rows)
     base = add_collectives(base, missing(base, tp, pp, dp), tp, pp, dp, base.profile)
     part = change_micro_batch(change_tp(base, tp), mbs)
     return [_iteration(part, r, exact) for r in rows]
@@ -190,11 +202,11 @@ def _pair(base, tp: int, mbs: int, rows: list, exact: bool) -> list:
 def _iteration(part, c: dict, exact: bool) -> tuple[float, list[int]]:
     """Iteration time (us) of layout `c` from `part` (the base with c's TP and micro-batch size), and
     the micro-batch counts replayed (one: the layout's own; two: extrapolated, see the module)."""
-    part = change_dp(part, c["dp"])     # once for both replays (`transform` would do it in each)
+    part = change_dp(part, c["dp"] * part.cp)   # once for both replays (`transform` would do it in each)
 
     def replay(m: int) -> float:
-        plan = transform(part, pp=c["pp"], vp=c.get("vp"), global_batch=m * c["dp"] * c["micro_batch"],
-                         fsdp_strategy=c.get("fsdp_strategy"))
+        plan = transform(part, pp=c["pp"], vp=c.get("vp"), cp=c.get("cp"), dp=c["dp"],
+                         global_batch=m * c["dp"] * c["micro_batch"], fsdp_strategy=c.get("fsdp_strategy"))
         return float(simulate_plan(plan)[2].as_dict()["iteration_us"])
 
     m, short = c["microbatches"], SHORT_PIPELINE

@@ -34,7 +34,7 @@ def test_search_ranks_fitting_layouts_and_lists_the_rest(tiny_runs, capsys):
     assert lumos_main(["search", str(tiny_runs["base"]), "--gpus", "8", "--global-batch", "8",
                        "--micro-batch", "1,2", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(["tp", "pp", "vp", "dp", "micro_batch", "microbatches",
+    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(["tp", "cp", "pp", "vp", "dp", "micro_batch", "microbatches",
                                                               "iteration_us", "memory_gib_per_gpu", "fits",
                                                               "replayed_microbatches"]))}
     assert all(r["replayed_microbatches"] == [r["microbatches"]] for r in rows)   # at most 8: replayed whole

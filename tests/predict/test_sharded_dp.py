@@ -250,7 +250,7 @@ def test_the_cli_changes_the_strategy_and_says_what_memory_assumes(runs, capsys)
     assert lumos_main(["search", base, "--gpus", "16", "--global-batch", "16", "--workers", "1", "--top", "4"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("  memory per GPU judged against")
-    assert out[2].split()[6] == "FSDP" and {line.split()[6] for line in out[3:7]} <= {"full_shard", "shard_grad_op"}
+    assert out[2].split()[7] == "FSDP" and {line.split()[7] for line in out[3:7]} <= {"full_shard", "shard_grad_op"}
 
 
 # PyTorch's own names for the collectives FSDP2 issues on a GPU (the `Collective name` arg that

@@ -51,3 +51,18 @@ def test_a_base_without_cp_is_refused(runs):
     with pytest.raises(UserError, match="the base runs without context parallelism"):
         transform(base_plan(load_run(runs[1])), cp=2)
     assert lumos_main(["predict", str(runs[2]), "--cp", "3"]) == 2
+
+
+def test_search_tries_the_cp_degrees_asked(runs):
+    from lumos.predict.search import candidates, search
+
+    plan = base_plan(load_run(runs[2]))
+    got = candidates(plan, 8, [1], None, cps=[1, 2, 4])
+    assert {(c["tp"], c["cp"], c["pp"], c["dp"]) for c in got} >= {(2, 2, 2, 1), (2, 4, 1, 1), (2, 1, 2, 2)}
+    assert all(c["tp"] * c["cp"] * c["pp"] * c["dp"] == 8 for c in got)
+    assert {c["cp"] for c in candidates(base_plan(load_run(runs[1])), 8, [1], None, cps=[1, 2])} == {1}
+    rows = search(load_run(runs[2]), 8, cps=[2, 4], workers=1, progress=False)
+    own = next(r for r in rows if (r["tp"], r["cp"], r["pp"], r["dp"]) == (2, 2, 2, 1))
+    # the base's own layout, replayed as search replays (no contention fixed point): within 2% of its measurement
+    assert own["iteration_us"] == pytest.approx(read_manifest(runs[2])["iteration_us"], rel=0.02)
+    assert any(r["cp"] == 4 and r["iteration_us"] for r in rows)
