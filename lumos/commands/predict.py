@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="key/value heads of grouped-query attention (must divide the query heads)")
     p.add_argument("--cp", type=positive_int, default=None,
                    help="context-parallel ranks per sequence (from a base that ran with context parallelism)")
+    p.add_argument("--first-stage-layers", type=positive_int, default=None,
+                   help="layers of the first pipeline stage (Megatron's num_layers_in_first_pipeline_stage); the rest "
+                        "split evenly over the others")
+    p.add_argument("--last-stage-layers", type=positive_int, default=None,
+                   help="layers of the last pipeline stage (num_layers_in_last_pipeline_stage)")
     p.add_argument("--vp", type=positive_int, default=None,
                    help="model chunks per pipeline stage: 1 is 1F1B, more is Megatron's interleaved 1F1B "
                         "(must divide each stage's layers; micro-batches a multiple of PP)")
@@ -215,7 +220,7 @@ def _run(args) -> int:
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
               "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads, "seq": args.seq, "vp": args.vp,
-              "cp": args.cp}
+              "cp": args.cp, "first_stage_layers": args.first_stage_layers, "last_stage_layers": args.last_stage_layers}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,
@@ -256,7 +261,7 @@ def _one_rank_fsdp_base(args) -> bool:
 
 
 # what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
-_NOT_WITH_HOST_DP = ("tp", "pp", "vp", "cp", "layers", "hidden", "ffn", "kv_heads", "seq", "global_batch", "micro_batch", "compute_speed",
+_NOT_WITH_HOST_DP = ("tp", "pp", "vp", "cp", "first_stage_layers", "last_stage_layers", "layers", "hidden", "ffn", "kv_heads", "seq", "global_batch", "micro_batch", "compute_speed",
                      "network_speed", "fsdp_strategy")
 
 

@@ -95,7 +95,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     """
     if plan is None:
         plan = base_plan(base_tables, options, recordings=recordings)
-    tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "vp", "cp")}
+    tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "vp", "cp",
+                                      "first_stage_layers", "last_stage_layers")}
     refuse_no_ops(plan, tgt, options)   # a change that would change nothing: refused, with what the base lacks
     engine, peer_waits, compute_speed = options.engine, options.peer_waits, options.compute_speed
     mode = resolve_mode(plan, peer_waits)
@@ -126,7 +127,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     predicted = round_metrics(bd.as_dict())
     doc = {"base": base_name,
            "target": {"tp": out.tp, "pp": out.pp, "vp": out.chunks, "dp": out.dp // out.cp, "cp": out.cp,
-                      "layers": out.layers,
+                      "layers": out.layers, "stage_layers": list(out.stage_layers),
                       "hidden": out.shape.hidden, "ffn": out.shape.ffn, "kv_heads": out.shape.kv, "seq": out.shape.seq,
                       "micro_batch": out.shape.micro_batch, "dp_sharding": out.sharding or "none"},
            "base_config": {"tp": plan.tp, "pp": plan.pp, "vp": plan.chunks, "dp": plan.dp // plan.cp, "cp": plan.cp,

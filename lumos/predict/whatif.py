@@ -32,7 +32,7 @@ from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
-from lumos.transform.schedule import ScheduleError, layers_per_stage
+from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers
 from lumos.transform.sequence import change_seq
 from lumos.transform.speed import change_speed, compute_mask
 from lumos.transform.tp import change_tp
@@ -143,6 +143,7 @@ def trace_sms(tables: Sequence[TraceTable], profile: dict) -> int:
 def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int | None = None,
               layers: int | None = None, hidden: int | None = None, ffn: int | None = None,
               kv_heads: int | None = None, seq: int | None = None, vp: int | None = None, cp: int | None = None,
+              first_stage_layers: int | None = None, last_stage_layers: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
@@ -155,6 +156,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     FSDP base."""
     for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("layers", layers), ("hidden", hidden), ("ffn", ffn),
                     ("kv_heads", kv_heads), ("seq", seq), ("vp", vp), ("cp", cp),
+                    ("first_stage_layers", first_stage_layers), ("last_stage_layers", last_stage_layers),
                     ("global_batch", global_batch), ("micro_batch", micro_batch)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name} must be a positive integer or None (the base's), got {v!r}")
@@ -166,6 +168,12 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     dp_only = dp or plan.dp // plan.cp   # the data-parallel degree asked; the plan's DP counts the CP ranks too
     dp = dp_only * cp
     _refuse_empty_stages(pp, layers or plan.layers, pp != plan.pp)
+    split = None
+    if first_stage_layers is not None or last_stage_layers is not None:   # Megatron's uneven end stages
+        try:
+            split = split_layers(layers or plan.layers, pp, first_stage_layers, last_stage_layers)
+        except ScheduleError as exc:
+            raise UserError(f"--first-stage-layers / --last-stage-layers: {exc}") from None
     chunks = vp or (plan.chunks if pp > 1 else 1)   # a pipeline folded to one stage has no chunks to interleave
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn, kv_heads)
@@ -189,18 +197,22 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     changed_width = (out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
                      or out.shape.kv != plan.shape.kv or out.shape.seq != plan.shape.seq)
     if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
-            or restrategy or out.inserted or chunks != plan.chunks):   # an added collective is a template: only a rebuild places it
+            or restrategy or out.inserted or chunks != plan.chunks
+            or (split is not None and list(split) != list(plan.stage_layers))):   # an added collective is a template: only a rebuild places it
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change" if chunks == plan.chunks
                            else "a pipeline schedule change")
         try:
-            out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks)
+            out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks, split=split)
         except ScheduleError as exc:
             asked = f"--vp {chunks}" if vp else f"the base's {chunks} model chunks per stage (--vp 1: 1F1B)"
             raise UserError(f"{asked} at pp {pp}, {layers} layers, {m} micro-batches: {exc}") from None
         if chunks != plan.chunks:
             out.notes.append(f"pipeline schedule: {_schedule_name(plan.chunks)} -> {_schedule_name(chunks)} "
                              "(lumos/transform/schedule.py)")
-        if layers % pp and (pp != plan.pp or layers != plan.layers):
+        if split is not None:
+            out.notes.append("layers per stage " + "/".join(map(str, split)) + " (--first-stage-layers / "
+                             "--last-stage-layers)")
+        elif layers % pp and (pp != plan.pp or layers != plan.layers):
             out.notes.append(f"layers split unevenly over {pp} stages: "
                              + "/".join(map(str, layers_per_stage(pp, layers))))
     return out

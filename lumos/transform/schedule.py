@@ -152,12 +152,12 @@ def check_interleaved(pp: int, chunks: int, microbatches: int, split=None) -> No
 def split_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
     """Layers of each stage: `first` / `last` on the end stages where given (Megatron-Core's
     num_layers_in_first/last_pipeline_stage), the rest over the others, the earlier ones taking any remainder."""
+    if pp < 2 and (first is not None or last is not None):
+        raise ScheduleError("a first or last stage of its own needs at least 2 stages")
     fixed = {s: n for s, n in ((0, first), (pp - 1, last)) if n is not None}
-    if len(fixed) == 2 and pp == 1:
-        raise ValueError("a first and a last stage of their own need at least 2 stages")
     rest, others = layers - sum(fixed.values()), [s for s in range(pp) if s not in fixed]
     if any(n < 1 for n in fixed.values()) or (others and rest < len(others)) or (not others and rest):
-        raise ValueError(f"{layers} layers do not split over {pp} stages with "
+        raise ScheduleError(f"{layers} layers do not split over {pp} stages with "
                          f"{first if first is not None else 'an even share'} on the first and "
                          f"{last if last is not None else 'an even share'} on the last")
     base, extra = divmod(rest, len(others)) if others else (0, 0)

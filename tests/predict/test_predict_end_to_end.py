@@ -25,7 +25,7 @@ KEYS = {"iteration_us", "exposed_compute_us", "overlapped_us", "exposed_comm_us"
 def test_predict_pp_change(tiny_runs):
     doc = predict(load_run(tiny_runs["base"]), {"pp": 4}, actual_tables=load_run(tiny_runs["pp4"]),
                   actual_manifest=read_manifest(tiny_runs["pp4"]), base_name="tiny")
-    assert doc["target"] == {"tp": 2, "pp": 4, "vp": 1, "dp": 2, "cp": 1, "layers": 4, "hidden": 512, "ffn": 2048, "kv_heads": 4,
+    assert doc["target"] == {"tp": 2, "pp": 4, "vp": 1, "dp": 2, "cp": 1, "layers": 4, "stage_layers": [1, 1, 1, 1], "hidden": 512, "ffn": 2048, "kv_heads": 4,
                              "seq": 512, "micro_batch": 1, "dp_sharding": "none"}
     assert set(doc["predicted"]) == KEYS and set(doc["measured"]) == KEYS
     assert doc["emulated_actual"] is True

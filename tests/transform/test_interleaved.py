@@ -184,3 +184,24 @@ def test_llama3s_layout_is_read_and_kept(tmp_path):
     # four chunks per stage would be cut evenly from each stage's layers, which 1 / 2 / 2 / 1 are not
     with pytest.raises(UserError, match="--vp 4 at pp 4, 6 layers, 8 micro-batches: .*stage 0 holds 1"):
         transform(plan, vp=4)
+
+
+def test_uneven_end_stages_as_a_what_if(tmp_path):
+    """Megatron's num_layers_in_first/last_pipeline_stage from an even base: tiny at 6 layers over 3 stages,
+    2/2/2 -> 1/4/1, against the emulator run with parallel.first/last_stage_layers (EMULATED)."""
+    runs = {}
+    for name, extra in (("even", []), ("uneven", ["parallel.first_stage_layers=1", "parallel.last_stage_layers=1"])):
+        d = tmp_path / name
+        write_result(emulate(["model=tiny", "model.num_layers=6", "parallel.tp=1", "parallel.pp=3", "parallel.dp=1",
+                              "model.microbatch_rule=fixed", "model.num_microbatches=6", *extra, *QUIET],
+                             progress=False), d)
+        runs[name] = d
+    doc = predict(load_run(runs["even"]), {"first_stage_layers": 1, "last_stage_layers": 1},
+                  actual_tables=load_run(runs["uneven"]), actual_manifest=read_manifest(runs["uneven"]))
+    assert doc["target"]["stage_layers"] == [1, 4, 1] and doc["base_config"]["layers"] == 6
+    assert abs(doc["error_pct"]) < 4.0
+    assert "layers per stage 1/4/1 (--first-stage-layers / --last-stage-layers)" in doc["notes"]
+    # read back from the uneven run, its split is kept by a change that keeps PP and the layers
+    assert base_plan(load_run(runs["uneven"])).stage_layers == (1, 4, 1)
+    with pytest.raises(UserError, match="6 layers do not split over 3 stages with 6 on the first and 1 on the last"):
+        transform(base_plan(load_run(runs["even"])), first_stage_layers=6, last_stage_layers=1)
