@@ -177,7 +177,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     chunks = vp or (plan.chunks if pp > 1 else 1)   # a pipeline folded to one stage has no chunks to interleave
     out = change_speed(plan, compute_speed, network_speed)
     out = change_width(out, hidden, ffn, kv_heads)
-    added = missing(out, tp, pp, dp)
+    added = missing(out, tp, pp, dp, cp)
     out = add_collectives(out, added, tp, pp, dp, out.profile or load_profile())
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)

@@ -22,6 +22,10 @@ them). Where Megatron-LM puts each (read from its source):
 - PP (megatron/core/pipeline_parallel/p2p_communication.py): each exchange is a
   `batch_isend_irecv` of the s x b x h activation (or its gradient) followed by
   `torch.cuda.synchronize()`; one template of each shape the 1F1B schedule uses.
+- CP, Llama 3's all-gather form (Llama Team 2024, Sec. 3.3.2; Transformer Engine's
+  AttnFuncWithCPAndKVAllGather): before each attention op, forward and backward, the keys and values
+  (2 x b x s x KV heads / TP x head dim, BF16) all-gathered, the attention kernel waiting for them; after
+  the backward attention op their gradients reduce-scattered, the next kernel waiting.
 
 Each collective is launched as PyTorch's ProcessGroupNCCL does: an event recorded on the compute
 stream, the NCCL stream made to wait for it, the kernel launched there, an event recorded after it.
@@ -36,7 +40,7 @@ import numpy as np
 
 from lumos.durations import CollectiveSpec
 from lumos.graph.model import EdgeClass, TaskKind, WaitKind
-from lumos.model.ops import GEMM_OPS, gemm_mkn
+from lumos.model.ops import GEMM_OPS, gemm_mkn, op_class
 
 from .grow import Growth, NewTask
 from .plan import Plan
@@ -54,7 +58,11 @@ LAUNCH_SEQ = ("cudaEventRecord", "cudaStreamWaitEvent", "cudaLaunchKernelExC", "
 HOST_DEFAULTS = {"cudaEventRecord": 3.8, "cudaStreamWaitEvent": 3.8, "cudaLaunchKernelExC": 7.8,
                  "cudaDeviceSynchronize": 3.8}
 NCCL_KERNEL = {"allreduce": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL (inserted)",
-               "send": "ncclDevKernel_SendRecv (inserted send)", "recv": "ncclDevKernel_SendRecv (inserted recv)"}
+               "send": "ncclDevKernel_SendRecv (inserted send)", "recv": "ncclDevKernel_SendRecv (inserted recv)",
+               "allgather": "ncclDevKernel_AllGather_RING_LL (inserted)",
+               "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL (inserted)"}
+C10D_OP = {"allreduce": "c10d::allreduce_", "allgather": "c10d::_allgather_base_",
+           "reduce_scatter": "c10d::_reduce_scatter_base_"}
 
 
 def dp_bucket_params(dp: int, profile: dict) -> float:
@@ -63,8 +71,8 @@ def dp_bucket_params(dp: int, profile: dict) -> float:
     return max(base, 1e6 * dp)
 
 
-def missing(plan: Plan, tp: int, pp: int, dp: int) -> tuple[str, ...]:
-    """The kinds of collective a (tp, pp, dp) layout needs that `plan`'s base has none of."""
+def missing(plan: Plan, tp: int, pp: int, dp: int, cp: int = 1) -> tuple[str, ...]:
+    """The kinds of collective a (tp, pp, dp, cp) layout needs that `plan`'s base has none of."""
     if not np.any(plan.graph.kind == _GPU):
         return ()               # a CPU capture: its collectives are host ops (dp_host.py)
     roles = set(plan.role[plan.role != None].tolist())  # noqa: E711 (element-wise)
@@ -75,6 +83,8 @@ def missing(plan: Plan, tp: int, pp: int, dp: int) -> tuple[str, ...]:
         out.append("dp")
     if pp > 1 and plan.pp == 1 and not any(b.kind == "p2p" for b in plan.st.blocks):
         out.append("pp")
+    if cp > 1 and plan.cp == 1 and "cp" not in roles:
+        out.append("cp")
     return tuple(out)
 
 
@@ -99,6 +109,11 @@ def add_collectives(plan: Plan, kinds: tuple, tp: int, pp: int, dp: int, profile
         for r in plan.ranks:
             _add_pp(grow, host, roles["send"], roles["recv"], r)
         said.append("PP send/recv of each micro-batch's activations and gradients")
+    if "cp" in kinds:
+        for r in plan.ranks:
+            _add_cp(grow, host, roles["cp"], r)
+        said.append("CP all-gathers of each layer's keys and values (forward and backward) and reduce-scatters of "
+                    "their gradients")
     out = grow.apply()
     _promote_group_of_one(out, tp, pp)
     out.inserted = tuple(sorted(set(out.inserted) | set(kinds)))
@@ -124,7 +139,7 @@ def _stream_roles(plan: Plan) -> dict:
     """New stream ids, above every stream the base has (the structure keys streams by id)."""
     g, st = plan.graph, plan.st
     top = int(st.proc_role[g.proc_kind == _GPU].max(initial=0))
-    return {"tp": top + 1, "dp": top + 2, "send": top + 3, "recv": top + 4}
+    return {"tp": top + 1, "dp": top + 2, "send": top + 3, "recv": top + 4, "cp": top + 5}
 
 
 def _launch(grow: Growth, host: dict, rank: int, thread: int, block: int, after: int, t0: float,
@@ -150,8 +165,7 @@ def _kernel(grow: Growth, kind: str, stream: int, rank: int, block: int, ts: flo
     spec = CollectiveSpec(kind, nbytes, (rank,))
     return grow.task(NewTask(name=NCCL_KERNEL[kind], kind=_GPU, proc=stream, dur=plan.collectives.time_us(spec),
                              ts=ts, rank=rank, block=block, comm=True, layer=layer, phase=phase, coll=kind,
-                             group=(rank,), nbytes=nbytes, op_name="c10d::allreduce_" if kind == "allreduce"
-                             else f"c10d::{kind}", role=role))
+                             group=(rank,), nbytes=nbytes, op_name=C10D_OP.get(kind, f"c10d::{kind}"), role=role))
 
 
 def _out_edges(g, src: int, cls: int) -> np.ndarray:
@@ -233,6 +247,55 @@ def _add_tp(grow: Growth, host: dict, role: int, rank: int) -> int:
             if k + later < len(gpu):
                 grow.edge(ar, int(gpu[k + later]), _XSTREAM, 0.0)
     return per_layer * 2
+
+
+def _insert_after(grow: Growth, host: dict, rank: int, bi: int, gpu: np.ndarray, k: int, kind: str, stream: int,
+                  nbytes: float, role: str, phase: int, prev=None):
+    """A blocking collective launched after kernel `gpu[k]`'s launcher, starting after that kernel, with kernel
+    `gpu[k + 1]` waiting for it (a TP all-reduce's forward site; a CP gather or reduce-scatter); its id, or
+    `prev` where the kernel has no launcher."""
+    g = grow.plan.graph
+    x = int(gpu[k])
+    c = _launcher(g, x)
+    if c < 0:
+        return prev
+    calls = _launch(grow, host, rank, int(g.proc[c]), bi, c, float(g.ts[c] + g.dur[c]), op=C10D_OP[kind])
+    for e in _out_edges(g, c, _INTRA).tolist():       # the thread's next call now follows the launch sequence
+        grow.drop.add(e)
+        grow.edge(calls[-1], int(g.dst[e]), _INTRA, float(g.lag[e]))
+    grow.edge(c, calls[0], _INTRA, 0.0)
+    new = _kernel(grow, kind, stream, rank, bi, float(g.ts[x] + g.dur[x]), nbytes, role, int(g.layer[x]), phase)
+    grow.after[new] = x
+    grow.edge(calls[2], new, _LAUNCH, 0.0)
+    grow.edge(x, new, _XSTREAM, 0.0)
+    if prev is not None:
+        grow.edge(prev, new, _ISTREAM, 0.0)
+    if k + 1 < len(gpu):
+        grow.edge(new, int(gpu[k + 1]), _XSTREAM, 0.0)
+    return new
+
+
+def _add_cp(grow: Growth, host: dict, role: int, rank: int) -> None:
+    """Llama 3's context-parallel collectives in `rank`'s layer blocks (over a group of one: `cp.change_cp`
+    re-groups them): the keys and values gathered before each attention op, their gradients reduce-scattered
+    after the backward one."""
+    plan = grow.plan
+    g, st = plan.graph, plan.st
+    sh = plan.shape
+    nbytes = 2.0 * 2 * sh.micro_batch * sh.seq * (sh.kv // sh.tp) * sh.dhead      # K and V of the whole sequence
+    stream = grow.stream(rank, role, "CP")
+    prev = None
+    for bi in sorted((i for i, b in enumerate(st.blocks) if b.rank == rank and b.kind == "layer"),
+                     key=lambda i: st.blocks[i].start):
+        b = st.blocks[bi]
+        gpu = b.tasks[(g.kind[b.tasks] == _GPU) & ~g.comm[b.tasks]]
+        gpu = gpu[np.argsort(g.ts[gpu], kind="stable")]
+        phase = _PHASE.get(b.phase, -1)
+        for k in [k for k, t in enumerate(gpu.tolist()) if op_class(str(st.op_name[t])) == "attention"]:
+            if k > 0:
+                prev = _insert_after(grow, host, rank, bi, gpu, k - 1, "allgather", stream, nbytes, "cp", phase, prev)
+            if b.phase == "backward":
+                prev = _insert_after(grow, host, rank, bi, gpu, k, "reduce_scatter", stream, nbytes, "cp", phase, prev)
 
 
 def _anchor(g, blocks: list, rank: int, phase: str):

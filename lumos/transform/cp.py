@@ -8,8 +8,9 @@ counts queries x keys). The all-gathers of the keys and values and the reduce-sc
 (Llama 3's form, `lumos emulate training.cp_form=allgather`) keep their bytes and move to a group of cp'
 ranks; at cp' = 1 they no longer run (their kernels are kept at no time, their launches stay). The
 gradients are reduced over the DP x CP ranks: `Plan.dp` counts both, so the DP change that follows
-(`dp.change_dp`) re-times the buckets over DP x cp'. A base without context parallelism has no gather to
-re-group: --cp from it is refused (inserting them is not built).
+(`dp.change_dp`) re-times the buckets over DP x cp'. A base without context parallelism gets the gathers
+added first (`add_collectives`, over a group of one), then re-grouped here; its attention ops keep their keys
+and values at the whole sequence while their queries shrink.
 """
 
 from __future__ import annotations
@@ -21,9 +22,21 @@ import numpy as np
 from lumos.durations import CollectiveSpec
 from lumos.errors import UserError
 
+from lumos.model.ops import op_class
+
 from .micro_batch_size import reshape_micro_batches
 from .plan import Plan
 from .shapes import parameter_shapes, rewrite_seq
+
+
+def _keys_kept(op: str, old, new):
+    """An attention op's new dims with its keys and values as they were: a rank's queries shrink with its part of
+    the sequence, the keys and values it attends over are the whole sequence (flash ops take (q, k, v, ...);
+    their backward (grad_out, q, k, v, ...))."""
+    if new is None or op_class(op) != "attention":
+        return new
+    first = 2 if "backward" in op else 1
+    return tuple(old[i] if first <= i < first + 2 else d for i, d in enumerate(new))
 
 
 def change_cp(plan: Plan, cp: int | None) -> Plan:
@@ -32,17 +45,17 @@ def change_cp(plan: Plan, cp: int | None) -> Plan:
     if cp is None or cp == plan.cp:
         return plan
     sh = plan.shape
-    if plan.cp == 1:
-        raise UserError(f"--cp {cp}: the base runs without context parallelism, so it has no all-gather of keys and "
-                        "values to re-group; adding them is not built (predict --cp from a base that ran with it)")
+    if not np.any(plan.role == "cp"):
+        raise UserError(f"--cp {cp}: the base has no context-parallel gather to re-group (a CPU capture, or attention "
+                        "the trace does not name)")
     whole = sh.seq * plan.cp
     if whole % (2 * cp):
         raise UserError(f"--cp {cp}: a sequence of {whole} tokens does not split into 2 x {cp} chunks "
                         "(Megatron's load-balanced causal split)")
     local = whole // cp
     params = parameter_shapes(plan.st.op_name, plan.st.op_dims)
-    out = reshape_micro_batches(plan, local / sh.seq, lambda op, d: rewrite_seq(
-        op, d, sh.micro_batch, sh.seq, local, params, heads_per_rank=sh.heads // sh.tp))
+    out = reshape_micro_batches(plan, local / sh.seq, lambda op, d: _keys_kept(op, d, rewrite_seq(
+        op, d, sh.micro_batch, sh.seq, local, params, heads_per_rank=sh.heads // sh.tp)))
     g, st = out.graph, out.st
     for t in np.flatnonzero(out.role == "cp").tolist():
         first = min(st.group[t])

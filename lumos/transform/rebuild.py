@@ -531,6 +531,6 @@ def _assemble(plan: Plan, b: _Builder) -> tuple[Graph, RunStructure]:
     role[:] = [p[4] for p in procs]
     st = RunStructure(blocks=b.blocks, task_block=mp["block"], coll=mp["coll"], group=mp["group"],
                       nbytes=mp["nbytes"].astype(np.float64), op_name=mp["op_name"], op_dims=mp["op_dims"],
-                      proc_role=role, shape=plan.shape, tp=plan.tp, pp=0, dp=plan.dp,
+                      proc_role=role, shape=plan.shape, tp=plan.tp, pp=0, dp=plan.dp, cp=plan.cp,
                       layers=0, microbatches=0, stage_of_rank={}, stage_params={})
     return graph, st

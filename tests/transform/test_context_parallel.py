@@ -47,9 +47,19 @@ def test_the_cp_degree_as_a_what_if(runs, base, target):
     assert any(n.startswith(f"context parallelism {base} -> {target}") for n in doc["notes"])
 
 
-def test_a_base_without_cp_is_refused(runs):
-    with pytest.raises(UserError, match="the base runs without context parallelism"):
-        transform(base_plan(load_run(runs[1])), cp=2)
+def test_from_a_base_without_cp_the_gathers_are_added(runs):
+    """CP 1 -> 2 and 4: each layer's key/value all-gathers (forward and backward) and reduce-scatters added to a
+    base that never ran them, then re-grouped and the rank's tokens halved; against the emulator."""
+    for target in (2, 4):
+        doc = predict(load_run(runs[1]), {"cp": target}, actual_tables=load_run(runs[target]),
+                      actual_manifest=read_manifest(runs[target]))
+        assert doc["target"]["cp"] == target and doc["base_config"]["cp"] == 1
+        assert abs(doc["error_pct"]) < 6.0, doc["error_pct"]
+        assert any("CP all-gathers of each layer's keys and values" in n for n in doc["notes"])
+    out = transform(base_plan(load_run(runs[1])), cp=2)
+    kinds = sorted(str(out.st.coll[t]) for t in range(len(out.role)) if out.role[t] == "cp")
+    # 2 layers per stage x 4 micro-batches: a gather per forward, a gather and a reduce-scatter per backward
+    assert kinds.count("allgather") == 2 * 2 * 4 * 2 and kinds.count("reduce_scatter") == 2 * 4 * 2
     assert lumos_main(["predict", str(runs[2]), "--cp", "3"]) == 2
 
 
