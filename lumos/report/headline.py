@@ -427,7 +427,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
     ("From one GPU or one host to the nine scale-out and three TP targets (15B)", from_one_gpu, "from_one_gpu"),
     ("Llama-style what-ifs (GQA, SwiGLU) from Llama 3 8B 2x2x4", llama, "llama"),
-    ("Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2)",
+    ("Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2, 2x2x2)",
      schedules, "schedules"),
     ("FSDP2 over gloo, real CPU captures (2 ranks <-> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
