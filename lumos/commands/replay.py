@@ -293,8 +293,13 @@ def format_structure(st: dict) -> str:
         lines.append(f"  {st['error']}")
     elif "layers" in st:
         blocks = ", ".join(f"{k} {v}" for k, v in sorted(st["blocks"].items()))
-        lines.append(f"  {st['layers']} layers, {st['microbatches']} micro-batches, TP {st['tp']} x PP {st['pp']} "
+        cp = f" x CP {st['cp']}" if st.get("cp", 1) > 1 else ""
+        lines.append(f"  {st['layers']} layers, {st['microbatches']} micro-batches, TP {st['tp']}{cp} x PP {st['pp']} "
                      f"x DP {st['dp']}; what-if: {st['what_if']}")
+        if st.get("chunks", 1) > 1 or len(set(st.get("stage_layers") or [])) > 1:
+            sched = (f"interleaved 1F1B, {st['chunks']} model chunks per stage" if st.get("chunks", 1) > 1
+                     else "1F1B")
+            lines.append(f"  pipeline: {sched}; layers per stage {'/'.join(map(str, st['stage_layers']))}")
         lines.append(f"  blocks: {blocks}")
         if "shape" in st:
             lines += _shape_lines(st["shape"])

@@ -374,7 +374,8 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     kinds: dict[str, int] = {}
     for b in st.blocks:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1
-    out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp, blocks=kinds,
+    out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp // st.cp, cp=st.cp,
+               chunks=st.chunks, stage_layers=list(st.stage_layers), blocks=kinds,
                what_if="every transform" if st.shape.heads_span_hidden else
                f"every transform but width and TP ({NON_GPT_WHY})", shape=shape_report(st.shape))
     return out

@@ -76,3 +76,8 @@ def test_search_tries_the_cp_degrees_asked(runs):
     # the base's own layout, replayed as search replays (no contention fixed point): within 2% of its measurement
     assert own["iteration_us"] == pytest.approx(read_manifest(runs[2])["iteration_us"], rel=0.02)
     assert any(r["cp"] == 4 and r["iteration_us"] for r in rows)
+
+
+def test_structure_says_the_cp_degree(runs, capsys):
+    assert lumos_main(["replay", str(runs[2]), "--structure"]) == 0
+    assert "TP 2 x CP 2 x PP 2 x DP 1;" in capsys.readouterr().out

@@ -205,3 +205,11 @@ def test_uneven_end_stages_as_a_what_if(tmp_path):
     assert base_plan(load_run(runs["uneven"])).stage_layers == (1, 4, 1)
     with pytest.raises(UserError, match="6 layers do not split over 3 stages with 6 on the first and 1 on the last"):
         transform(base_plan(load_run(runs["even"])), first_stage_layers=6, last_stage_layers=1)
+
+
+def test_structure_says_the_schedule(runs, capsys):
+    assert lumos_main(["replay", str(runs[2]), "--structure"]) == 0
+    out = capsys.readouterr().out
+    assert "  pipeline: interleaved 1F1B, 2 model chunks per stage; layers per stage 2/2/2/2" in out
+    assert lumos_main(["replay", str(runs[1]), "--structure"]) == 0
+    assert "pipeline:" not in capsys.readouterr().out      # even 1F1B: nothing more to say
