@@ -81,8 +81,9 @@ def _merge(base: dict, over: dict, where: str) -> dict:
 
 
 # none: gradients all-reduced in buckets; fsdp: FSDP2 FULL_SHARD; fsdp_grad_op: FSDP2 with
-# reshard_after_forward=False (SHARD_GRAD_OP); zero1: Megatron's distributed optimizer
-DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1")
+# reshard_after_forward=False (SHARD_GRAD_OP); zero1: Megatron's distributed optimizer; fsdp_default:
+# torchtitan's policy, fsdp without pipeline parallelism and fsdp_grad_op with it (`from_config` resolves it)
+DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1", "fsdp_default")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
                     "attention": "flash", "dp_sharding": "none", "cp_form": "allgather"}
@@ -173,6 +174,8 @@ def from_config(cfg: DictConfig) -> Settings:
     if gph % tp and tp % gph:
         raise SettingsError(f"tp={tp} must divide gpus_per_host={gph} or be a multiple of it "
                             f"(a TP group fills whole hosts)")
+    if training["dp_sharding"] == "fsdp_default":   # torchtitan/distributed/fsdp.py, reshard_after_forward "default"
+        training["dp_sharding"] = "fsdp" if pp == 1 else "fsdp_grad_op"
     vp = int(par.get("vp") or 1)
     cp = int(par.get("cp") or 1)
     if cp < 1:

@@ -117,7 +117,7 @@ def test_one_replica_writes_the_ranges_but_no_collective(tmp_path):
 
 
 def test_fsdp_takes_no_after_backward_all_reduce_and_no_unknown_mode():
-    with pytest.raises(SettingsError, match="training.dp_sharding must be one of none, fsdp, fsdp_grad_op, zero1, got 'zero9'"):
+    with pytest.raises(SettingsError, match="training.dp_sharding must be one of none, fsdp, fsdp_grad_op, zero1, fsdp_default, got 'zero9'"):
         emulate(["model=tiny", "training.dp_sharding=zero9"], progress=False)
     with pytest.raises(SettingsError, match="takes no dp_allreduce=after_backward"):
         emulate(["model=tiny", "training.dp_sharding=fsdp", "training.dp_allreduce=after_backward"], progress=False)
