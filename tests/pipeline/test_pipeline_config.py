@@ -29,6 +29,17 @@ def test_an_interleaved_run_is_named_with_its_chunks():
     assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x16x4v2")) == ["--tp", "2", "--pp", "16", "--dp", "4"]
 
 
+def test_a_torchtitan_run_is_named_with_its_stack():
+    run = pc.parse_run("llama3_8b-2x1x4-torchtitan")
+    assert (run.training, run.name, run.gpus) == ("torchtitan", "llama3_8b-2x1x4-torchtitan", 8)
+    assert run.emulate_overrides()[4:] == ["training=torchtitan", "ranks=all", "write_ranks=stage",
+                                           "emulator.granularity=fine"]
+    # torchtitan keeps the weights gathered under PP: from a PP 1 base, the strategy changes with it
+    assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x2x4-torchtitan")) == [
+        "--tp", "2", "--pp", "2", "--dp", "4", "--fsdp-strategy", "shard_grad_op"]
+    assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x1x8-torchtitan")) == ["--tp", "2", "--pp", "1", "--dp", "8"]
+
+
 def test_override_keys():
     assert pc.override_key("+model.hidden=1") == "model.hidden"
     assert pc.override_root("~trace") == "trace"

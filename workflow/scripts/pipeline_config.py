@@ -3,7 +3,8 @@
 Imported by the Snakefile (and the tests), never by the package. Two jobs:
 - name the sweep: an emulated run is `{model}-{tp}x{pp}x{dp}` (e.g. `gpt3_15b-2x2x4`), with `v{V}` after it
   where the pipeline interleaves V model chunks per stage (`llama3_8b-2x8x4v2`), then `c{C}` where C
-  context-parallel ranks share each sequence (`llama3_8b-2x2x2c2`);
+  context-parallel ranks share each sequence (`llama3_8b-2x2x2c2`), then `-torchtitan` for a run trained with
+  `training=torchtitan` (`llama3_8b-2x1x4-torchtitan`);
 - tell Snakemake which Hydra group files a job's composition reads
   (`hydra_inputs`), so touching `config/simulator/dpro.yaml` re-runs the dPRO
   replays and what depends on them, and nothing else; and which of the
@@ -20,8 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-RUN_RE = re.compile(r"^(?P<model>[A-Za-z0-9_]+)-(?P<tp>\d+)x(?P<pp>\d+)x(?P<dp>\d+)(?:v(?P<vp>\d+))?(?:c(?P<cp>\d+))?$")
-RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+(?:v\d+)?(?:c\d+)?"
+RUN_RE = re.compile(r"^(?P<model>[A-Za-z0-9_]+)-(?P<tp>\d+)x(?P<pp>\d+)x(?P<dp>\d+)(?:v(?P<vp>\d+))?(?:c(?P<cp>\d+))?"
+                    r"(?:-(?P<training>torchtitan))?$")
+RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+(?:v\d+)?(?:c\d+)?(?:-torchtitan)?"
+# a run trained another way than the default stack: its overrides (an FSDP run emulates every rank, whose
+# collectives then wait for real peers: stand-in peers overstate an FSDP run's waits,
+# docs/notes/2026-12-06-stand-in-peers.md)
+TRAINING_OVERRIDES = {"torchtitan": ["training=torchtitan", "ranks=all", "write_ranks=stage", "emulator.granularity=fine"]}
 # Keys a job sets itself: a pipeline-wide override never selects the Hydra group files for them.
 PER_JOB_KEYS = {"seed", "out", "ranks", "progress", "experiment", "step"}
 
@@ -36,11 +42,12 @@ class Run:
     dp: int
     vp: int = 1
     cp: int = 1
+    training: str = ""          # "" (the config's default stack) or a key of TRAINING_OVERRIDES
 
     @property
     def name(self) -> str:
         return (f"{self.model}-{self.tp}x{self.pp}x{self.dp}" + (f"v{self.vp}" if self.vp > 1 else "")
-                + (f"c{self.cp}" if self.cp > 1 else ""))
+                + (f"c{self.cp}" if self.cp > 1 else "") + (f"-{self.training}" if self.training else ""))
 
     @property
     def gpus(self) -> int:
@@ -49,14 +56,15 @@ class Run:
     def emulate_overrides(self) -> list[str]:
         return [f"model={self.model}", f"parallel.tp={self.tp}", f"parallel.pp={self.pp}",
                 f"parallel.dp={self.dp}"] + ([f"parallel.vp={self.vp}"] if self.vp > 1 else []) \
-            + ([f"parallel.cp={self.cp}"] if self.cp > 1 else [])
+            + ([f"parallel.cp={self.cp}"] if self.cp > 1 else []) + TRAINING_OVERRIDES.get(self.training, [])
 
 
 def parse_run(name: str) -> Run:
     m = RUN_RE.match(name)
     if not m:
         raise ValueError(f"emulated run {name!r} is not MODEL-TPxPPxDP[vV] (e.g. gpt3_15b-2x2x4, llama3_8b-2x8x4v2)")
-    return Run(m["model"], int(m["tp"]), int(m["pp"]), int(m["dp"]), int(m["vp"] or 1), int(m["cp"] or 1))
+    return Run(m["model"], int(m["tp"]), int(m["pp"]), int(m["dp"]), int(m["vp"] or 1), int(m["cp"] or 1),
+               m["training"] or "")
 
 
 def with_parallel(base: Run, shape: str) -> Run:
@@ -74,6 +82,8 @@ def predict_flags(base: Run, target: Run) -> list[str]:
         flags += ["--vp", str(target.vp)]
     if target.cp != base.cp:
         flags += ["--cp", str(target.cp)]
+    if target.training == base.training == "torchtitan" and base.pp == 1 < target.pp:
+        flags += ["--fsdp-strategy", "shard_grad_op"]   # torchtitan keeps the weights gathered under PP
     if tm.num_layers != bm.num_layers:
         flags += ["--layers", str(tm.num_layers)]
     if tm.hidden != bm.hidden or tm.ffn_hidden != bm.ffn_hidden:
