@@ -222,7 +222,7 @@ def schedules(src: Sources) -> Cells:
     """schedules.csv: abs_error_pct_mean per target (mean over seeds), group (what changes, then `(from BASE)`),
     label (the target run), n (seeds), parts as in `scaleout`."""
     df = _read(src.tables / "schedules.csv")
-    each = ", ".join(f"{r.group.split(' (from')[0]} {r.label.split('-')[-1]} {pct(r.abs_error_pct_mean, 1)}"
+    each = ", ".join(f"{r.group.split(' (from')[0]} {r.label.split('-', 1)[-1]} {pct(r.abs_error_pct_mean, 1)}"
                      for r in df.itertuples())
     return (f"{ABS_ERROR} {pct(df['abs_error_pct_mean'].mean())} over {len(df)} targets ({each}; "
             f"{_seeds(df['n'])} seeds each); {worst_part(df, 'label')}",
@@ -427,8 +427,8 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Sharded DP (FSDP2 FULL_SHARD and SHARD_GRAD_OP, distributed optimizer) from 15B 2x2x4", sharded, "sharded_dp"),
     ("From one GPU or one host to the nine scale-out and three TP targets (15B)", from_one_gpu, "from_one_gpu"),
     ("Llama-style what-ifs (GQA, SwiGLU) from Llama 3 8B 2x2x4", llama, "llama"),
-    ("Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2, 2x2x2)",
-     schedules, "schedules"),
+    ("Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2, 2x2x2, "
+     "torchtitan 2x1x4)", schedules, "schedules"),
     ("FSDP2 over gloo, real CPU captures (2 ranks <-> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),

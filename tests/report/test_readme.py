@@ -172,7 +172,7 @@ EXPECTED = {
         "mean \\|error\\| 2.00% over 2 targets (PP 1.0%, TP 3.0%; 3 seeds each); every part within 1.0 points of "
         "the iteration (worst: TP, other)",
         "- (none of Lumos, dPRO, vTrain predicts a KV-head or SwiGLU width change from a trace)"),
-    "Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2, 2x2x2)": (
+    "Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2, 2x2x2, torchtitan 2x1x4)": (
         "mean \\|error\\| 0.75% over 2 targets (V 2x8x4v4 1.0%, to 1F1B 2x8x4 0.5%; 3 seeds each); every part within "
         "4.0 points of the iteration (worst: l-2x8x4v4, exposed comm)",
         "- (the paper's predictor knows 1F1B without CP; none of dPRO, vTrain predicts a schedule or CP change from a trace)"),
