@@ -176,8 +176,8 @@ def from_config(cfg: DictConfig) -> Settings:
                             f"(a TP group fills whole hosts)")
     if training["dp_sharding"] == "fsdp_default":   # torchtitan/distributed/fsdp.py, reshard_after_forward "default"
         training["dp_sharding"] = "fsdp" if pp == 1 else "fsdp_grad_op"
-    vp = int(par.get("vp") or 1)
-    cp = int(par.get("cp") or 1)
+    vp = 1 if par.get("vp") is None else int(par["vp"])     # 0 is refused below, never read as "the default"
+    cp = 1 if par.get("cp") is None else int(par["cp"])
     if cp < 1:
         raise SettingsError(f"parallel.cp must be >= 1, got {cp}")
     if cp > 1 and int(m["seq_length"]) % (2 * cp):

@@ -99,6 +99,13 @@ def test_the_split_is_megatrons():
         pipeline_split(8, 2, 2)
 
 
+def test_zero_chunks_or_cp_ranks_are_refused_not_read_as_one():
+    with pytest.raises(SettingsError, match="parallel.vp must be >= 1"):
+        emulate([*EIGHT, "parallel.pp=4", "parallel.vp=0"], progress=False)
+    with pytest.raises(SettingsError, match="parallel.cp must be >= 1"):
+        emulate([*EIGHT, "parallel.pp=4", "parallel.cp=0"], progress=False)
+
+
 def test_megatrons_refusals_are_the_emulators():
     with pytest.raises(SettingsError, match="8 micro-batches per iteration is not a multiple of 3"):
         emulate(["model=tiny", "model.num_layers=6", "parallel.tp=1", "parallel.pp=3", "parallel.dp=1",
