@@ -40,7 +40,7 @@ from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import STRATEGIES, reachable
 from lumos.transform.micro_batch_size import change_micro_batch
-from lumos.transform.schedule import ScheduleError, check_interleaved, layers_per_stage
+from lumos.transform.schedule import ScheduleError, check_interleaved, stage_split
 from lumos.transform.tp import change_tp, tp_misfits
 
 from .device_memory import device_memory, on_device
@@ -93,7 +93,7 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                 for vp in sorted({v if pp > 1 else 1 for v in vps}):
                     own = pp == base.pp and vp == base.chunks and bool(base.chunk_layers)   # the base's own chunks
                     try:
-                        check_interleaved(pp, vp, m, None if own else _split(base, pp))
+                        check_interleaved(pp, vp, m, None if own else stage_split(pp, base.layers, base.stage_layers))
                     except ScheduleError:
                         continue
                     for strategy in strategies:
@@ -105,13 +105,6 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
 def whole_seq(base) -> int:
     """The base's sequence length (a context-parallel base's shape holds one rank's part)."""
     return base.shape.seq * base.cp
-
-
-def _split(base, pp: int) -> list[int]:
-    """Layers of each stage at `pp` stages: the base's own split at its own PP, else as even as they go."""
-    if pp == base.pp and len(base.stage_layers) == pp:
-        return list(base.stage_layers)
-    return layers_per_stage(pp, base.layers)
 
 
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
@@ -141,7 +134,7 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
         cp = c.get("cp", 1)   # a rank's part of each sequence; DP x CP ranks hold the optimizer's shards
         shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"], seq=whole_seq(base) // cp)
         mem = layout_memory(shape, c["pp"], c["dp"] * cp, base.layers, c["microbatches"], settings[c.get("fsdp_strategy")],
-                            chunks=c["vp"], split=_split(base, c["pp"]))
+                            chunks=c["vp"], split=stage_split(c["pp"], base.layers, base.stage_layers))
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
                          replayed_microbatches=None))
     fitting = [r for r in rows if r["fits"]]

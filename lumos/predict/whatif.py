@@ -32,7 +32,7 @@ from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
-from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers
+from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
 from lumos.transform.sequence import change_seq
 from lumos.transform.speed import change_speed, compute_mask
 from lumos.transform.tp import change_tp
@@ -81,9 +81,8 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                        else 0, host_ops=host_ops)
     ranks = sorted(st.stage_of_rank)
     sharding = base_sharding(flavours)
-    split = st.stage_layers if len(st.stage_layers) == st.pp and sum(st.stage_layers) == st.layers else \
-        layers_per_stage(st.pp, st.layers)
-    measured = measured_peak(tables, st.stage_of_rank, st.shape, split, st.pp, st.dp, st.microbatches, step=step,
+    measured = measured_peak(tables, st.stage_of_rank, st.shape, stage_split(st.pp, st.layers, st.stage_layers),
+                             st.pp, st.dp, st.microbatches, step=step,
                              sharding=SHARDED_MEMORY.get(sharding), chunks=st.chunks)
     return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
@@ -197,8 +196,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     changed_width = (out.shape.hidden != plan.shape.hidden or out.shape.ffn != plan.shape.ffn
                      or out.shape.kv != plan.shape.kv or out.shape.seq != plan.shape.seq)
     if (pp != plan.pp or layers != plan.layers or m != plan.microbatches or changed_width or tp != plan.tp
-            or restrategy or out.inserted or chunks != plan.chunks
-            or (split is not None and list(split) != list(plan.stage_layers))):   # an added collective is a template: only a rebuild places it
+            or restrategy or out.inserted or chunks != plan.chunks    # an added collective is a template: only
+            or (split is not None and list(split) != list(plan.stage_layers))):   # a rebuild places it
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change" if chunks == plan.chunks
                            else "a pipeline schedule change")
         try:
@@ -286,8 +285,7 @@ def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, setti
     per stage, `split` the layers of each stage (default: as even as they go)."""
     from .memory import plan_memory
 
-    split = list(split) if split and len(split) == pp else layers_per_stage(pp, layers)
-    return plan_memory(shape, split, pp, dp, microbatches, settings, chunks=chunks)
+    return plan_memory(shape, stage_split(pp, layers, split or ()), pp, dp, microbatches, settings, chunks=chunks)
 
 
 def dp_flavours(tables: Sequence[TraceTable], step=None) -> dict:

@@ -225,35 +225,17 @@ def _add_tp(grow: Growth, host: dict, role: int, rank: int) -> int:
         if b.kind == "layer" and b.layer == 0 and b.phase == "forward" and b.mb == 0:
             per_layer = len(sites)
         for k, later in sites:
-            x = int(gpu[k])
-            c = _launcher(g, x)
-            if c < 0:
-                continue
-            thread = int(g.proc[c])
-            calls = _launch(grow, host, rank, thread, bi, c, float(g.ts[c] + g.dur[c]))
-            nxt = _out_edges(g, c, _INTRA)
-            for e in nxt.tolist():       # the thread's next call now follows the launch sequence
-                grow.drop.add(e)
-                grow.edge(calls[-1], int(g.dst[e]), _INTRA, float(g.lag[e]))
-            grow.edge(c, calls[0], _INTRA, 0.0)
-            ar = _kernel(grow, "allreduce", stream, rank, bi, float(g.ts[x] + g.dur[x]), _activation_bytes(plan),
-                         "tp", int(g.layer[x]), _PHASE.get(b.phase, -1))
-            grow.after[ar] = x
-            grow.edge(calls[2], ar, _LAUNCH, 0.0)
-            grow.edge(x, ar, _XSTREAM, 0.0)
-            if prev_ar is not None:
-                grow.edge(prev_ar, ar, _ISTREAM, 0.0)
-            prev_ar = ar
-            if k + later < len(gpu):
-                grow.edge(ar, int(gpu[k + later]), _XSTREAM, 0.0)
+            prev_ar = _insert_after(grow, host, rank, bi, gpu, k, "allreduce", stream, _activation_bytes(plan), "tp",
+                                    _PHASE.get(b.phase, -1), prev_ar, later)
     return per_layer * 2
 
 
 def _insert_after(grow: Growth, host: dict, rank: int, bi: int, gpu: np.ndarray, k: int, kind: str, stream: int,
-                  nbytes: float, role: str, phase: int, prev=None):
-    """A blocking collective launched after kernel `gpu[k]`'s launcher, starting after that kernel, with kernel
-    `gpu[k + 1]` waiting for it (a TP all-reduce's forward site; a CP gather or reduce-scatter); its id, or
-    `prev` where the kernel has no launcher."""
+                  nbytes: float, role: str, phase: int, prev=None, later: int = 1):
+    """A collective launched after kernel `gpu[k]`'s launcher, starting after that kernel and after `prev` on its
+    stream, with kernel `gpu[k + later]` waiting for it (1: blocking, as a forward TP all-reduce or a CP gather;
+    more: beside the kernels between, as a backward TP all-reduce beside its weight gradient); its id, or `prev`
+    where the kernel has no launcher."""
     g = grow.plan.graph
     x = int(gpu[k])
     c = _launcher(g, x)
@@ -270,8 +252,8 @@ def _insert_after(grow: Growth, host: dict, rank: int, bi: int, gpu: np.ndarray,
     grow.edge(x, new, _XSTREAM, 0.0)
     if prev is not None:
         grow.edge(prev, new, _ISTREAM, 0.0)
-    if k + 1 < len(gpu):
-        grow.edge(new, int(gpu[k + 1]), _XSTREAM, 0.0)
+    if k + later < len(gpu):
+        grow.edge(new, int(gpu[k + later]), _XSTREAM, 0.0)
     return new
 
 

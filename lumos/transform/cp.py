@@ -21,7 +21,6 @@ import numpy as np
 
 from lumos.durations import CollectiveSpec
 from lumos.errors import UserError
-
 from lumos.model.ops import op_class
 
 from .micro_batch_size import reshape_micro_batches

@@ -29,7 +29,7 @@ from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
 from lumos.model.structure import Block, RunStructure
 
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
-from .schedule import check_interleaved, chunk_ranges, layers_per_stage, pipeline_schedule
+from .schedule import check_interleaved, chunk_ranges, pipeline_schedule, stage_split
 from .templates import Templates
 
 # plain ints: a numpy scalar or array compared with an IntEnum member probes the member for array
@@ -120,8 +120,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     m = microbatches or plan.microbatches
     chunks = chunks or plan.chunks
     if split is None:
-        same = pp == plan.pp and layers == plan.layers and len(plan.stage_layers) == pp and sum(plan.stage_layers) == layers
-        split = list(plan.stage_layers) if same else layers_per_stage(pp, layers)
+        split = stage_split(pp, layers, plan.stage_layers)
     if len(split) != pp or sum(split) != layers:
         raise ValueError(f"a split of {'/'.join(map(str, split))} layers is not {layers} layers over {pp} stages")
     if chunks == plan.chunks and plan.chunk_layers and list(split) == list(plan.stage_layers):

@@ -53,14 +53,13 @@ def interleaved(stage: int, pp: int, chunks: int, microbatches: int) -> list[tup
     in reverse. A stage that a step's input comes from (the previous stage, wrapping around) sends it
     unless it holds the model's last chunk; the leading stage (first forward, last backward) receives
     only once the ring behind it has had pp - 1 steps to fill."""
-    pp_, v, m = pp, chunks, microbatches
+    v, m = chunks, microbatches
     order = []
-    for g in range(0, m, pp_):
-        size = min(pp_, m - g)
-        order += [(g + i, c) for c in range(v) for i in range(size)]
+    for g in range(0, m, pp):
+        order += [(g + i, c) for c in range(v) for i in range(min(pp, m - g))]
     total = m * v
-    warm = min(2 * (pp_ - stage - 1) + (v - 1) * pp_, total)
-    first, last = stage == 0, stage == pp_ - 1
+    warm = min(2 * (pp - stage - 1) + (v - 1) * pp, total)
+    first, last = stage == 0, stage == pp - 1
 
     def chunk_of(k: int, forward: bool) -> int:
         c = order[k][1]
@@ -71,7 +70,7 @@ def interleaved(stage: int, pp: int, chunks: int, microbatches: int) -> list[tup
         leading = first if forward else last
         if not leading:
             return True
-        return k >= pp_ - 1 and chunk_of(k - pp_ + 1, forward) != (v - 1 if forward else 0)
+        return k >= pp - 1 and chunk_of(k - pp + 1, forward) != (v - 1 if forward else 0)
 
     def out_fwd(c: int) -> tuple:
         return () if last and c == v - 1 else (SEND_FWD,)
@@ -143,10 +142,10 @@ def check_interleaved(pp: int, chunks: int, microbatches: int, split=None) -> No
     bad = [s for s, n in enumerate(split or ()) if n % chunks or n == 0]
     if bad:
         raise ScheduleError(f"{chunks} model chunks per stage must divide every stage's layers; stage {bad[0]} holds "
-                         f"{split[bad[0]]} (layers per stage: {'/'.join(map(str, split))})")
+                            f"{split[bad[0]]} (layers per stage: {'/'.join(map(str, split))})")
     if microbatches % pp:
         raise ScheduleError(f"the interleaved schedule runs micro-batches in groups of the {pp} stages: "
-                         f"{microbatches} micro-batches per iteration is not a multiple of {pp}")
+                            f"{microbatches} micro-batches per iteration is not a multiple of {pp}")
 
 
 def split_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
@@ -158,15 +157,10 @@ def split_layers(layers: int, pp: int, first: int | None = None, last: int | Non
     rest, others = layers - sum(fixed.values()), [s for s in range(pp) if s not in fixed]
     if any(n < 1 for n in fixed.values()) or (others and rest < len(others)) or (not others and rest):
         raise ScheduleError(f"{layers} layers do not split over {pp} stages with "
-                         f"{first if first is not None else 'an even share'} on the first and "
-                         f"{last if last is not None else 'an even share'} on the last")
-    base, extra = divmod(rest, len(others)) if others else (0, 0)
-    out = [0] * pp
-    for i, s in enumerate(others):
-        out[s] = base + (1 if i < extra else 0)
-    for s, n in fixed.items():
-        out[s] = n
-    return out
+                            f"{first if first is not None else 'an even share'} on the first and "
+                            f"{last if last is not None else 'an even share'} on the last")
+    out = {**dict(zip(others, layers_per_stage(len(others), rest) if others else [])), **fixed}
+    return [out[s] for s in range(pp)]
 
 
 def one_f_one_b(stage: int, pp: int, microbatches: int) -> list[tuple]:
@@ -201,6 +195,14 @@ def layers_of_stage(stage: int, pp: int, layers: int) -> range:
     base, extra = divmod(layers, pp)
     start = stage * base + min(stage, extra)
     return range(start, start + base + (1 if stage < extra else 0))
+
+
+def stage_split(pp: int, layers: int, base=()) -> list[int]:
+    """Layers of each of `pp` stages: the base's own split (`base`) where it is one of `layers` over `pp` stages
+    (an uneven or Llama-3 layout kept), else as even as they go (`layers_per_stage`)."""
+    if len(base) == pp and sum(base) == layers:
+        return list(base)
+    return layers_per_stage(pp, layers)
 
 
 def layers_per_stage(pp: int, layers: int) -> list[int]:
