@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import nccl
 
 
@@ -31,6 +33,18 @@ class KernelCosts:
         t_math = flops / (self.peak * eff)
         t_mem = 2.0 * (m * k + k * n + m * n) / (self.hbm * c.mem_eff)
         return max(t_math, t_mem) + c.gemm_fixed_us
+
+    def gemm_many(self, m: np.ndarray, n, k) -> np.ndarray:
+        """`gemm` over arrays of shapes (broadcast), element by element the same numbers."""
+        c = self.c
+        m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+        tiles = np.ceil(m / c.gemm_tile_m) * np.ceil(n / c.gemm_tile_n)
+        waves = tiles / self.sms
+        with np.errstate(invalid="ignore", divide="ignore"):
+            eff = c.gemm_eff_max * (waves / np.ceil(waves)) * k / (k + c.gemm_k_half)
+            t_math = 2.0 * m * n * k / (self.peak * eff)
+        t_mem = 2.0 * (m * k + k * n + m * n) / (self.hbm * c.mem_eff)
+        return np.fmax(t_math, t_mem) + c.gemm_fixed_us
 
     def attention(self, b: int, s: int, heads: int, d: int, backward: bool) -> float:
         # causal flash attention: half of the 4*b*s^2*h FLOPs; backward does 2.5x the forward
@@ -119,7 +133,7 @@ class CommCosts:
 
     def kernel_name(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int) -> str:
         """The NCCL kernel's name in the trace: it states the algorithm and protocol the call ran."""
-        if kind in ("send", "recv"):
+        if kind in ("send", "recv", "alltoall"):   # NCCL runs an all-to-all as grouped sends and receives
             return "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
         base = {"allreduce": "AllReduce_Sum_bf16", "allgather": "AllGather",
                 "reduce_scatter": "ReduceScatter_Sum_bf16"}[kind]
@@ -132,14 +146,30 @@ class CommCosts:
             algo = "TREE" if (inter and nbytes < self.c.tree_threshold_bytes and kind == "allreduce") else "RING"
         return f"ncclDevKernel_{base}_{algo}_{proto_name}(ncclDevComm*, unsigned long, ncclWork*)"
 
+    def all_to_all(self, nbytes: float, n: int, hosts: int, per_host: int, flows: float, fixed: bool = True) -> float:
+        """An all-to-all whose busiest rank sends or receives `nbytes`: every pair exchanges at once (NCCL's
+        grouped send/recv, src/device/all_to_all via ncclGroupStart: one step), the share bound for the
+        rank's own host over NVLink and the rest over its NIC, the slower of the two setting the time.
+        `fixed=False`: no NCCL kernel start (DeepEP's kernels, launched as ordinary kernels)."""
+        c = self.c
+        k = max(per_host, 1)
+        local = (k - 1) / n * nbytes
+        remote = (n - k) / n * nbytes
+        t = (c.nccl_fixed_us if fixed else 0.0) + (self.net_lat if hosts > 1 else self.nvl_lat)
+        return t + max(local / self.nvl_bw(nbytes), remote / self.nic_bw(flows) if remote else 0.0)
+
     def collective(self, kind: str, nbytes: float, n: int, hosts: int, per_host: int, flows: float) -> float:
         c = self.c
         if kind in ("send", "recv"):
             if hosts <= 1:
                 return c.nccl_fixed_us + self.nvl_lat + nbytes / self.nvl_p2p
             return c.nccl_fixed_us + self.net_lat + nbytes / self.nic_bw(flows)
+        if kind == "deepep":
+            return self.all_to_all(nbytes, n, hosts, per_host, flows, fixed=False)
         if n <= 1:
             return c.nccl_fixed_us
+        if kind == "alltoall":
+            return self.all_to_all(nbytes, n, hosts, per_host, flows)
         if self.algorithm == "nccl":   # NCCL's base latency stands for nccl_fixed_us
             algo, proto = self.nccl_choice(kind, nbytes, n, hosts, per_host)
             return nccl.time_us(kind, algo, proto, nbytes, n, hosts, per_host, self.nvl, self.nvl_half,

@@ -117,7 +117,7 @@ def emulate_config(cfg: DictConfig, progress: bool | None = None) -> EmulationRe
 def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
     t_wall = time.perf_counter()
     s = from_config(cfg)
-    topo = Topology(s.tp, s.pp, s.dp * s.cp, s.cluster.gpus_per_host, cp=s.cp,
+    topo = Topology(s.tp, s.pp, s.dp * s.cp, s.cluster.gpus_per_host, cp=s.cp, ep=s.ep, moe=s.model.moe is not None,
                     model_parallel_group=s.knobs.schedule.grad_norm_group == "model_parallel", ring=s.vp > 1)
     ranks = list(range(s.world_size)) if s.ranks == "all" else topo.stage_reps()
     topo.set_emulated(ranks)
@@ -140,7 +140,8 @@ def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
         rand = Rand(np.random.default_rng(rank_seeds[r]))
         rec = Recorder(r, r % s.cluster.gpus_per_host, 10000 + r)
         dev = Device(env, r, float(slowness[r]), s.knobs, rand, rec, fabric,
-                     sharded=s.training.dp_sharding in ("fsdp", "fsdp_grad_op"), ring=s.vp > 1, cp=s.cp > 1)
+                     sharded=s.training.dp_sharding in ("fsdp", "fsdp_grad_op"), ring=s.vp > 1, cp=s.cp > 1,
+                     moe=s.model.moe is not None)
         rp = RankProgram(emu, r, dev, rand, rec, program, bar.update)
         env.process(rp.run())
         recorders[r] = rec
@@ -234,7 +235,7 @@ def write_result(result: EmulationResult, out: str | os.PathLike) -> list[Path]:
         "stage_of_rank": {str(r): st for r, st in result.stage_of_rank.items()},
         "world_size": s.world_size,
         "parallel": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vp": s.vp, "stage_layers": list(s.stage_layers),
-                     **({"cp": s.cp} if s.cp > 1 else {})},
+                     **({"cp": s.cp} if s.cp > 1 else {}), **({"ep": s.ep} if s.model.moe else {})},
         "num_microbatches": s.model.num_microbatches,
         "global_batch_size": s.model.global_batch_size,
         "granularity": granularity_level(s),   # what `auto` resolved to (coarse traces lack element-wise ops)

@@ -17,6 +17,7 @@ COMPUTE, COMM, WAIT = 0, 1, 2
 MP_STREAM = 36   # the model-parallel group's NCCL stream, only with schedule.grad_norm_group: model_parallel
 AG_STREAM = 40   # FSDP's all-gather stream, only with training.dp_sharding: fsdp
 CP_STREAM = 44   # the context-parallel group's NCCL stream, only with parallel.cp > 1
+EP_STREAM = 48   # the expert-parallel dispatch and combine (NCCL or DeepEP kernels), only with an MoE model
 
 
 class Rand:
@@ -65,11 +66,14 @@ class Item:
 class Comm:
     """One collective or point-to-point call as seen by one rank (`repeat` back-to-back calls
     of the same size when granularity=stage folds a stage's layers into one block)."""
-    __slots__ = ("group", "kind", "nbytes", "key", "args", "src", "dst", "repeat")
+    __slots__ = ("group", "kind", "nbytes", "key", "args", "src", "dst", "repeat", "lead")
 
     def __init__(self, group, kind, nbytes, key, args, src=-1, dst=-1, repeat=1):
         self.group, self.kind, self.nbytes, self.key, self.args = group, kind, nbytes, key, args
         self.src, self.dst, self.repeat = src, dst, repeat
+        # how much later than this rank the busiest stand-in peer has its data ready, beyond the drift
+        # (an expert-parallel exchange after the experts: the rank whose experts got the most tokens)
+        self.lead = 0.0
 
 
 class Stream:
@@ -131,7 +135,7 @@ class Device:
     STREAMS = (7, 20, 24, 28, 32)
 
     def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric, sharded: bool = False,
-                 ring: bool = False, cp: bool = False):
+                 ring: bool = False, cp: bool = False, moe: bool = False):
         self.env, self.rank, self.slowness = env, rank, slowness
         self.jitter = knobs.compute.jitter_sigma
         self.comm_slowdown = knobs.compute.comm_slowdown   # SM share an active NCCL kernel takes
@@ -139,7 +143,8 @@ class Device:
         self.active_comm = 0
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
         sids = self.STREAMS + ((MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ()) \
-            + ((AG_STREAM,) if sharded else ()) + ((29, 33) if ring else ()) + ((CP_STREAM,) if cp else ())
+            + ((AG_STREAM,) if sharded else ()) + ((29, 33) if ring else ()) + ((CP_STREAM,) if cp else ()) \
+            + ((EP_STREAM,) if moe else ())
         # (29, 33: rank.SEND_BWD_S, RECV_BWD_S)
         self.streams = {sid: Stream(self, sid) for sid in sids}
 
@@ -198,7 +203,7 @@ class Fabric:
             key = (g.key, ref)
         r = self._ratios.get(key)
         if r is None:
-            slow = self.replica_slow if g.kind == "dp" else self.slow
+            slow = self.replica_slow if g.kind in ("dp", "edp") else self.slow
             r = self._ratios[key] = slow[virtual] / slow[ref] - 1.0
         return r
 
@@ -231,14 +236,14 @@ class Fabric:
         if g.kind == "mp" and len(virtual):
             t_sync = self._mp_sync(m, g, virtual, t_sync)
         elif len(virtual):
-            if g.kind == "dp":
+            if g.kind in ("dp", "edp"):   # peers in other pipelines: drift over the whole iteration
                 work = busy
             else:
                 work = max(busy - self.last_busy.get((g.key, ref), 0.0), 0.0)
             ratio = self._ratio(g, ref, virtual)
             z = self.rng.standard_normal(len(virtual))
             lag = work * ratio + z * self.peer_sigma * math.sqrt(work * self.peer_tau)
-            t_sync = max(t_sync, ready + float(lag.max()))
+            t_sync = max(t_sync, ready + float(lag.max()) + comm.lead)
         for a in m.arrivals:
             self.last_busy[(g.key, a[1])] = a[3]
         inter = g.hosts > 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from .costs import KernelCosts
 
 BF16 = "c10::BFloat16"
@@ -74,6 +76,16 @@ class CPComm:
     repeat: int = 1                     # back-to-back calls it stands for (granularity=stage)
 
 
+@dataclass(frozen=True)
+class MoEStep:
+    """A part of a mixture-of-experts MLP whose work depends on where the router sent the tokens, timed by
+    the rank for each layer and micro-batch (`lumos/emulator/routing.py`): `dispatch` (tokens to their
+    experts' ranks), `experts` (the experts' GEMMs), `combine` (outputs back to their tokens' ranks)."""
+    part: str                           # dispatch | experts | combine
+    backward: bool = False
+    layers: int = 1                     # consecutive layers it stands for (granularity=stage)
+
+
 def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
     """cuBLAS kernel names as the profiler shows them on Hopper (sm90) and Ampere (sm80)."""
     if arch == "ampere":
@@ -84,8 +96,15 @@ def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
             f"execute_segment_k_off_kernel__5x_cublas")
 
 
+# the experts' GEMMs of one layer as one grouped kernel (Megatron-Core's GroupedMLP, --moe-grouped-gemm:
+# megatron/core/transformer/moe/experts.py over the grouped_gemm package's CUTLASS grouped GEMM)
+GROUPED_GEMM = ("void cutlass::Kernel<cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
+                "128x128_32x4_tn_align8> >(cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
+                "128x128_32x4_tn_align8>::Params)")
+
+
 def is_gemm_kernel(name: str) -> bool:
-    return name.startswith(("sm90_xmma_gemm", "ampere_bf16_s16816gemm"))
+    return name.startswith(("sm90_xmma_gemm", "ampere_bf16_s16816gemm")) or name == GROUPED_GEMM
 
 
 ELEM = {
@@ -109,6 +128,10 @@ ELEM = {
     "rope_bwd": "void transformer_engine::fused_rope_backward_kernel<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 const*, int const*, float const*, __nv_bfloat16*, bool, int, int, int, int, int, int, int, int, int, int, int)",
     "swiglu": "void transformer_engine::act_and_mul_kernel<__nv_bfloat16, silu>(__nv_bfloat16 const*, __nv_bfloat16*, unsigned long)",
     "swiglu_bwd": "void transformer_engine::dact_and_mul_kernel<__nv_bfloat16, silu, dsilu>(__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, unsigned long)",
+    "topk": "void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float const, unsigned int>, unsigned int, unsigned int, bool, unsigned int, unsigned int, at::cuda::detail::TensorInfo<float, unsigned int>, unsigned int, at::cuda::detail::TensorInfo<long, unsigned int>, unsigned int, float*)",
+    "topk_bwd": "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxBackwardEpilogue>(float*, float const*, float const*, long)",
+    "permute": "void transformer_engine::moe_permute_kernel<__nv_bfloat16, __nv_bfloat16, 128, false>(__nv_bfloat16 const*, __nv_bfloat16*, int const*, float const*, float*, int, int, int)",
+    "unpermute": "void transformer_engine::moe_unpermute_kernel<__nv_bfloat16, __nv_bfloat16, true>(__nv_bfloat16 const*, __nv_bfloat16*, int const*, float const*, int, int, int)",
     "adam": "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float)",
 }
 SOFTMAX = "void (anonymous namespace)::scaled_masked_softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10>(c10::BFloat16*, c10::BFloat16 const*, unsigned char const*, float, int, int, int, int)"
@@ -171,11 +194,17 @@ class Program:
         self.rope = bool(getattr(m, "rope", False))
         self.qkv = (self.heads + 2 * self.kv) * self.d      # Megatron-Core's linear_qkv output (3h for GPT)
         self.T = self.s * self.b
+        # mixture-of-experts: with TP > 1, Megatron-Core runs the MoE MLP on each TP rank's sequence-parallel
+        # 1 / tp of the tokens (the experts themselves are not tensor-parallel: expert TP 1)
+        self.moe = getattr(m, "moe", None)
+        self.Tm = self.T // settings.tp
+        self.ep = int(getattr(settings, "ep", 1))
         self.k = costs
         self.arch = getattr(settings.cluster, "gemm_kernel", "hopper")
         self.level = granularity_level(settings)
         self.coarse = self.level != "fine"
         self.unfused = settings.training.attention == "unfused"
+        self.grouped = bool(getattr(settings.training, "moe_grouped_gemm", True))
         self.layer_fwd = self._finish(self._bypassed(self._layer_fwd()))
         self.layer_bwd = self._finish(self._bypassed(self._layer_bwd()))
         # layers one block of layer_fwd / layer_bwd stands for (all of a stage's at granularity=stage)
@@ -190,11 +219,21 @@ class Program:
         self.head_fwd = self._finish(self._head_fwd())
         self.head_bwd = self._finish(self._head_bwd())
         h, f, t = self.h, self.f, self.t
-        if self.gated or self.kv != self.heads:     # Llama: GQA projections, SwiGLU's three GEMMs, no biases
+        mlp = 1 if self.gated else 2 / 3   # parameters of an MLP of width f: 3 h f with SwiGLU, 2 h f with GeLU
+        self.expert_params = 0             # a rank's share of a layer's routed experts (their own DP group)
+        if self.moe:   # attention as the model's, then the router, the shared expert and the rank's experts
+            q, mo = self.heads * self.d, self.moe
+            self.expert_params = int(mo.experts // self.ep * 3 * mlp * h * mo.ffn_hidden)
+            self.dense_params = int((h * self.qkv + q * h) // t + 2 * h + h * mo.experts
+                                    + 3 * mlp * h * mo.shared_ffn_hidden)
+            self.layer_params = self.dense_params + self.expert_params
+        elif self.gated or self.kv != self.heads:     # Llama: GQA projections, SwiGLU's three GEMMs, no biases
             q = self.heads * self.d
             self.layer_params = (h * self.qkv + q * h + (3 if self.gated else 2) * h * f) // t + 2 * h
         else:
             self.layer_params = (4 * h * h + 2 * h * f) // t + (3 * h + f) // t + 6 * h
+        if not self.moe:
+            self.dense_params = self.layer_params
         self.embed_params = self.v * h // t + self.s_full * h
 
     # -- op builders -------------------------------------------------------
@@ -254,12 +293,106 @@ class Program:
             TPAllReduce(T * h),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
             self._norm(),
-            self.mm(T, h, fc1, "tn"),
-            self._activation(),
-            self.mm(T, f // t, h, "tn"),
-            TPAllReduce(T * h),
+            *(self._moe_fwd() if self.moe else (
+                self.mm(T, h, fc1, "tn"),
+                self._activation(),
+                self.mm(T, f // t, h, "tn"),
+                TPAllReduce(T * h))),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
         ]
+
+    # -- mixture-of-experts MLP (Megatron-Core's MoELayer: router, token dispatcher, experts) -----------
+    def _moe_fwd(self) -> list:
+        """Router (a GEMM to one logit per expert, softmax and top-k: megatron/core/transformer/moe/router.py),
+        the shared expert (shared_experts.py), then the routed tokens' dispatch, experts and combine, whose
+        work the rank draws per layer and micro-batch (`MoEStep`)."""
+        Tm, h, e = self.Tm, self.h, self.moe.experts
+        return [self.mm(Tm, h, e, "tn"),
+                self.elem("aten::topk", "topk", ((Tm, e),), 8 * Tm * e),
+                *self._shared_expert(False),
+                MoEStep("dispatch"), MoEStep("experts"), MoEStep("combine")]
+
+    def _moe_bwd(self) -> list:
+        Tm, h, e = self.Tm, self.h, self.moe.experts
+        return [MoEStep("combine", True), MoEStep("experts", True), MoEStep("dispatch", True),
+                *self._shared_expert(True),
+                self.elem("aten::_softmax_backward_data", "topk_bwd", ((Tm, e), (Tm, e)), 12 * Tm * e),
+                self.mm(Tm, e, h, "nn"),                                       # router dgrad
+                self.mm(e, Tm, h, "nt", dims=((e, Tm), (Tm, h)))]              # router wgrad
+
+    def _shared_expert(self, backward: bool) -> list:
+        """A dense MLP every token goes through beside the routed experts (DeepSeek-V3's shared expert),
+        on the MoE's tokens, in the same stream (no --moe-shared-expert-overlap)."""
+        fs = self.moe.shared_ffn_hidden
+        if not fs:
+            return []
+        return self._expert_mlp([self.Tm], fs, backward, grouped=False, op="aten::mm")
+
+    def expert_ops(self, tokens, backward: bool) -> list:
+        """The rank's routed experts of one layer, given the tokens each of them received: one grouped GEMM per
+        projection (`training.moe_grouped_gemm`), or Megatron-Core's SequentialMLP loop of one GEMM per
+        expert (megatron/core/transformer/moe/experts.py)."""
+        ops = self._expert_mlp([int(n) for n in tokens], self.moe.ffn_hidden, backward,
+                               grouped=self.grouped, op="grouped_gemm::gmm")
+        return list(self._finish(ops)) if self.coarse else ops
+
+    def expert_us(self, tokens: np.ndarray, backward: bool) -> np.ndarray:
+        """Noise-free GPU time of the routed experts of each rank of an expert-parallel group (`tokens`: ranks x
+        local experts), the same sum as the kernels `expert_ops` launches; what the busiest rank's peers wait."""
+        h, c, f = self.h, 2 if self.gated else 1, self.moe.ffn_hidden
+        n = np.asarray(tokens, dtype=float)
+        live = n > 0
+        shapes = []   # (m, n, k) of KernelCosts.gemm per pass, as arrays over the experts
+        for k_in, n_out in ((f, h), (h, c * f)) if backward else ((h, c * f), (f, h)):
+            if backward:
+                shapes += [(n, k_in, n_out), (k_in, n_out, n)]   # dgrad, wgrad
+            else:
+                shapes.append((n, n_out, k_in))
+        total = 0.0
+        for m_, n_, k_ in shapes:
+            t = np.where(live, self.k.gemm_many(np.where(live, m_, 1), n_, np.where(live, k_, 1)), 0.0).sum(axis=1)
+            if self.grouped:
+                t = np.maximum(t - np.maximum(live.sum(axis=1) - 1, 0) * self.k.c.gemm_fixed_us, 0.0)
+            total = total + t
+        rows = n.sum(axis=1)
+        act = ((10 if backward else 6) if self.gated else (6 if backward else 4)) * rows * f
+        return total + act / (self.k.hbm * self.k.c.mem_eff) + self.k.c.elem_fixed_us
+
+    def _expert_mlp(self, tokens: list, f: int, backward: bool, grouped: bool, op: str) -> list:
+        h, c = self.h, 2 if self.gated else 1
+        total = sum(tokens)
+        proj = [(h, c * f), (f, h)]            # FC1 (gate and up with SwiGLU), FC2
+        act_bytes = (10 if backward else 6) * total * f if self.gated else (6 if backward else 4) * total * f
+        act = self.elem("aten::silu_backward" if backward else "aten::silu",
+                        ("swiglu_bwd" if backward else "swiglu") if self.gated else
+                        ("gelu_bwd" if backward else "gelu"), ((total, c * f),), act_bytes)
+        passes = []   # (dims of the grouped op, (m, k, n, layout) per expert), in the order the pass runs them
+        L = len(tokens)
+        for k_in, n_out in (reversed(proj) if backward else proj):
+            if backward:   # dgrad, then wgrad
+                passes.append((((total, n_out), (L, n_out, k_in)), [(n, n_out, k_in, "nn") for n in tokens]))
+                passes.append((((k_in, total), (total, n_out)), [(k_in, n, n_out, "nt") for n in tokens]))
+            else:
+                passes.append((((total, k_in), (L, k_in, n_out)), [(n, k_in, n_out, "tn") for n in tokens]))
+        out = []
+        for i, (dims, per_expert) in enumerate(passes):
+            live = [g for g in per_expert if min(g[:3]) > 0]   # an expert that got no token runs no GEMM
+            if grouped:
+                cost = sum(self.k.gemm(m, n, k) for m, k, n, _ in live) - max(len(live) - 1, 0) * self.k.c.gemm_fixed_us
+                out.append(OpSpec(op, dims, (BF16, BF16), (KSpec(GROUPED_GEMM, max(cost, 0.0)),), gemm=True, heavy=True))
+            else:
+                out += [self.mm(m, k, n, lay) for m, k, n, lay in live]
+            if i == (1 if backward else 0):
+                out.append(act)   # forward: after FC1; backward: after FC2's dgrad and wgrad
+        return out
+
+    def permute(self, choices: int, backward: bool, un: bool) -> OpSpec:
+        """Tokens sorted by expert before the dispatch (permute) and put back in order, weighted by their
+        router probabilities, after the combine (unpermute): Transformer Engine's fused moe_permute /
+        moe_unpermute, read and write of each routed copy."""
+        h = self.h
+        name = ("aten::_moe_unpermute" if un else "aten::_moe_permute") + ("_backward" if backward else "")
+        return self.elem(name, "unpermute" if un else "permute", ((choices, h),), 4 * choices * h)
 
     def _layer_bwd(self):
         T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t
@@ -267,13 +400,14 @@ class Program:
         qkv, q, fc1 = self.qkv // t, self.heads * d // t, (2 if self.gated else 1) * f // t
         return [
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
-            self.mm(T, h, f // t, "nn"),                                   # FC2 dgrad
-            self.mm(h, T, f // t, "nt", dims=((h, T), (T, f // t))),       # FC2 wgrad
-            self._activation(backward=True),
-            self.mm(T, fc1, h, "nn"),                                      # FC1 dgrad
-            TPAllReduce(T * h, overlap=True),
-            self.mm(fc1, T, h, "nt", dims=((fc1, T), (T, h))),             # FC1 wgrad overlaps the all-reduce
-            TPWait(),
+            *(self._moe_bwd() if self.moe else (
+                self.mm(T, h, f // t, "nn"),                                   # FC2 dgrad
+                self.mm(h, T, f // t, "nt", dims=((h, T), (T, f // t))),       # FC2 wgrad
+                self._activation(backward=True),
+                self.mm(T, fc1, h, "nn"),                                      # FC1 dgrad
+                TPAllReduce(T * h, overlap=True),
+                self.mm(fc1, T, h, "nt", dims=((fc1, T), (T, h))),             # FC1 wgrad overlaps the all-reduce
+                TPWait())),
             self._norm(backward=True),
             self.elem("aten::add_", "add", ((s, b, h), (s, b, h)), 6 * T * h),
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
@@ -444,6 +578,8 @@ class Program:
         for st in steps:
             if isinstance(st, CPComm):   # blocking: its time adds to the block's, wherever it sits
                 cp.append(replace(st, repeat=n * st.repeat))
+            elif isinstance(st, MoEStep):   # the same: timed per layer by the rank, after the block's compute
+                cp.append(replace(st, layers=n * st.layers))
             elif isinstance(st, OpSpec):
                 first = first or st
                 (overlapped if inside else serial).extend(st.kernels)

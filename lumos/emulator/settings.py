@@ -29,6 +29,22 @@ class ModelShape:
     ffn_activation: str = "gelu"    # gelu: FC1, GeLU, FC2; swiglu: gate and up (one GEMM), SiLU x up, down
     norm: str = "layernorm"         # layernorm | rmsnorm
     rope: bool = False              # rotary embeddings applied to the queries and keys
+    moe: MoEShape | None = None     # mixture-of-experts MLPs (every layer's); None: dense
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """A mixture-of-experts MLP as Megatron-Core builds it (megatron/core/transformer/moe/moe_layer.py): a top-k
+    router over `experts` experts of width `ffn_hidden`, an optional shared expert, and the imbalance the
+    router's choices are drawn from (`lumos/emulator/routing.py`)."""
+    experts: int
+    top_k: int
+    ffn_hidden: int
+    shared_ffn_hidden: int = 0      # the shared expert's width (0: none)
+    imbalance: str = "dirichlet"    # uniform | dirichlet | zipf
+    imbalance_param: float = 8.0    # dirichlet: concentration per expert; zipf: exponent
+    capacity_factor: float = 0.0    # 0: dropless; else each expert takes at most cf x its fair share of a rank's tokens
+    pad_to_capacity: bool = False   # with a capacity factor: every expert's input padded to its capacity
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,7 @@ class Settings:
     cp: int = 1                        # context-parallel ranks: each holds 1/cp of every sequence
     stage_layers: tuple = ()           # transformer layers of each pipeline stage (`pipeline_split`)
     chunk_layers: tuple = ()           # per stage, the transformer layers of each of its model chunks
+    ep: int = 1                        # expert-parallel ranks: each holds 1/ep of every MoE layer's experts
 
     def chunks_of(self, stage: int) -> tuple:
         """Layers of each model chunk of `stage` (one chunk unless interleaved)."""
@@ -86,7 +103,10 @@ def _merge(base: dict, over: dict, where: str) -> dict:
 DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1", "fsdp_default")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
-                    "attention": "flash", "dp_sharding": "none", "cp_form": "allgather"}
+                    "attention": "flash", "dp_sharding": "none", "cp_form": "allgather",
+                    "moe_dispatcher": "alltoall", "moe_grouped_gemm": True}
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
+MOE_IMBALANCE = ("uniform", "dirichlet", "zipf")
 
 
 def _training(c: dict) -> dict:
@@ -105,6 +125,11 @@ def _training(c: dict) -> dict:
     if t["cp_form"] != "allgather":
         raise SettingsError(f"training.cp_form {t['cp_form']!r} is not emulated (only allgather: Llama 3's all-gather "
                             "of keys and values; the ring form of Megatron / torchtitan is not)")
+    if t["moe_dispatcher"] not in MOE_DISPATCHERS:
+        raise SettingsError(f"training.moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, "
+                            f"got {t['moe_dispatcher']!r}")
+    if not isinstance(t["moe_grouped_gemm"], bool):
+        raise SettingsError(f"training.moe_grouped_gemm must be true or false, got {t['moe_grouped_gemm']!r}")
     if t["schedule"] != "1f1b":
         raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
     return t
@@ -215,13 +240,63 @@ def from_config(cfg: DictConfig) -> Settings:
                        seq_length=int(m["seq_length"]), micro_batch_size=mbs, num_microbatches=nmb,
                        global_batch_size=gbs, num_kv_heads=kv if kv != int(m["num_heads"]) else 0,
                        ffn_activation=str(m.get("ffn_activation") or "gelu"), norm=str(m.get("norm") or "layernorm"),
-                       rope=bool(m.get("rope", False)))
+                       rope=bool(m.get("rope", False)), moe=_moe(m))
+    ep = 1 if par.get("ep") is None else int(par["ep"])
+    _check_ep(shape, ep, tp, dp, cp, training)
     tr = c.get("trace", {})
     return Settings(model=shape, tp=tp, pp=pp, dp=dp, seed=int(c.get("seed", 0)), ranks=ranks,
                     legacy=bool(tr.get("legacy", False)), step=int(tr.get("step", 5)),
                     base_ts_us=float(tr.get("base_ts_us", 1.0e9)), cluster=_ns(c["cluster"]),
                     knobs=_ns(knobs), progress=str(c.get("progress", "auto")), training=_ns(training),
-                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp)
+                    write_ranks=write_ranks, vp=vp, stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp, ep=ep)
+
+
+def _moe(m: dict) -> MoEShape | None:
+    """The model's MoE keys, checked; None for a dense model (`moe_num_experts` null or 0)."""
+    experts = m.get("moe_num_experts")
+    if not experts:
+        return None
+    experts, k = int(experts), int(m.get("moe_top_k") or 0)
+    if experts < 2 or not 1 <= k <= experts:
+        raise SettingsError(f"model.moe_num_experts={experts} and moe_top_k={m.get('moe_top_k')!r}: need at least "
+                            "2 experts and 1 <= top-k <= experts")
+    imb = str(m.get("moe_imbalance") or "dirichlet")
+    if imb not in MOE_IMBALANCE:
+        raise SettingsError(f"model.moe_imbalance must be one of {', '.join(MOE_IMBALANCE)}, got {imb!r}")
+    param = float(m.get("moe_imbalance_param") if m.get("moe_imbalance_param") is not None else 8.0)
+    if imb != "uniform" and param <= 0:
+        raise SettingsError(f"model.moe_imbalance_param must be > 0 for {imb}, got {param}")
+    cf = float(m.get("moe_capacity_factor") or 0.0)
+    if cf < 0:
+        raise SettingsError(f"model.moe_capacity_factor must be >= 0 (0 or null: dropless), got {cf}")
+    pad = bool(m.get("moe_pad_to_capacity", False))
+    if pad and not cf:
+        raise SettingsError("model.moe_pad_to_capacity needs a model.moe_capacity_factor (Megatron's "
+                            "--moe-pad-expert-input-to-capacity acts only with --moe-expert-capacity-factor)")
+    ffn = int(m.get("moe_ffn_hidden") or m["ffn_hidden"])
+    return MoEShape(experts=experts, top_k=k, ffn_hidden=ffn, shared_ffn_hidden=int(m.get("moe_shared_expert_ffn") or 0),
+                    imbalance=imb, imbalance_param=param, capacity_factor=cf, pad_to_capacity=pad)
+
+
+def _check_ep(shape: ModelShape, ep: int, tp: int, dp: int, cp: int, training: dict) -> None:
+    """Expert parallelism as Megatron-Core lays it out with --expert-tensor-parallel-size 1: the EP ranks are
+    drawn from a stage's TP x DP ranks (expert data parallelism: TP x DP / EP), so `ep` divides TP x DP and
+    the experts."""
+    if ep < 1:
+        raise SettingsError(f"parallel.ep must be >= 1, got {ep}")
+    moe = shape.moe
+    if moe is None:
+        if ep > 1:
+            raise SettingsError(f"parallel.ep={ep} needs a mixture-of-experts model (model.moe_num_experts)")
+        return
+    if (tp * dp) % ep or moe.experts % ep:
+        raise SettingsError(f"parallel.ep={ep} must divide tp x dp = {tp * dp} (the expert-parallel ranks are a "
+                            f"stage's TP x DP ranks) and model.moe_num_experts={moe.experts}")
+    if cp > 1:
+        raise SettingsError("mixture-of-experts with parallel.cp > 1 is not emulated")
+    if training["dp_sharding"] != "none":
+        raise SettingsError(f"mixture-of-experts with training.dp_sharding={training['dp_sharding']} is not emulated "
+                            "(the experts' gradients are all-reduced over the expert data-parallel group)")
 
 
 def pipeline_split(layers: int, pp: int, vp: int = 1, first: int | None = None, last: int | None = None) -> tuple:

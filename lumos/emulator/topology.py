@@ -15,7 +15,8 @@ import numpy as np
 class Group:
     """A NCCL communicator: its ranks, how many hosts it spans, and who is emulated in full."""
 
-    kind: str                 # tp | dp | pp (2-rank pipeline channel) | mp (model-parallel: TP x PP)
+    kind: str                 # tp | dp | pp (2-rank pipeline channel) | mp (model-parallel: TP x PP) | cp
+                              #   | ep (expert-parallel) | edp (expert data-parallel)
     key: tuple
     name: str                 # "Process Group Name" (a number, as PyTorch writes it)
     ranks: tuple
@@ -37,7 +38,7 @@ class Topology:
     DP index, for the grad-norm all-reduce); they are then listed in each rank's `pg_config`."""
 
     def __init__(self, tp: int, pp: int, dp: int, gpus_per_host: int, model_parallel_group: bool = False,
-                 ring: bool = False, cp: int = 1):
+                 ring: bool = False, cp: int = 1, ep: int = 1, moe: bool = False):
         """`dp`: the data-parallel ranks of a stage, context-parallel ones included (Megatron's order is TP, CP,
         DP, PP: `cp` consecutive ones of them, TP apart, share each sequence; the gradients are reduced over
         all of them, Megatron's data-parallel group with context parallelism)."""
@@ -45,6 +46,8 @@ class Topology:
         self.with_mp = model_parallel_group
         self.ring = ring and pp > 2    # interleaved 1F1B: the last stage also sends to the first
         self.cp = cp
+        self.ep = ep   # expert-parallel ranks, drawn from a stage's TP x DP ranks (expert tensor parallelism 1)
+        self.moe = moe
         self.world = tp * pp * dp
         self.hosts = -(-self.world // gpus_per_host)
         self._groups: dict[tuple, Group] = {}
@@ -120,6 +123,40 @@ class Topology:
             + self.dp * self.tp
         return self._make("cp", ("cp", s, first, t), ranks, base + (s * (self.dp // self.cp) + first // self.cp) * self.tp + t)
 
+    def _after_cp(self) -> int:
+        """First group number after the context-parallel groups (an upper bound of theirs)."""
+        return 2 + self.pp * self.dp + self.pp * self.tp + self.dp * self.tp * max(self.pp - 1, 1) + self.dp \
+            + self.dp * self.tp + self.pp * self.dp * self.tp
+
+    def ep_group(self, rank: int) -> Group:
+        """The expert-parallel group of `rank`: `ep` consecutive ranks of its stage (TP innermost, so an EP
+        group of up to a host's GPUs stays on NVLink; Megatron-Core's expert rank order with expert TP 1,
+        megatron/core/parallel_state.py, initialize_model_parallel's expert_decoder_rank_generator)."""
+        s = self.coords(rank)[0]
+        j = rank - s * self.tp * self.dp
+        first = j - j % self.ep
+        ranks = tuple(s * self.tp * self.dp + first + i for i in range(self.ep))
+        return self._make("ep", ("ep", s, first), ranks, self._after_cp() + s * (self.tp * self.dp // self.ep)
+                          + first // self.ep)
+
+    def separate_edp(self) -> bool:
+        """Whether the experts' gradients have a group of their own: unless TP and EP are both 1, where the
+        expert data-parallel ranks are the DP group's and the experts' gradients join the dense buckets."""
+        return self.moe and (self.tp > 1 or self.ep > 1)
+
+    def ep_index(self, rank: int) -> int:
+        """Which expert-parallel group of its stage `rank` is in (each routes its own tokens)."""
+        return (rank % (self.tp * self.dp)) // self.ep
+
+    def edp_group(self, rank: int) -> Group:
+        """The expert data-parallel group: the ranks of the stage holding the same experts (one per EP group),
+        over which the experts' gradients are all-reduced."""
+        s = self.coords(rank)[0]
+        j = rank - s * self.tp * self.dp
+        ranks = tuple(s * self.tp * self.dp + j % self.ep + i * self.ep for i in range(self.tp * self.dp // self.ep))
+        return self._make("edp", ("edp", s, j % self.ep), ranks, self._after_cp() + self.pp * self.tp * self.dp
+                          + s * self.ep + j % self.ep)
+
     def copies_on_host(self, g: Group, rank: int) -> tuple[int, int]:
         """(GPUs of `rank`'s host that run this call of `g` across hosts at once, how many of them are emulated).
 
@@ -155,6 +192,10 @@ class Topology:
             groups.append(self.mp_group(rank))
         if self.cp > 1:
             groups.append(self.cp_group(rank))
+        if self.ep > 1:
+            groups.append(self.ep_group(rank))
+        if self.separate_edp() and self.ep < self.tp * self.dp:
+            groups.append(self.edp_group(rank))
         for g in groups:
             out.append({"pg_name": g.name, "pg_desc": f"{g.kind}_group", "backend_config": "cuda:nccl",
                         "pg_size": len(g.ranks), "ranks": list(g.ranks)})
