@@ -4,6 +4,7 @@
 # prediction intervals cover the emulated actual of other seeds (coverage), and predictions from an emulated base
 # against published hardware measurements (endtoend).
 # The sweep is in config/config.yaml; model/cluster/simulator/ablation settings are Hydra groups under config/.
+# `snakemake --report report.html` afterwards: every table and figure in one HTML file (workflow/rules/report.smk).
 # See docs/pipeline.md.
 from snakemake.utils import min_version, validate
 
@@ -21,6 +22,10 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 onstart:

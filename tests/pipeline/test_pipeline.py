@@ -7,7 +7,9 @@ groups, so touching a group file never touches the repository.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import math
 import os
 import re
@@ -292,6 +294,52 @@ def test_every_figure_is_written(work):
         pdf = png.with_suffix(".pdf")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
         assert pdf.read_bytes()[:5] == b"%PDF-", name
+
+
+def report_scripts(html: str, ids=("results", "categories", "workflow-desc")) -> dict:
+    """The JSON a Snakemake report's page is drawn from (`<script id="ID">var NAME = JSON;</script>`), by id."""
+    found = dict(re.findall(r'<script id="([\w-]+)">\s*var \w+ = (.*?);\s*</script>', html, flags=re.S))
+    return {sid: json.loads(found[sid]) for sid in ids}
+
+
+def test_the_report_holds_every_table_and_figure_with_what_it_rests_on(work):
+    out = snakemake(work, "--report", "report.html")
+    assert "Report created." in out
+    html = (work / "report.html").read_text()
+    assert html.startswith("<!doctype html>") and html.rstrip().endswith("</html>")
+    data = report_scripts(html)
+    results, categories = data["results"], data["categories"]
+    tables = {f"results/tiny/tables/{n}.csv" for n in TABLES}
+    figures = {f"figures/tiny/{n}.png" for n in FIGURES}
+    # every table and figure the run wrote, nothing else (the Markdown and PDF copies stay out)
+    written = {str(p.relative_to(work)) for p in [*(work / "results/tiny/tables").glob("*.csv"),
+                                                  *(work / "figures/tiny").glob("*.png")]}
+    assert set(results) == tables | figures == written
+    filed = {path: (cat, sub) for cat, subs in categories.items() for sub, paths in subs.items() for path in paths}
+    assert set(filed) == set(results)
+    for path, res in results.items():
+        name = Path(path).stem
+        # embedded, byte for byte: the one file is the whole report
+        head, b64 = res["data_uri"].split(";base64,")
+        assert head.startswith("data:image/png" if path in figures else "data:text/csv"), path
+        assert base64.b64decode(b64) == (work / path).read_bytes(), path
+        caption = res["caption"]
+        assert path in caption and "tiny" in caption, path   # names its file and tag
+        rests = re.search(r"<em>Rests on:</em>(.*?)</p>", caption, flags=re.S).group(1)
+        subcategory = filed[path][1]
+        if name in BOTH or name in ("emulator_realism", "fig_emulator_realism", "fig_endtoend"):
+            assert "EMULATED" in rests.upper() and "MEASURED" in rests.upper(), path
+            assert subcategory.startswith("emulated") and subcategory.endswith("measured on hardware"), path
+        elif name in MEASURED + ("fig_h200_whatif",):
+            assert "emulated" not in rests and "emulated" not in subcategory, path
+        elif name in ("ablation", "ablation_by_trace", "fig_ablation", "fig6_timeline"):
+            assert "real trace" in rests and "emulated" in rests and subcategory == "real traces and emulated", path
+        else:
+            assert "emulated" in rests and subcategory == "emulated", path
+    assert filed["results/tiny/tables/replay_h200.csv"] == ("Replay", "measured on hardware (H200)")
+    assert filed["results/tiny/tables/fsdp_cpu_whatif.csv"] == ("Prediction", "measured on this machine (CPU)")
+    assert filed["figures/tiny/fig_coverage.png"] == ("Intervals", "emulated")
+    assert "Where to look" in data["workflow-desc"] and "<tt class=\"docutils literal\">tiny</tt>" in data["workflow-desc"]
 
 
 def test_the_transfer_panel_of_a_one_step_trace_is_empty(work):

@@ -80,7 +80,7 @@ rule table:
     input:
         unpack(table_inputs),
     output:
-        csv=f"{R}/tables/{{name}}.csv",
+        csv=reported(f"{R}/tables/{{name}}.csv", "tables"),
         md=f"{R}/tables/{{name}}.md",
     wildcard_constraints:
         name="replay_real|replay_microbench|replay_h200|replay_emulated|scaleout|variants|speed|sharded_dp|from_one_gpu|llama|schedules|ablation|ablation_by_trace|statistics",

@@ -86,7 +86,7 @@ rule table_coverage:
     input:
         **coverage_inputs(),
     output:
-        csv=f"{R}/tables/coverage.csv",
+        csv=reported(f"{R}/tables/coverage.csv", "tables", "coverage"),
         md=f"{R}/tables/coverage.md",
     params:
         experiments=coverage_experiments(),
@@ -126,7 +126,7 @@ rule table_intervals_real:
     input:
         [f"{R}/coverage/real/{t}.json" for t in config.get("real_traces", {})],
     output:
-        csv=f"{R}/tables/intervals_real.csv",
+        csv=reported(f"{R}/tables/intervals_real.csv", "tables", "intervals_real"),
         md=f"{R}/tables/intervals_real.md",
     params:
         traces=list(config.get("real_traces", {})),

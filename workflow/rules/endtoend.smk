@@ -107,7 +107,7 @@ rule table_endtoend:
         peer=[plan.peer["file"] for plan in ENDTOEND if plan.peer.get("file")],
     output:
         data=f"{R}/data/endtoend.csv",
-        csv=f"{R}/tables/endtoend.csv",
+        csv=reported(f"{R}/tables/endtoend.csv", "tables", "endtoend"),
         md=f"{R}/tables/endtoend.md",
     params:
         datasets=endtoend_params(),

@@ -37,7 +37,7 @@ rule figure:
     input:
         unpack(figure_inputs),
     output:
-        png=f"{F}/{{name}}.png",
+        png=reported(f"{F}/{{name}}.png", "figures"),
         pdf=f"{F}/{{name}}.pdf",
     wildcard_constraints:
         name="fig1_breakdown|fig6_timeline|fig7_scaleout|fig8_variants|fig_ablation|fig_error_ci|fig_h200_whatif|fig_emulator_realism|fig_coverage|fig_endtoend",

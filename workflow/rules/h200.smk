@@ -47,7 +47,7 @@ rule table_h200_whatif:
     input:
         [f"{R}/predict_h200/{label}.json" for label in config.get("h200", {}).get("targets", {})],
     output:
-        csv=f"{R}/tables/h200_whatif.csv",
+        csv=reported(f"{R}/tables/h200_whatif.csv", "tables", "h200_whatif"),
         md=f"{R}/tables/h200_whatif.md",
     params:
         calibration=config.get("h200", {}).get("clock_calibration", []),

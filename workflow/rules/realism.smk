@@ -103,7 +103,7 @@ rule table_emulator_realism:
         realism_csvs(),
     output:
         data=f"{R}/data/emulator_realism.csv",
-        csv=f"{R}/tables/emulator_realism.csv",
+        csv=reported(f"{R}/tables/emulator_realism.csv", "tables", "emulator_realism"),
         md=f"{R}/tables/emulator_realism.md",
     params:
         tag=TAG,

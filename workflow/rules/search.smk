@@ -35,7 +35,7 @@ rule table_search:
     input:
         csv=f"{R}/search/check.csv",
     output:
-        csv=f"{R}/tables/search.csv",
+        csv=reported(f"{R}/tables/search.csv", "tables", "search"),
         md=f"{R}/tables/search.md",
     log:
         f"{R}/logs/table/search.log",

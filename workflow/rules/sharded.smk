@@ -178,7 +178,7 @@ rule table_fsdp_cpu_whatif:
     input:
         [f"{R}/predict_fsdp_cpu/{label}.json" for label in FSDP_CPU.get("targets", {})],
     output:
-        csv=f"{R}/tables/fsdp_cpu_whatif.csv",
+        csv=reported(f"{R}/tables/fsdp_cpu_whatif.csv", "tables", "fsdp_cpu_whatif"),
         md=f"{R}/tables/fsdp_cpu_whatif.md",
     params:
         calibration=[],

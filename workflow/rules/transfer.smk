@@ -51,7 +51,7 @@ rule table_transfer_real:
     input:
         [f"{R}/transfer/{t}.csv" for t in transfer_traces()],
     output:
-        csv=f"{R}/tables/transfer_real.csv",
+        csv=reported(f"{R}/tables/transfer_real.csv", "tables", "transfer_real"),
         md=f"{R}/tables/transfer_real.md",
     log:
         f"{R}/logs/table/transfer_real.log",
