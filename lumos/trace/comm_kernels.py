@@ -6,7 +6,7 @@ communication? They ask it here, through `schema.is_comm_kernel` / `schema.comm_
 so that a library this table does not know is compute everywhere, and one it knows is
 communication everywhere. A trace of DeepSeek-V3's expert parallelism (DeepEP's dispatch and
 combine kernels, which are no NCCL kernels) read 111 of its 112 ms as exposed compute before
-the `deepep` rule existed.
+the `deepep` rule existed (docs/notes/2026-12-07-communication-kernels.md).
 
 Each rule says where its names come from. Rules whose library synchronises its peers inside
 its own kernels (NVLink flags, NVSHMEM signals, symmetric-memory signal pads) are
@@ -85,14 +85,18 @@ RULES: tuple[CommKernelRule, ...] = (
         # engram_fetch_wait,pp_send,pp_recv}_impl. Not communication, and left out: get_dispatch_layout
         # (counts tokens per rank and expert from topk_idx; in `internode` in the first release, `layout`
         # since), the mask-buffer kernels and EPv2's dispatch_copy / combine_reduce epilogues (local copies
-        # and sums over the received buffer). The AMD port keeps the names under primus_turbo::deep_ep.
-        _rx(r"\bdeep_ep::(?:legacy::)?(?:intranode|internode|internode_ll)::(?:notify_dispatch|cached_notify_dispatch"
-            r"|dispatch|cached_notify_combine|cached_notify|combine|barrier|clean_low_latency_buffer)\b"
+        # and sums over the received buffer). DeepSeek's own traces (deepseek-ai/profile-data train.json,
+        # DeepSeek-V3's EP64 training) spell the namespace dpsk::ep (dpsk::ep::internode::dispatch, combine,
+        # notify_dispatch, cached_notify; dpsk::ep::cuda::get_dispatch_layout); the AMD port keeps the names
+        # under primus_turbo::deep_ep.
+        _rx(r"\b(?:deep_ep|dpsk::ep)::(?:legacy::)?(?:intranode|internode|internode_ll)::(?:notify_dispatch"
+            r"|cached_notify_dispatch|dispatch|cached_notify_combine|cached_notify|combine|barrier"
+            r"|clean_low_latency_buffer)\b"
             r"|\bdeep_ep::elastic::(?:hybrid_dispatch|hybrid_combine|dispatch|combine|barrier|engram_fetch_wait"
             r"|engram_fetch|pp_send|pp_recv)_impl\b"),
         "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll,runtime}.cu at ebfe47e (2025-02-25) "
         "and 79bbb54 (2025-10-11); csrc/kernels/legacy/*.cu and deep_ep/include/deep_ep/impls/*.cuh at "
-        "dd758ca (2026-07-14)", own_protocol=True),
+        "dd758ca (2026-07-14); deepseek-ai/profile-data train.json at 4496024 (2025-03-21)", own_protocol=True),
     CommKernelRule(
         "nvshmem",
         # NVSHMEM's own kernels (nvshmemi_proxy_rma_entrypoint, nvshmemi_reduce_kernel,

@@ -60,6 +60,13 @@ NAMES = [
     ("void deep_ep::internode_ll::clean_low_latency_buffer<256>(int*, int, int*, int, int, int, int*, int*)",
      "deepep"),
     ("void deep_ep::intranode::barrier<8>(int**, int)", "deepep"),
+    # DeepSeek-V3's own EP64 training trace (deepseek-ai/profile-data train.json): DeepEP as dpsk::ep
+    ("void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*, float*, "
+     "dpsk::ep::internode::SourceMeta*, int4 const*, float const*, long const*, float const*, int*, int*, int*, "
+     "int*, int const*, int const*, int const*, int const*, int, int, int, int, int, bool const*, void*, int, int, "
+     "void**, int, int, int, int, int*)", "deepep"),
+    ("void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*, int, int, int const*, int const*, "
+     "int*, void*, void**, int**, int, int, int, int*, bool, int)", "deepep"),
     # DeepEP EPv2 (2026): csrc/kernels/legacy/*.cu and the JIT kernels of deep_ep/include/deep_ep/impls/*.cuh
     ("void deep_ep::legacy::intranode::dispatch<8, 768, 8192>(int4*, float*)", "deepep"),
     ("void deep_ep::elastic::hybrid_dispatch_impl<false, false, 24, 4, 8, 4, 2, 8, 7168, 0, 4096, 256, 8, 1, 8, "
@@ -96,6 +103,7 @@ NOT_COMM = [
     "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, int)",
     "void deep_ep::internode::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, "
     "int)",
+    "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, int)",
     "void deep_ep::elastic::dispatch_copy_epilogue_impl<128>(void*, void*)",
     "void deep_ep::legacy::internode_ll::query_mask_buffer<32>(int*, int, int*)",
 ]
