@@ -10,8 +10,9 @@ reported. Over the iteration, every instant is one of:
 - overlapped: both run;
 - exposed communication: only communication ops run;
 - other: no GPU op runs (host-bound gaps, data loading, launch latency, idle).
-Communication = NCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`) and other
-known collective kernels. Memcpy and memset count as compute: they are local
+Communication = the kernels a rule of `lumos.trace.comm_kernels` names (NCCL/RCCL,
+MSCCL, symmetric memory, userbuffers, DeepEP, NVSHMEM, a collective's name; the graph's
+`comm` column). Memcpy and memset count as compute: they are local
 GPU work, not collectives. Work queued by an earlier iteration that is still
 running inside the iteration counts too: the GPU is busy with it.
 """

@@ -13,7 +13,9 @@ that skips a stub, where the CPU tasks came from, ranks taken from file
 order), GPU ops with no launch call in the trace (kept on their streams, not tied
 to the host) and device events it does not model are printed under the rank's line
 and listed in JSON (`graph.notes`, `graph.unlaunched_gpu_ops`, `graph.unmodelled_device_events`,
-`graph.unmodelled_device_us`).
+`graph.unmodelled_device_us`). Where a rule other than NCCL's made kernels communication (DeepEP,
+symmetric memory, a collective's name: `lumos.trace.comm_kernels`), a line counts them by rule
+(`graph.comm_kernels` in JSON, always).
 With `--joint`, communication ops that found no peers are counted per file, with
 the reason, on one line each (`joint.unmatched_comm` in JSON: rank -> reason -> count).
 
@@ -40,6 +42,7 @@ from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
 from lumos.sim import SimulationError
 from lumos.trace import load_run
+from lumos.trace.comm_kernels import rule_counts_line
 
 from .flags import ENGINE_HELP, FORMAT_HELP, fraction, non_negative_float, non_negative_int, output_path
 from .output import emit
@@ -250,6 +253,9 @@ def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> s
             lines.append(f"  unlaunched: {s['unlaunched_note']}")
         if s.get("unmodelled_note"):
             lines.append(f"  not modelled: {s['unmodelled_note']}")
+        by_rule = rule_counts_line(s.get("comm_kernels") or {})
+        if by_rule:
+            lines.append(f"  {by_rule}")
         lines.append(f"  {'':<18}{'measured ms':>14}{'replayed ms':>14}{'diff %':>9}")
         for key in ("iteration_us",) + COMPONENTS:
             m, p = getattr(r.measured, key), getattr(r.replayed, key)

@@ -6,11 +6,9 @@ for calibration against the paper's Fig. 1 and in the emulator's tests.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-_NCCL = re.compile(r"^(void )?nccl", re.IGNORECASE)
+from lumos.trace.schema import is_comm_kernel   # the one rule of what is communication
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -68,10 +66,10 @@ def breakdown(gpu_ops) -> dict:
 
 def breakdown_events(events) -> dict:
     """Breakdown over the GPU ops of Kineto event dicts (one rank, one step)."""
-    return breakdown((e["ts"], e["ts"] + e["dur"], bool(_NCCL.match(e["name"])))
+    return breakdown((e["ts"], e["ts"] + e["dur"], is_comm_kernel(e["name"]))
                      for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS)
 
 
 def breakdown_recorder(rec) -> dict:
     """Breakdown straight from an emulation Recorder (no file round trip)."""
-    return breakdown((s, e, bool(_NCCL.match(name))) for s, e, _cat, name, *_ in rec.gpu)
+    return breakdown((s, e, is_comm_kernel(name)) for s, e, _cat, name, *_ in rec.gpu)

@@ -13,6 +13,7 @@ from typing import Iterable
 import numpy as np
 
 from lumos.trace import EmptyStepError, TraceTable, schema
+from lumos.trace.comm_kernels import count_by_rule
 from lumos.trace.errors import format_counts
 from lumos.trace.steps import Step, find_steps, select_step
 
@@ -94,10 +95,12 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
     violations_by_class = {c.label: int(np.sum(timing.violations & (cls == c))) for c in EdgeClass}
 
     rank = np.full(ctx.n, table.rank, dtype=np.int32)
+    rules = schema.comm_kernel_rules(ctx.name)
+    comm = ctx.is_gpu & np.fromiter((r is not None for r in rules.tolist()), bool, count=ctx.n)
     graph = Graph(
         name=ctx.name.copy(), kind=ctx.is_gpu.astype(np.int8), proc=ctx.proc, dur=timing.dur,
         ts=timing.ts, release=timing.release,
-        comm=ctx.is_gpu & schema.comm_kernel_mask(ctx.name),
+        comm=comm,
         in_step=sel.in_step, rank=rank, stream_pos=ctx.stream_pos, wait_kind=sync.wait_kind,
         wait_target=np.where(sync.wait_kind == WaitKind.DEVICE, table.rank, sync.wait_target).astype(np.int32),
         event=sel.event, layer=np.full(ctx.n, -1, np.int32), phase=np.full(ctx.n, -1, np.int8),
@@ -122,6 +125,8 @@ def build_graph(table: TraceTable, step=None, edge_classes: Iterable[EdgeClass] 
         "sync_waits": {"explicit": sync.explicit_waits, "inferred": sync.inferred_waits},
         "blocking_copies": waits.blocking_copies,
         "stalled_calls": {"count": waits.stalled_calls, "waiting_us": round(waits.stalled_us, 3)},
+        # the graph's communication kernels by the rule that classified them (lumos.trace.comm_kernels)
+        "comm_kernels": count_by_rule(rules[comm].tolist()),
         "violations": int(np.sum(timing.violations)),
         "violations_by_class": violations_by_class,
         "gap_threshold_us": gap_threshold_us,

@@ -17,6 +17,7 @@ import numpy as np
 
 from lumos.trace import TraceTable
 from lumos.trace.collectives import P2P_KINDS, Call, classify_rows
+from lumos.trace.comm_kernels import OWN_PROTOCOL
 
 from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .edges.cross_rank import CommOp, add_rendezvous, match_key, match_ops
@@ -50,6 +51,9 @@ def concat_graphs(graphs: Sequence[Graph]) -> tuple[Graph, np.ndarray]:
 UNMATCHED_REASONS = {
     "no_kind": "no kind (no Collective name arg, and neither the kernel nor its launching op is named "
                "as a known collective)",
+    "own_protocol": "kernels of a library that synchronises its peers inside them (DeepEP, NVSHMEM, symmetric "
+                    "memory, userbuffers; lumos.trace.comm_kernels), no enclosing op naming a collective: "
+                    "kept on their stream with their measured time",
     "no_group": "no process group (no Process Group Ranks, no Process Group Name in "
                 "distributedInfo.pg_config, and the ranks' calls without a group differ, so none can be inferred)",
     "no_peer": "a send/recv whose peer the trace does not name",
@@ -86,8 +90,8 @@ def resolve_ops(calls: dict[int, list[tuple[int, Call]]], world: int | None) -> 
     Returns (ops, {rank: {reason: count}}).
     """
     ranks = sorted(calls)
-    loose = {r: [c.kind for _, c in calls[r] if c.group is None and c.kind is not None and c.kind not in P2P_KINDS]
-             for r in ranks}
+    loose = {r: [c.kind for _, c in calls[r] if c.group is None and c.kind is not None and c.kind not in P2P_KINDS
+                 and not _own_protocol(c)] for r in ranks}
     whole = world is not None and ranks == list(range(world)) and len(ranks) > 1
     same = whole and len({tuple(k) for k in loose.values()}) == 1
     sizes_ok = all(c.group_size in (None, world) for r in ranks for _, c in calls[r] if c.group is None)
@@ -96,7 +100,9 @@ def resolve_ops(calls: dict[int, list[tuple[int, Call]]], world: int | None) -> 
     for r in ranks:
         for t, c in calls[r]:
             group = c.group
-            if c.kind is None:
+            if _own_protocol(c):
+                reason = "own_protocol"
+            elif c.kind is None:
                 reason = "no_kind"
             elif group is None and c.kind in P2P_KINDS:
                 reason = "no_peer"
@@ -107,6 +113,12 @@ def resolve_ops(calls: dict[int, list[tuple[int, Call]]], world: int | None) -> 
                 continue
             why[r][reason] = why[r].get(reason, 0) + 1
     return ops, why
+
+
+def _own_protocol(c: Call) -> bool:
+    """A kernel of a library that synchronises its peers itself (DeepEP, NVSHMEM, ...), with no
+    enclosing op or arg saying its collective: its own name is no call issued in order on every rank."""
+    return c.rule in OWN_PROTOCOL and c.kind_from not in ("args", "op")
 
 
 def unmatched_lines(unmatched: dict, paths: dict[int, str]) -> list[str]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import schema
+from .comm_kernels import comm_kernel_rule
 
 __all__ = ["KINDS", "P2P_KINDS", "Call", "classify_name", "classify", "classify_rows", "comm_launchers",
            "parse_ranks", "pg_config"]
@@ -46,8 +47,8 @@ P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
 
 # Library prefixes a name may carry (lower case, underscores removed). A name with one of them is a
 # communication call; the rest of it says which.
-_PREFIXES = ("void", "ncclkernel", "nccldevkernel", "nccl::", "nccl:", "rccl:", "c10d::", "gloo:", "mpi:",
-             "ucc:", "recordparamcomms")
+_PREFIXES = ("void", "ncclkernel", "nccldevkernel", "ncclsymkdevkernel", "nccl::", "nccl:", "rccl:", "c10d::",
+             "gloo:", "mpi:", "ucc:", "recordparamcomms")
 # Stem -> kind, longest first where one stem starts another (reducescatter before reduce, allgather
 # before gather, sendrecv before send).
 _STEMS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
@@ -143,6 +144,7 @@ class Call:
     group_from: str               # 'args' | 'pg_config' | ''
     group_size: int | None        # `Group size` arg, when given
     carrier: int                  # row of the CPU op the call was issued by (-1: the kernel alone)
+    rule: str | None = None       # the rule of `comm_kernels.RULES` that made the kernel communication
 
 
 def _nelems(dims) -> int | None:
@@ -202,7 +204,8 @@ def classify(table, row: int, launchers: tuple[int, ...] = (), groups: dict | No
                  and table.group_size[r] > 0), None)
     carrier = next((r for r in launchers if table.coll_name[r] is not None
                     or classify_name(table.name[r]) is not None), -1)
-    return Call(kind, kind_from, nelems, size_from, dtype, group, group_from, size, carrier)
+    return Call(kind, kind_from, nelems, size_from, dtype, group, group_from, size, carrier,
+                comm_kernel_rule(str(table.name[row])))
 
 
 def classify_rows(table, rows: np.ndarray) -> list[Call]:

@@ -12,6 +12,8 @@ from numbers import Integral
 
 import numpy as np
 
+from .comm_kernels import comm_kernel_rule
+
 CPU_OP, ANNOTATION, RUNTIME, KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOTATION, PY_MODULE = range(9)
 CATEGORY_NAMES = ("cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy",
                   "gpu_memset", "cuda_sync", "gpu_user_annotation", "python_function")
@@ -80,28 +82,31 @@ POLLING_CALLS = _calls({"cudaEventQuery", "cudaStreamQuery"})
 
 FLOW_CATEGORIES = frozenset({"ac2g", "async_cpu_to_gpu", "async"})
 
-# NCCL's kernels by version: `ncclKernel_<Coll>_<algo>_<proto>_<op>_<type>` (< 2.19),
-# `ncclDevKernel_<Coll>...`, `ncclDevKernel_SendRecv` and `ncclDevKernel_Generic` (coalesced calls, >= 2.19);
-# RCCL keeps NCCL's names; MSCCL's are `mscclKernel_<op>_<type>_<proto>`. What kind of call a kernel runs
-# is read in `lumos.trace.collectives`, with the ops that launched it.
-_COMM_KERNEL_PREFIX = re.compile(
-    r"^(void )?(nccl(Dev)?Kernel_|ncclKernel|msccl(pp)?Kernel|nccl::|c10d::|cross_device_reduce)", re.IGNORECASE)
-# anywhere in the name (one_shot_, two_shot_ and multimem_all_reduce, userbuffers' kernels, ...): searched
-# for, not matched after `.*`, which backtracks through a long GEMM kernel name
-_COMM_KERNEL_WORD = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|SendRecv|userbuffers",
-                               re.IGNORECASE)
+# Which GPU kernels are communication: the named rules of `comm_kernels` (one table, each rule citing
+# its library's source), asked here by every consumer. What kind of call a kernel runs is read in
+# `lumos.trace.collectives`, with the ops that launched it.
 
 
 def is_comm_kernel(name: str) -> bool:
-    """NCCL/RCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`, `ncclDevKernel_Generic`), MSCCL's
-    (`mscclKernel_*`) and other known collective kernels."""
-    return bool(_COMM_KERNEL_PREFIX.match(name) or _COMM_KERNEL_WORD.search(name))
+    """Whether a GPU kernel is communication: some rule of `lumos.trace.comm_kernels.RULES`
+    (NCCL/RCCL, MSCCL, symmetric memory, userbuffers, DeepEP, NVSHMEM, a collective's name) matches."""
+    return comm_kernel_rule(name) is not None
+
+
+def comm_kernel_rules(names) -> np.ndarray:
+    """`comm_kernel_rule` per row (object array, None where no rule matches), decided once per
+    distinct name (a run holds few)."""
+    names = np.asarray(names, dtype=object)
+    lookup = {n: comm_kernel_rule(n) for n in set(names.tolist())}
+    out = np.empty(len(names), dtype=object)
+    out[:] = [lookup[n] for n in names.tolist()]
+    return out
 
 
 def comm_kernel_mask(names) -> np.ndarray:
     """`is_comm_kernel` per row, decided once per distinct name (a run holds few)."""
     names = np.asarray(names, dtype=object)
-    lookup = {n: is_comm_kernel(n) for n in set(names.tolist())}
+    lookup = {n: comm_kernel_rule(n) is not None for n in set(names.tolist())}
     return np.fromiter(map(lookup.__getitem__, names.tolist()), dtype=bool, count=len(names))
 
 

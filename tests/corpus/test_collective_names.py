@@ -37,6 +37,9 @@ NAMES = [
     ("ncclDevKernel_Generic(ncclDevComm*, unsigned long, ncclWork*)", "coalesced"),
     ("ncclDevKernel_Generic_4(ncclDevComm*, unsigned long, ncclWork*)", "coalesced"),
     ("void ncclKernel_Reduce_RING_LL_Sum_half(ncclDevComm*, unsigned long, ncclWork*)", "reduce"),
+    # NCCL >= 2.27 symmetric kernels (src/device/symmetric/generate.py): ncclSymkDevKernel_<Coll>_<algo>_<op>_<type>
+    ("ncclSymkDevKernel_AllReduce_AGxLL_R_sum_f32(ncclSymkDevWorkArgs4K)", "all_reduce"),
+    ("ncclSymkDevKernel_ReduceScatter_LL_sum_f32(ncclSymkDevWorkArgs4K)", "reduce_scatter"),
     # record_function ranges ProcessGroupNCCL / Gloo open around each call
     ("nccl:all_reduce", "all_reduce"), ("nccl:all_to_all", "all_to_all"), ("nccl:broadcast", "broadcast"),
     ("nccl:send", "send"), ("nccl:recv", "recv"), ("nccl:_all_gather_base", "all_gather"),
