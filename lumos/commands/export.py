@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ProfilerStep number (default: a steady-state step, as lumos replay picks it)")
     p.add_argument("--gap-threshold-us", type=non_negative_float, default=DEFAULT_GAP_THRESHOLD_US,
                    help="inter-thread gap rule threshold (us)")
+    p.add_argument("--bare", action="store_true",
+                   help="leave out the lumos_* attributes (exact durations, lags, threads and streams): smaller "
+                        "files holding only what ASTRA-sim reads; lumos replay then replays them as it does a "
+                        "trace from another tool (one lane per kind of node)")
     p.add_argument("--ranks-from-files", action="store_true",
                    help="take each file of a directory as its own rank, in file-name order")
     p.set_defaults(func=run)
@@ -47,7 +51,8 @@ def run(args) -> int:
         raise UserError(f"--out {args.out} is a file; give a directory")
     tables = load_run(args.path, ranks_from_files=args.ranks_from_files)
     try:
-        s = export_run(tables, args.out, name=args.name, step=args.step, gap_threshold_us=args.gap_threshold_us)
+        s = export_run(tables, args.out, name=args.name, step=args.step, gap_threshold_us=args.gap_threshold_us,
+                       bare=args.bare)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     names = [p.name for p in s.files]

@@ -110,9 +110,10 @@ def wait_deps(graph: Graph) -> list[tuple[int, int]]:
     return out
 
 
-def graph_nodes(graph: Graph, comm: dict | None = None) -> list[Node]:
+def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> list[Node]:
     """One Chakra node per task (id = task index), with its dependencies and attributes.
-    `comm`: task -> `chakra_comm.CommNode` for the kernels exported as communication."""
+    `comm`: task -> `chakra_comm.CommNode` for the kernels exported as communication; `ours`: with
+    the `lumos_*` attributes of the round trip (without: what ASTRA-sim reads, and nothing else)."""
     comm = comm or {}
     n = graph.n_tasks
     order = np.argsort(graph.dst, kind="stable")
@@ -137,13 +138,13 @@ def graph_nodes(graph: Graph, comm: dict | None = None) -> list[Node]:
             ntype, attr = comm[i].type, dict(comm[i].attr)
         else:
             ntype, attr = NodeType.COMP_NODE, {"is_cpu_op": ("bool_val", bool(cpu))}
-        for a, (kind, _, skip) in LUMOS_ATTRS.items():
+        for a, (kind, _, skip) in (LUMOS_ATTRS.items() if ours else ()):
             v = cols[a][i]
             if skip is None or v != skip:
                 attr[a] = (kind, float(v) if kind == "double_val" else (bool(v) if kind == "bool_val" else int(v)))
-        if graph.finish_floor is not None and np.isfinite(graph.finish_floor[i]):
+        if ours and graph.finish_floor is not None and np.isfinite(graph.finish_floor[i]):
             attr["lumos_floor_us"] = ("double_val", float(graph.finish_floor[i]))
-        if len(e):
+        if ours and len(e):
             attr["lumos_in_src"] = ("int64_list", graph.src[e].tolist())
             attr["lumos_in_class"] = ("int32_list", graph.cls[e].astype(int).tolist())
             attr["lumos_in_lag_us"] = ("double_list", graph.lag[e].astype(float).tolist())
@@ -215,9 +216,10 @@ class ExportSummary:
 
 
 def export_run(tables: Sequence[TraceTable], out: str | os.PathLike, name: str = "trace", step=None,
-               gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US) -> ExportSummary:
+               gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US, bare: bool = False) -> ExportSummary:
     """Each rank's graph (as `lumos replay` builds it) written to `out/NAME.RANK.et`, and the process
-    groups of its collectives to `out/comm_groups.json` ({"1": [ranks], ...})."""
+    groups of its collectives to `out/comm_groups.json` ({"1": [ranks], ...}). `bare`: without the
+    `lumos_*` attributes (smaller; replayed back as a foreign trace is)."""
     if "." in name or "/" in name or not name:
         raise ValueError(f"trace name {name!r}: give a plain name (ASTRA-sim appends .RANK.et to it)")
     out = Path(out)
@@ -227,9 +229,9 @@ def export_run(tables: Sequence[TraceTable], out: str | os.PathLike, name: str =
     summary = ExportSummary(out=out, files=[], groups=plan.groups, demoted=plan.demoted, ranks=sorted(graphs),
                             world_size=worlds.pop() if len(worlds) == 1 else None)
     for r, g in sorted(graphs.items()):
-        nodes = graph_nodes(g, plan.nodes[r])
+        nodes = graph_nodes(g, plan.nodes[r], ours=not bare)
         path = out / f"{name}.{r}.et"
-        summary.bytes += write_et(path, graph_metadata(g, r), nodes)
+        summary.bytes += write_et(path, Metadata() if bare else graph_metadata(g, r), nodes)
         summary.files.append(path)
         for nd in nodes:
             t = NodeType(nd.type).name

@@ -203,3 +203,12 @@ def test_a_foreign_trace_with_a_missing_dependency_is_refused(tmp_path, capsys):
                                                    duration_micros=3)])
     assert lumos_main(["replay", str(tmp_path)]) == 2
     assert "node 1 ('k') depends on node 7, which the file does not hold" in capsys.readouterr().err
+
+
+def test_bare_export_holds_only_what_astra_sim_reads(tmp_path):
+    tables = load_run(SMALL_REAL[1])
+    export_run(tables, tmp_path, bare=True)
+    meta, nodes = read_et(tmp_path / "trace.0.et")
+    assert meta.attr == {} and not any(k.startswith("lumos_") for n in nodes for k in n.attr)
+    g = load_chakra_run(tmp_path)[0]
+    assert "without Lumos attributes" in g.summary["notes"][0] and g.n_tasks == len(nodes) == 45
