@@ -49,7 +49,7 @@ from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .chakra_comm import CommPlan, plan_comm
 from .model import EdgeClass, Graph, TaskKind, WaitKind
 
-__all__ = ["export_run", "ExportSummary", "graph_nodes", "graph_from_nodes", "load_chakra_run", "is_chakra",
+__all__ = ["export_run", "ExportSummary", "graph_nodes", "graph_from_nodes", "load_chakra_run",
            "COMM_GROUPS_FILE", "LUMOS_FORMAT", "CTRL_CLASSES"]
 
 LUMOS_FORMAT = 1                 # metadata `lumos_format`: the version of the lumos_* attributes
@@ -245,14 +245,6 @@ def export_run(tables: Sequence[TraceTable], out: str | os.PathLike, name: str =
 
 
 # -- nodes -> graph ---------------------------------------------------------------------------
-def is_chakra(path: str | os.PathLike) -> bool:
-    """A `.et` file, or a directory holding `.et` files."""
-    try:
-        return et_files(path) is not None
-    except TraceError:
-        return True   # .et files that are not one set: load_chakra_run says why
-
-
 def load_chakra_run(path: str | os.PathLike) -> list[Graph]:
     """The graph of each rank of a Chakra trace (a `PREFIX.RANK.et` file or a directory of them)."""
     files = et_files(path)
