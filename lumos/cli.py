@@ -21,6 +21,7 @@ COMMANDS = {
                                     "and what neither explains"),
     "predict": ("lumos.commands.predict", "predict a new configuration from a base trace (what-if)"),
     "search": ("lumos.commands.search", "rank every layout of N GPUs predicted from one base trace"),
+    "export": ("lumos.commands.export", "write a run's execution graph as Chakra traces that ASTRA-sim runs"),
     "emulate": ("lumos.commands.emulate", "emulate a GPU cluster iteration and write per-rank traces (emulated)"),
     "capture": ("lumos.commands.capture", "record a trace Lumos can use (needs torch)"),
 }

@@ -36,7 +36,7 @@ import numpy as np
 
 from lumos.baselines.dpro import build_dpro, replay_dpro
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass, Graph, build_graph
-from lumos.graph.ablate import drop_random, random_keep_mask, release_orphans  # noqa: F401
+from lumos.graph.ablate import drop_classes, drop_random, random_keep_mask, release_orphans  # noqa: F401
 from lumos.sim import SimulationError
 from lumos.trace import TraceTable
 
@@ -123,6 +123,24 @@ def replay_variant(tables: Sequence[TraceTable], step=None,
             graph = drop_random_edges(graph, drop_random, seed)
         run.ranks.append(replay_graph(graph, engine=engine, iteration=iteration))
     return run
+
+
+def replay_built(graphs: Sequence[Graph], edge_classes: Iterable[EdgeClass] = ALL_EDGE_CLASSES,
+                 drop_random: float = 0.0, seed: int = 0, engine: str = "auto",
+                 iteration: str = "step") -> tuple[RunReplay, dict[int, Reference]]:
+    """`replay_variant` for graphs already built (a Chakra trace's, `lumos.graph.chakra`): their lags
+    were fitted on the full graph, so dropping a class after loading is the same ablation. Returns
+    the replay and the references its metrics are scored against."""
+    drop = set(EdgeClass) - frozenset(edge_classes)
+    run, refs = RunReplay(), {}
+    for graph in graphs:
+        variant = drop_classes(graph, drop) if drop else graph
+        if drop_random > 0:
+            variant = drop_random_edges(variant, drop_random, seed)
+        replay = replay_graph(variant, engine=engine, iteration=iteration)
+        run.ranks.append(replay)
+        refs[replay.rank] = Reference(graph, measured_critical_path(graph))
+    return run, refs
 
 
 def replay_dpro_tables(tables: Sequence[TraceTable], step=None) -> RunReplay:
@@ -243,5 +261,5 @@ def spread_over_seeds(table: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["release_orphans", "random_keep_mask", "drop_random_edges", "Reference", "reference_for",
-           "rank_metrics", "run_metrics", "attach_metrics", "replay_variant", "replay_dpro_tables",
+           "rank_metrics", "run_metrics", "attach_metrics", "replay_variant", "replay_built", "replay_dpro_tables",
            "ablation_table", "spread_over_seeds", "RANDOM_FRACTIONS", "DEFAULT_SEEDS", "GAP_THRESHOLDS_US"]

@@ -19,6 +19,9 @@ symmetric memory, a collective's name: `lumos.trace.comm_kernels`), a line count
 With `--joint`, communication ops that found no peers are counted per file, with
 the reason, on one line each (`joint.unmatched_comm` in JSON: rank -> reason -> count).
 
+A Chakra execution trace (a `PREFIX.RANK.et` file, or a directory of them: what `lumos export`
+writes, or a trace from elsewhere) is replayed the same way, rank by rank (`lumos.graph.chakra`).
+
 `--durations-from OTHER[:STEP] [--durations gpu|cpu|all]` is the transfer
 test (`lumos.analysis.transfer`): the graph of `--step` replayed with the
 durations measured in another iteration (of the same file or another run of
@@ -118,6 +121,8 @@ def _check_variant_args(args, classes: frozenset) -> None:
 
 
 def run(args) -> int:
+    if _is_chakra(args.path):
+        return run_chakra(args)
     if args.durations_from is not None:
         return run_transfer(args)
     classes = edge_classes_from(args)
@@ -184,6 +189,51 @@ def run(args) -> int:
             paths = {int(t.rank): t.path for t in tables}
             for line in unmatched_lines({int(r): by for r, by in j["unmatched_comm"].items()}, paths):
                 print(f"  not matched: {line}")
+    return 0
+
+
+def _is_chakra(path: str) -> bool:
+    from lumos.trace.chakra import et_files   # stdlib only: a Kineto replay pays nothing for it
+    from lumos.trace.errors import TraceError
+
+    try:
+        return et_files(path) is not None
+    except TraceError:
+        return True   # .et files that are not one set: the loader says why
+
+
+def run_chakra(args) -> int:
+    """Replay a Chakra trace: each rank's graph as the export (or, for a foreign trace, the loader)
+    built it, with the same ablations, output and metrics as a Kineto replay."""
+    from lumos.analysis.ablation import replay_built
+    from lumos.graph.chakra import load_chakra_run
+
+    refused = [flag for flag, on in (("--simulator dpro", args.simulator != "lumos"),
+                                     ("--durations-from", args.durations_from is not None),
+                                     ("--joint", args.joint), ("--structure", args.structure),
+                                     ("--samples", args.samples), ("--ranks-from-files", args.ranks_from_files),
+                                     ("--step", args.step is not None),
+                                     ("--gap-threshold-us", args.gap_threshold_us != DEFAULT_GAP_THRESHOLD_US))
+               if on]
+    if refused:
+        raise UserError(f"{args.path} is a Chakra trace: its graph is already built, one step, ranks from "
+                        f"the file names; {', '.join(refused)} needs a Kineto trace")
+    classes = edge_classes_from(args)
+    graphs = load_chakra_run(args.path)
+    try:
+        result, refs = replay_built(graphs, edge_classes=classes, drop_random=args.drop_random, seed=args.seed,
+                                    engine=args.engine, iteration=args.iteration)
+    except SimulationError as exc:
+        raise UserError(f"the graph cannot be replayed: {exc}") from None
+    metrics, per_rank = run_metrics(result, refs)
+    if args.out:
+        _write_out(Path(args.out), result, [])
+    doc = attach_metrics(result.as_dict(), metrics, per_rank)
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_table(result, args.path, metrics))
     return 0
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
 from lumos.trace.annotation import ANN as ANN, parse   # ANN: the layer / embedding / head ranges read as blocks
-from lumos.trace.collectives import classify_rows
+from lumos.trace.collectives import DTYPE_BYTES, classify_rows
 
 from .launchers import by_correlation, launching_events, runtime_calls
 from .nesting import innermost
@@ -44,12 +44,6 @@ OPTIMIZER = ("optimizer", "optimizer_step")
 LAYER_NORM_OPS = ("aten::layer_norm", "aten::native_layer_norm")
 EMBEDDING_OPS = ("aten::embedding", "aten::index_select", "aten::gather")
 P2P_OP = "c10d::batch_isend_irecv"
-# bytes per element of the `dtype` arg record_param_comms gives a collective (c10's ScalarType names,
-# c10/core/ScalarType.h); a name not here is taken as 2 bytes, the training dtype of most runs
-DTYPE_BYTES = {"BFloat16": 2, "c10::BFloat16": 2, "Half": 2, "c10::Half": 2, "Float": 4, "float": 4, "Double": 8,
-               "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8,
-               "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-               "UInt16": 2, "UInt32": 4, "UInt64": 8}
 
 
 @dataclass

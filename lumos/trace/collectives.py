@@ -35,7 +35,7 @@ import numpy as np
 from . import schema
 from .comm_kernels import comm_kernel_rule
 
-__all__ = ["KINDS", "P2P_KINDS", "Call", "classify_name", "classify", "classify_rows", "comm_launchers",
+__all__ = ["KINDS", "P2P_KINDS", "DTYPE_BYTES", "Call", "message_bytes", "classify_name", "classify", "classify_rows", "comm_launchers",
            "parse_ranks", "pg_config"]
 
 # The fixed vocabulary. `sendrecv`: a point-to-point kernel seen without the op that says its direction
@@ -44,6 +44,20 @@ __all__ = ["KINDS", "P2P_KINDS", "Call", "classify_name", "classify", "classify_
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
          "scatter", "send", "recv", "sendrecv", "barrier", "coalesced")
 P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
+
+# bytes per element of the `dtype` arg record_param_comms gives a collective (c10's ScalarType names,
+# c10/core/ScalarType.h); a name not here is taken as 2 bytes, the training dtype of most runs
+DTYPE_BYTES = {"BFloat16": 2, "c10::BFloat16": 2, "Half": 2, "c10::Half": 2, "Float": 4, "float": 4, "Double": 8,
+               "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8,
+               "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+               "UInt16": 2, "UInt32": 4, "UInt64": 8}
+
+
+def message_bytes(call: "Call") -> int | None:
+    """The call's message in bytes (elements x dtype size; a dtype not in DTYPE_BYTES, or none, as 2), None
+    when the trace gives no size."""
+    return None if call.nelems is None else int(call.nelems) * DTYPE_BYTES.get(str(call.dtype), 2)
+
 
 # Library prefixes a name may carry (lower case, underscores removed). A name with one of them is a
 # communication call; the rest of it says which.
