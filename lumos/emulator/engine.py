@@ -54,6 +54,15 @@ class Rand:
         return math.exp(sigma * self._n[i])
 
 
+class Thread:
+    """A CPU thread of a rank: its own clock and its open ops (`rank.RankProgram` advances it)."""
+    __slots__ = ("t", "tid", "pre", "gap", "stack")
+
+    def __init__(self, tid, pre, gap):
+        self.t, self.tid, self.pre, self.gap = 0.0, tid, pre, gap
+        self.stack = []
+
+
 class Item:
     __slots__ = ("kind", "ready", "spec", "corr", "ext", "done", "wait_on", "comm", "stream")
 

@@ -8,82 +8,12 @@ FC1 dgrad, overlapped with their wgrad GEMMs). Durations here are noise-free.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import replace
 
 from .costs import KernelCosts
-
-BF16 = "c10::BFloat16"
-
-
-@dataclass(frozen=True)
-class KSpec:
-    """One GPU op launched by a CPU op."""
-    name: str
-    base_us: float
-    cat: str = "kernel"                 # kernel | gpu_memcpy | gpu_memset
-    runtime: str = "cudaLaunchKernel"   # the launching runtime call
-    nbytes: int = 0
-    compute: bool = True                # False: gemm/attention-free small op
-    contended: float = 1.0              # share of base_us slowed when it starts beside a collective
-                                        #   (<1: a folded block, only its first kernel would have been)
-    jitter_scale: float = 1.0           # times compute.jitter_sigma: a folded kernel's draw has the spread
-                                        #   of the sum of its parts' independent draws, not of one kernel
-
-
-def folded(parts, template: KSpec, copies: int = 1, **kw) -> KSpec:
-    """One kernel standing for `copies` x `parts` run back to back (coarser granularity levels).
-
-    Its jitter is scaled so that its spread is that of the parts' independent draws summed: one
-    draw for a whole layer would make each stage's time, and so the pipeline's bubbles, too noisy."""
-    base = copies * sum(k.base_us for k in parts)
-    spread = math.sqrt(copies * sum((k.jitter_scale * k.base_us) ** 2 for k in parts))
-    return replace(template, base_us=base, jitter_scale=spread / base if base > 0 else 1.0, **kw)
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """A CPU op (cpu_op event) and the GPU ops it launches."""
-    name: str
-    dims: tuple
-    types: tuple
-    kernels: tuple
-    gemm: bool = False
-    heavy: bool = False                 # GEMM or attention (kept at coarse granularity)
-
-
-@dataclass(frozen=True)
-class TPAllReduce:
-    nelems: int
-    overlap: bool = False               # launched async; a TPWait comes later
-    repeat: int = 1                     # back-to-back all-reduces it stands for (granularity=stage)
-
-
-@dataclass(frozen=True)
-class TPWait:
-    pass
-
-
-@dataclass(frozen=True)
-class CPComm:
-    """A blocking collective of the context-parallel group inside a layer: the all-gather of the keys and values
-    before attention (`nelems`: the gathered output), or the reduce-scatter of their gradients (`nelems`: the
-    full input)."""
-    kind: str                           # allgather | reduce_scatter
-    nelems: int
-    repeat: int = 1                     # back-to-back calls it stands for (granularity=stage)
-
-
-@dataclass(frozen=True)
-class MoEStep:
-    """A part of a mixture-of-experts MLP whose work depends on where the router sent the tokens, timed by
-    the rank for each layer and micro-batch (`lumos/emulator/routing.py`): `dispatch` (tokens to their
-    experts' ranks), `experts` (the experts' GEMMs), `combine` (outputs back to their tokens' ranks)."""
-    part: str                           # dispatch | experts | combine
-    backward: bool = False
-    layers: int = 1                     # consecutive layers it stands for (granularity=stage)
+from .experts import ExpertOps
+from .kernel_specs import (BF16, GROUPED_GEMM, CPComm, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait,  # noqa: F401
+                           folded)
 
 
 def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
@@ -94,13 +24,6 @@ def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
     tile = "128x256x64" if n >= 256 and m >= 128 else "128x128x64"
     return (f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize2x1x1_"
             f"execute_segment_k_off_kernel__5x_cublas")
-
-
-# the experts' GEMMs of one layer as one grouped kernel (Megatron-Core's GroupedMLP, --moe-grouped-gemm:
-# megatron/core/transformer/moe/experts.py over the grouped_gemm package's CUTLASS grouped GEMM)
-GROUPED_GEMM = ("void cutlass::Kernel<cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
-                "128x128_32x4_tn_align8> >(cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
-                "128x128_32x4_tn_align8>::Params)")
 
 
 def is_gemm_kernel(name: str) -> bool:
@@ -174,7 +97,7 @@ def coarse_granularity(settings) -> bool:
     return granularity_level(settings) != "fine"
 
 
-class Program:
+class Program(ExpertOps):
     """Op lists for one pipeline stage of the configured model (shared by every rank of the stage)."""
 
     def __init__(self, settings, costs: KernelCosts):
@@ -300,99 +223,6 @@ class Program:
                 TPAllReduce(T * h))),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
         ]
-
-    # -- mixture-of-experts MLP (Megatron-Core's MoELayer: router, token dispatcher, experts) -----------
-    def _moe_fwd(self) -> list:
-        """Router (a GEMM to one logit per expert, softmax and top-k: megatron/core/transformer/moe/router.py),
-        the shared expert (shared_experts.py), then the routed tokens' dispatch, experts and combine, whose
-        work the rank draws per layer and micro-batch (`MoEStep`)."""
-        Tm, h, e = self.Tm, self.h, self.moe.experts
-        return [self.mm(Tm, h, e, "tn"),
-                self.elem("aten::topk", "topk", ((Tm, e),), 8 * Tm * e),
-                *self._shared_expert(False),
-                MoEStep("dispatch"), MoEStep("experts"), MoEStep("combine")]
-
-    def _moe_bwd(self) -> list:
-        Tm, h, e = self.Tm, self.h, self.moe.experts
-        return [MoEStep("combine", True), MoEStep("experts", True), MoEStep("dispatch", True),
-                *self._shared_expert(True),
-                self.elem("aten::_softmax_backward_data", "topk_bwd", ((Tm, e), (Tm, e)), 12 * Tm * e),
-                self.mm(Tm, e, h, "nn"),                                       # router dgrad
-                self.mm(e, Tm, h, "nt", dims=((e, Tm), (Tm, h)))]              # router wgrad
-
-    def _shared_expert(self, backward: bool) -> list:
-        """A dense MLP every token goes through beside the routed experts (DeepSeek-V3's shared expert),
-        on the MoE's tokens, in the same stream (no --moe-shared-expert-overlap)."""
-        fs = self.moe.shared_ffn_hidden
-        if not fs:
-            return []
-        return self._expert_mlp([self.Tm], fs, backward, grouped=False, op="aten::mm")
-
-    def expert_ops(self, tokens, backward: bool) -> list:
-        """The rank's routed experts of one layer, given the tokens each of them received: one grouped GEMM per
-        projection (`training.moe_grouped_gemm`), or Megatron-Core's SequentialMLP loop of one GEMM per
-        expert (megatron/core/transformer/moe/experts.py)."""
-        ops = self._expert_mlp([int(n) for n in tokens], self.moe.ffn_hidden, backward,
-                               grouped=self.grouped, op="grouped_gemm::gmm")
-        return list(self._finish(ops)) if self.coarse else ops
-
-    def expert_us(self, tokens: np.ndarray, backward: bool) -> np.ndarray:
-        """Noise-free GPU time of the routed experts of each rank of an expert-parallel group (`tokens`: ranks x
-        local experts), the same sum as the kernels `expert_ops` launches; what the busiest rank's peers wait."""
-        h, c, f = self.h, 2 if self.gated else 1, self.moe.ffn_hidden
-        n = np.asarray(tokens, dtype=float)
-        live = n > 0
-        shapes = []   # (m, n, k) of KernelCosts.gemm per pass, as arrays over the experts
-        for k_in, n_out in ((f, h), (h, c * f)) if backward else ((h, c * f), (f, h)):
-            if backward:
-                shapes += [(n, k_in, n_out), (k_in, n_out, n)]   # dgrad, wgrad
-            else:
-                shapes.append((n, n_out, k_in))
-        total = 0.0
-        for m_, n_, k_ in shapes:
-            t = np.where(live, self.k.gemm_many(np.where(live, m_, 1), n_, np.where(live, k_, 1)), 0.0).sum(axis=1)
-            if self.grouped:
-                t = np.maximum(t - np.maximum(live.sum(axis=1) - 1, 0) * self.k.c.gemm_fixed_us, 0.0)
-            total = total + t
-        rows = n.sum(axis=1)
-        act = ((10 if backward else 6) if self.gated else (6 if backward else 4)) * rows * f
-        return total + act / (self.k.hbm * self.k.c.mem_eff) + self.k.c.elem_fixed_us
-
-    def _expert_mlp(self, tokens: list, f: int, backward: bool, grouped: bool, op: str) -> list:
-        h, c = self.h, 2 if self.gated else 1
-        total = sum(tokens)
-        proj = [(h, c * f), (f, h)]            # FC1 (gate and up with SwiGLU), FC2
-        act_bytes = (10 if backward else 6) * total * f if self.gated else (6 if backward else 4) * total * f
-        act = self.elem("aten::silu_backward" if backward else "aten::silu",
-                        ("swiglu_bwd" if backward else "swiglu") if self.gated else
-                        ("gelu_bwd" if backward else "gelu"), ((total, c * f),), act_bytes)
-        passes = []   # (dims of the grouped op, (m, k, n, layout) per expert), in the order the pass runs them
-        L = len(tokens)
-        for k_in, n_out in (reversed(proj) if backward else proj):
-            if backward:   # dgrad, then wgrad
-                passes.append((((total, n_out), (L, n_out, k_in)), [(n, n_out, k_in, "nn") for n in tokens]))
-                passes.append((((k_in, total), (total, n_out)), [(k_in, n, n_out, "nt") for n in tokens]))
-            else:
-                passes.append((((total, k_in), (L, k_in, n_out)), [(n, k_in, n_out, "tn") for n in tokens]))
-        out = []
-        for i, (dims, per_expert) in enumerate(passes):
-            live = [g for g in per_expert if min(g[:3]) > 0]   # an expert that got no token runs no GEMM
-            if grouped:
-                cost = sum(self.k.gemm(m, n, k) for m, k, n, _ in live) - max(len(live) - 1, 0) * self.k.c.gemm_fixed_us
-                out.append(OpSpec(op, dims, (BF16, BF16), (KSpec(GROUPED_GEMM, max(cost, 0.0)),), gemm=True, heavy=True))
-            else:
-                out += [self.mm(m, k, n, lay) for m, k, n, lay in live]
-            if i == (1 if backward else 0):
-                out.append(act)   # forward: after FC1; backward: after FC2's dgrad and wgrad
-        return out
-
-    def permute(self, choices: int, backward: bool, un: bool) -> OpSpec:
-        """Tokens sorted by expert before the dispatch (permute) and put back in order, weighted by their
-        router probabilities, after the combine (unpermute): Transformer Engine's fused moe_permute /
-        moe_unpermute, read and write of each routed copy."""
-        h = self.h
-        name = ("aten::_moe_unpermute" if un else "aten::_moe_permute") + ("_backward" if backward else "")
-        return self.elem(name, "unpermute" if un else "permute", ((choices, h),), 4 * choices * h)
 
     def _layer_bwd(self):
         T, s, b, h, f, t = self.T, self.s, self.b, self.h, self.f, self.t

@@ -8,27 +8,19 @@ stalls shape the timeline without costing a simulation event each.
 
 from __future__ import annotations
 
-import numpy as np
 
 from lumos.trace.annotation import EMBEDDING, HEAD, layer_block, range_name
 
-from .engine import AG_STREAM, COMM, COMPUTE, CP_STREAM, EP_STREAM, MP_STREAM, WAIT, Comm, Item
+from .engine import Thread, COMM, COMPUTE, CP_STREAM, MP_STREAM, WAIT, Comm, Item
 from .program import BF16, CPComm, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait
-from .routing import Routing
+from .expert_parallel import ExpertParallel
+from .fsdp_rank import ShardedDataParallel
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
 # interleaved 1F1B: a batch sends (and receives) both ways at once; the backward direction's p2p gets its own
 # streams, else each rank's second send queues behind its first around the ring and no batch completes (NCCL
 # runs one group's sends and receives together)
 SEND_BWD_S, RECV_BWD_S = 29, 33
-
-
-class Thread:
-    __slots__ = ("t", "tid", "pre", "gap", "stack")
-
-    def __init__(self, tid, pre, gap):
-        self.t, self.tid, self.pre, self.gap = 0.0, tid, pre, gap
-        self.stack = []
 
 
 def _chunks(sizes, stage: int, per_block: int) -> list[list[tuple]]:
@@ -45,7 +37,7 @@ def _chunks(sizes, stage: int, per_block: int) -> list[list[tuple]]:
     return out
 
 
-class RankProgram:
+class RankProgram(ExpertParallel, ShardedDataParallel):
     def __init__(self, emu, rank: int, device, rand, recorder, program, progress):
         self.emu, self.rank, self.dev, self.rand, self.rec = emu, rank, device, rand, recorder
         self.env = device.env
@@ -104,24 +96,6 @@ class RankProgram:
         self.finished = False
         self._op_args: dict = {}
         self._init_moe(s)
-
-    def _init_moe(self, s) -> None:
-        """Mixture-of-experts: the rank's expert-parallel group and place in it, the routing draws, and the
-        experts' gradients' own buckets (reduced over the expert data-parallel group)."""
-        self.moe = s.model.moe
-        self._moe_at = (0, 0)   # (first layer, micro-batch) of the block being run
-        self.expert_ready = self.expert_launched = 0.0
-        if self.moe is None:
-            return
-        self.ep = s.ep
-        self.ep_group = self.topo.ep_group(self.rank) if s.ep > 1 else None
-        self.ep_rank = self.ep_group.ranks.index(self.rank) if self.ep_group else 0
-        self.ep_index = self.topo.ep_index(self.rank)
-        self.routing = Routing(self.moe, self.p.Tm, s.ep, s.seed)
-        self.dispatcher = s.training.moe_dispatcher
-        # the counts reach the host before the exchange unless every expert's input is padded to capacity
-        self.moe_sync = not self.moe.pad_to_capacity
-        self.edp_group = self.topo.edp_group(self.rank) if self.topo.separate_edp() else None
 
     # -- host primitives ------------------------------------------------------
     def _jit(self, x: float) -> float:
@@ -282,106 +256,6 @@ class RankProgram:
             elif isinstance(st, MoEStep):
                 self._moe_step(th, st)
 
-    def _run_syncing(self, th: Thread, steps):
-        """`run_steps` of a forward block, whose MoE dispatches first bring the router's counts to the host."""
-        start = 0
-        for j, st in enumerate(steps):
-            if isinstance(st, MoEStep) and st.part == "dispatch" and not st.backward:
-                self.run_steps(th, steps[start:j])
-                yield from self._moe_counts(th)
-                start = j
-        self.run_steps(th, steps[start:])
-
-    # -- mixture-of-experts ----------------------------------------------------------
-    def _moe_counts(self, th: Thread):
-        """The tokens each expert gets, made known to the host before the exchange: gathered over the expert-
-        parallel group, copied to the host and waited for (Megatron-Core's MoEAlltoAllTokenDispatcher,
-        megatron/core/transformer/moe/token_dispatcher.py, preprocess and _maybe_dtoh_and_synchronize: the
-        all-to-all's split sizes and the experts' GEMMs need them on the CPU). DeepEP's notify_dispatch
-        kernel exchanges them and its host waits on a pinned counter (DeepEP csrc/deep_ep.cpp)."""
-        e = self.moe.experts
-        if self.ep > 1 and self.dispatcher == "deepep":
-            self._deepep(th, "notify_dispatch", e * self.ep, 1)
-        elif self.ep > 1:
-            comm = self._comm(self.ep_group, "allgather", e * self.ep, name="_allgather_base")
-            self._wait_op(th, [self._comm_op(th, EP_STREAM, comm, "c10d::_allgather_base_")])
-        nbytes = 8 * e * self.ep
-        self.op_begin(th, "aten::to", {"Input Dims": [[e * self.ep]], "Input type": ["long int"]})
-        self.launch(th, COMPUTE_S, KSpec("Memcpy DtoH (Device -> Pinned)", self.emu.kcost.d2h(nbytes),
-                                         cat="gpu_memcpy", runtime="cudaMemcpyAsync", nbytes=nbytes, compute=False))
-        self.op_end(th)
-        yield from self.stream_sync(th, COMPUTE_S)
-
-    def _moe_step(self, th: Thread, st: MoEStep) -> None:
-        """One MoE part of the layers of the block being run, with this (layer, micro-batch)'s routing."""
-        first, mb = self._moe_at
-        draws = [self.routing.draw(self.ep_index, first + k, mb) for k in range(st.layers)]
-        q, ep = self.ep_rank, self.ep
-        if st.part == "experts":
-            for d in draws:
-                self.run_steps(th, self.p.expert_ops(d.local(q, ep), st.backward))
-            return
-        dispatch = st.part == "dispatch"
-        # forward: permute, dispatch ... combine, unpermute; backward the mirror image
-        perm = self.p.permute(sum(int(d.sent()[q]) for d in draws), st.backward, un=not dispatch)
-        before = dispatch != st.backward
-        if before:
-            self.run_steps(th, [perm])
-        if ep > 1:
-            lead = 0.0
-            if not before:   # after the experts: the group waits for the rank whose experts had the most tokens
-                t = sum(self.p.expert_us(np.stack([d.local(r, ep) for r in range(ep)]), st.backward)
-                        for d in draws)
-                lead = float(t.max() - t[q])
-            self._exchange(th, draws, to_experts=before, lead=lead)
-        if not before:
-            self.run_steps(th, [perm])
-
-    def _exchange(self, th: Thread, draws: list, to_experts: bool, lead: float = 0.0) -> None:
-        """Tokens to their experts' ranks, or the experts' outputs back, over the expert-parallel group:
-        an all-to-all(v) (MoEAlltoAllTokenDispatcher), an all-gather out and a reduce-scatter back
-        (MoEAllGatherTokenDispatcher, every rank's tokens to every rank), or DeepEP's kernels
-        (MoEFlexTokenDispatcher over megatron/core/transformer/moe/fused_a2a.py)."""
-        h, ep, n = self.p.h, self.ep, len(draws)
-        busiest = sum(d.busiest(ep) for d in draws) / n   # the exchange ends with its busiest rank's transfers
-        if self.dispatcher == "deepep":
-            self._deepep(th, "dispatch" if to_experts else "combine", int(busiest * h), n, lead)
-            return
-        if self.dispatcher == "allgather":
-            kind = "allgather" if to_experts else "reduce_scatter"
-            comm = self._comm(self.ep_group, kind, self.p.Tm * h * ep, repeat=n)
-            comm.lead = lead
-            name = "c10d::_allgather_base_" if to_experts else "c10d::_reduce_scatter_base_"
-            self._wait_op(th, [self._comm_op(th, EP_STREAM, comm, name)])
-            return
-        d, q, per = draws[0], self.ep_rank, self.moe.experts // ep
-        out_rows = d.counts[q].reshape(ep, per).sum(axis=1)             # to each peer's experts
-        in_rows = d.counts[:, q * per:(q + 1) * per].sum(axis=1)        # from each peer, to ours
-        if not to_experts:
-            out_rows, in_rows = in_rows, out_rows
-        comm = self._comm(self.ep_group, "alltoall", int(busiest * h), repeat=n, name="all_to_allv")
-        comm.args.update({"In msg nelems": int(out_rows.sum()) * h, "Out msg nelems": int(in_rows.sum()) * h,
-                          "In split size": str(out_rows.tolist()), "Out split size": str(in_rows.tolist())})
-        comm.lead = lead
-        self._wait_op(th, [self._comm_op(th, EP_STREAM, comm, "c10d::alltoall_base_")])
-
-    def _deepep(self, th: Thread, what: str, nelems: int, repeat: int, lead: float = 0.0) -> None:
-        """A DeepEP kernel (github.com/deepseek-ai/DeepEP, csrc/kernels/intranode.cu and internode.cu): launched
-        by its own Buffer method, not through c10d (no collective op around it), on the communication stream,
-        the compute stream waiting on its event. It moves the tokens itself, over NVLink inside a host and
-        RDMA across hosts, so it starts without NCCL's kernel overhead."""
-        where = "internode" if self.ep_group.hosts > 1 else "intranode"
-        self.op_begin(th, f"deep_ep::Buffer::{where}_{'combine' if what == 'combine' else 'dispatch'}",
-                      {"Input Dims": [[nelems]], "Input type": [BF16]})
-        self.wait(th, EP_STREAM, self.record(th, COMPUTE_S))
-        c = self._comm(self.ep_group, "alltoall", nelems, repeat=repeat)
-        comm = Comm(c.group, "deepep", c.nbytes, c.key, {}, repeat=repeat)
-        comm.lead = lead
-        name = f"void deep_ep::{where}::{what}<{min(self.ep, 8)}>(void*, int const*, int)"
-        self.launch(th, EP_STREAM, KSpec(name, 0.0), comm)
-        self.wait(th, COMPUTE_S, self.record(th, EP_STREAM))
-        self.op_end(th)
-
     def _annotated(self, th: Thread, name: str, steps) -> None:
         self.ann_begin(th, name)
         self.run_steps(th, steps)
@@ -474,60 +348,6 @@ class RankProgram:
         """Annotation block of a block: layer_7, or layers_6-11 (`lumos.trace.annotation`)."""
         return layer_block(blk[0], blk[0] + blk[1] - 1)
 
-    # -- FSDP2 (training.dp_sharding: fsdp): torch distributed/fsdp/_fully_shard/_fsdp_param_group.py --
-    def _unit(self, blk: tuple) -> str:
-        """The FSDP unit (module FQN) of a block of layers."""
-        return "layers." + self._span(blk)
-
-    @staticmethod
-    def _fsdp(what: str, unit: str) -> str:
-        """FSDP2's range name: `FSDP::pre_forward (layers.3)`, the root's without a module."""
-        return f"FSDP::{what} ({unit})" if unit else f"FSDP::{what}"
-
-    def _unit_params(self, blk: tuple) -> int:
-        return int(self.p.layer_params * blk[1])
-
-    def _all_gather(self, th: Thread, unit: str, params: float):
-        """`FSDP::all_gather`: the unit's parameters gathered on the all-gather stream (None at DP 1,
-        where FSDP issues no collective)."""
-        if self.topo.dp == 1:
-            return None
-        self.ann_begin(th, self._fsdp("all_gather", unit))
-        end = self._comm_op(th, AG_STREAM, self._comm(self.dp_group, "allgather", int(params)),
-                            "c10d::_allgather_base_", after_compute=False)
-        self.op_end(th)
-        return end
-
-    def _unshard(self, th: Thread, unit: str, params: float, hook: str, prefetch: tuple | None = None) -> None:
-        """FSDP's pre_forward / pre_backward: gather the unit (unless a prefetch did), prefetch the next
-        unit of the backward, and make the compute stream wait for the unit's all-gather. Under
-        SHARD_GRAD_OP the backward's unshard and prefetch find the unit still gathered and issue nothing
-        (`FSDPParamGroup.unshard` returns early; the hooks' ranges are still recorded)."""
-        self.ann_begin(th, self._fsdp(hook, unit))
-        gathered = hook == "pre_backward" and not self.reshard_after_forward
-        end = self.gathered.pop(unit, None)
-        if end is None and not gathered:
-            end = self._all_gather(th, unit, params)
-        if prefetch is not None:   # a block of layers: (first layer, layers)
-            name = self._unit(prefetch)
-            self.ann_begin(th, f"FSDP::backward_prefetch for {name}")
-            if not gathered:
-                self.gathered[name] = self._all_gather(th, name, self._unit_params(prefetch))
-            self.op_end(th)
-        if end is not None:
-            self.wait(th, COMPUTE_S, end)
-        self.op_end(th)
-
-    def _reduce_scatter(self, th: Thread, unit: str, params: float) -> None:
-        """`FSDP::post_backward_reduce`: the unit's gradients reduce-scattered on the DP stream once its
-        backward has produced them; the optimizer waits for every one."""
-        if self.topo.dp == 1:
-            return
-        self.ann_begin(th, self._fsdp("post_backward_reduce", unit))
-        self.dp_done.append(self._comm_op(th, DP_S, self._comm(self.dp_group, "reduce_scatter", int(params)),
-                                          "c10d::_reduce_scatter_base_"))
-        self.op_end(th)
-
     def _grads_ready(self, th: Thread, params: float, flush: bool = False) -> None:
         """Overlapped DP gradient all-reduce: launch every bucket that is now full.
 
@@ -537,26 +357,6 @@ class RankProgram:
         if self.after_backward or self.sharded:
             return
         self._launch_buckets(th, flush)
-
-    def _expert_grads_ready(self, th: Thread, params: float, flush: bool = False) -> None:
-        """The experts' gradients: with a group of their own (`Topology.separate_edp`), bucketed and all-reduced
-        over the expert data-parallel ranks (Megatron-Core keeps separate expert-parallel gradient buffers,
-        megatron/core/distributed/distributed_data_parallel.py); otherwise they join the dense buckets."""
-        if self.edp_group is None:
-            self._grads_ready(th, params, flush)
-            return
-        self.expert_ready += params
-        if not self.after_backward:
-            self._launch_expert_buckets(th, flush)
-
-    def _launch_expert_buckets(self, th: Thread, flush: bool) -> None:
-        while self.expert_ready - self.expert_launched >= self.bucket or (
-                flush and self.expert_ready - self.expert_launched > 0):
-            n = min(self.bucket, self.expert_ready - self.expert_launched)
-            self.expert_launched += n
-            if len(self.edp_group.ranks) > 1:
-                comm = self._comm(self.edp_group, "allreduce", int(n))
-                self.dp_done.append(self._comm_op(th, DP_S, comm, "c10d::allreduce_"))
 
     def _launch_buckets(self, th: Thread, flush: bool) -> None:
         while self.ready_params - self.launched_params >= self.bucket or (
