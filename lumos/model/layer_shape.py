@@ -103,8 +103,9 @@ def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, a
     elif moe is not None:
         ffn_local, gated, gate_up = moe.width, True, "fused" if moe.fused else "separate"
         ev["FFN"] = f"each expert's down projection's input ({ffn_local})"
-        ev["MLP"] = (f"none (an MoE layer): a router ({h} -> {moe.router[2]}) and {len(moe.rows)} SwiGLU "
-                     f"expert{'s' if len(moe.rows) != 1 else ''} (gate and up {gate_up}){' and a shared expert' if moe.shared_width else ''}")
+        n = len(moe.rows)
+        ev["MLP"] = (f"none (an MoE layer): a router ({h} -> {moe.router[2]}) and {n} SwiGLU expert{'s' * (n != 1)} "
+                     f"(gate and up {gate_up}){' and a shared expert' if moe.shared_width else ''}")
     else:
         return None
     tp = max(h // q_local, 1) if h % q_local == 0 else 1

@@ -104,8 +104,11 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
     T, h, E = lay.router
     local = len(lay.rows)
     ev = {}
-    if any(len(x.rows) != local or x.width != lay.width or x.router != lay.router for x in layouts.values()):
-        odd = next(k for k, x in layouts.items() if len(x.rows) != local or x.width != lay.width or x.router != lay.router)
+    def differs(x):
+        return len(x.rows) != local or x.width != lay.width or x.router != lay.router
+
+    if any(differs(x) for x in layouts.values()):
+        odd = next(k for k, x in layouts.items() if differs(x))
         raise MoEDisagreement(f"the MoE layers differ: rank {first[0]} layer {first[1]} has {local} experts of "
                               f"width {lay.width}, rank {odd[0]} layer {odd[1]} {len(layouts[odd].rows)} of "
                               f"{layouts[odd].width} ({where})")
@@ -116,8 +119,8 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
         ep, src = next(iter(sizes))
         ev["EP"] = f"the all-to-alls' process group ({src})"
     else:
-        raise MoEDisagreement(f"the MoE layers' all-to-alls run over groups of {'/'.join(sorted({str(s) for s, _ in sizes}))}"
-                              f" ranks ({where})")
+        seen = "/".join(sorted({str(s) for s, _ in sizes}))
+        raise MoEDisagreement(f"the MoE layers' all-to-alls run over groups of {seen} ranks ({where})")
     ranks = sorted({r for r, _, _ in layouts})
     if ep > 1 and len(ranks) != ep:
         raise MoEDisagreement(f"EP {ep} (the all-to-alls' group), but the run holds {len(ranks)} ranks; the "
@@ -125,8 +128,8 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
     if local * ep != E:
         raise MoEDisagreement(f"the router picks among {E} experts, but {local} experts per rank x EP {ep} = "
                               f"{local * ep} ({where})")
-    ev["experts"] = f"the router's output width ({h} -> {E}), {local} expert{'s' if local != 1 else ''}' GEMMs "
-                      f"per rank x EP {ep}"
+    ev["experts"] = (f"the router's output width ({h} -> {E}), {local} expert{'s' * (local != 1)}' GEMMs per rank "
+                     f"x EP {ep}")
     ks = {}
     for key, rows in permuted_rows.items():
         if rows and rows % T == 0:
@@ -145,7 +148,8 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
         total = sum(lay.rows) * ep
         k = total // (T * ep) if total % (T * ep) == 0 else 0
         ev["top-k"] = "the rows the experts took over the tokens (no row copy or all-to-all says it)"
-    ev["expert FFN"] = f"each expert's down projection's input ({lay.width}; gate and up {'fused' if lay.fused else 'separate'})"
+    ev["expert FFN"] = (f"each expert's down projection's input ({lay.width}; gate and up "
+                        f"{'fused' if lay.fused else 'separate'})")
     if lay.shared_width:
         ev["shared expert"] = f"a last SwiGLU of all {T} tokens, {lay.shared_width} wide"
     per: dict = {}

@@ -622,9 +622,9 @@ def _read_moe(graph: Graph, by_rank: dict, blocks: list, coll, group, shape: Mod
         lay = split_experts(gemms[shape.moe_at:], shape.hidden, T)
         key = (b.rank, b.layer, b.mb)
         if lay is None:
+            first = next(x.layer for x in blocks if x.kind == "layer")
             raise MoEDisagreement(f"layer {b.layer} forward, micro-batch {b.mb} of {by_rank[b.rank].path} has no "
-                                  f"router and experts where layer {next(x.layer for x in blocks if x.kind == 'layer')} "
-                                  "has them")
+                                  f"router and experts where layer {first} has them")
         layouts[key] = lay
         permuted[key] = next((int(d[2][0]) for n, d in ops if n in PERMUTE_OPS and len(d) > 2 and d[2]
                               and tuple(d[0]) == (T, shape.hidden)), 0)
