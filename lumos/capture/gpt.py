@@ -275,9 +275,10 @@ class GradBuckets:
     ordered by cudaEventRecord / cudaStreamWaitEvent; otherwise it runs inline
     (and only when WORLD_SIZE > 1, since a one-process CPU run has nothing to
     reduce). `finish()` reduces what is left and makes the compute stream wait.
+    `exclude`: ids of parameters never reduced (an MoE's experts, local to their rank).
     """
 
-    def __init__(self, model, device, side_stream: bool, annotate: bool = True):
+    def __init__(self, model, device, side_stream: bool, annotate: bool = True, exclude: frozenset = frozenset()):
         torch = require_torch()
         self.torch = torch
         self.range = annotation_range(annotate)
@@ -289,10 +290,10 @@ class GradBuckets:
         self.buckets: list[tuple[str, list]] = []
         owned = set()
         for i, block in enumerate(model.blocks):
-            params = [p for p in block.parameters() if p.requires_grad]
+            params = [p for p in block.parameters() if p.requires_grad and id(p) not in exclude]
             owned.update(id(p) for p in params)
             self.buckets.append((f"grad_bucket_{i}", params))
-        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in owned]
+        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in owned and id(p) not in exclude]
         self.rest = ("grad_bucket_rest", rest)
         self.pending: dict[int, int] = {}
         self.reduced: set[int] = set()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .profile import profile_steps, require_torch
 
-__all__ = ["LlamaConfig", "build_llama", "run_llama"]
+__all__ = ["LlamaConfig", "attention_module", "build_llama", "rope_tables", "run_llama"]
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,13 @@ class LlamaConfig:
                              f"must divide heads")
 
 
-def build_llama(cfg: LlamaConfig):
-    """The model (an nn.Module whose `layers` are its repeated blocks)."""
+def attention_module(hidden: int, heads: int, kv_heads: int, fused_qkv: bool = False):
+    """One grouped-query attention module (`forward(x, cos, sin)`), as this Llama's layers and
+    `capture/moe.py`'s have: q, k, v projections (or one fused), RoPE on q and k, KV heads repeated per
+    query group, causal `scaled_dot_product_attention`, output projection; no biases."""
     torch = require_torch()
     nn, F = torch.nn, torch.nn.functional
-    d = cfg.hidden // cfg.heads
+    d = hidden // heads
 
     def rope(x, cos, sin):      # rotate pairs of the head dim (x: [b, s, heads, d])
         x1, x2 = x[..., : d // 2], x[..., d // 2:]
@@ -53,28 +55,45 @@ def build_llama(cfg: LlamaConfig):
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            q, kv = cfg.heads * d, cfg.kv_heads * d
-            if cfg.fused_qkv:
-                self.qkv = nn.Linear(cfg.hidden, q + 2 * kv, bias=False)
+            q, kv = heads * d, kv_heads * d
+            if fused_qkv:
+                self.qkv = nn.Linear(hidden, q + 2 * kv, bias=False)
             else:
-                self.wq = nn.Linear(cfg.hidden, q, bias=False)
-                self.wk = nn.Linear(cfg.hidden, kv, bias=False)
-                self.wv = nn.Linear(cfg.hidden, kv, bias=False)
-            self.wo = nn.Linear(q, cfg.hidden, bias=False)
+                self.wq = nn.Linear(hidden, q, bias=False)
+                self.wk = nn.Linear(hidden, kv, bias=False)
+                self.wv = nn.Linear(hidden, kv, bias=False)
+            self.wo = nn.Linear(q, hidden, bias=False)
 
         def forward(self, x, cos, sin):
             b, s, _ = x.shape
-            if cfg.fused_qkv:
-                q, k, v = self.qkv(x).split([cfg.heads * d, cfg.kv_heads * d, cfg.kv_heads * d], dim=-1)
+            if fused_qkv:
+                q, k, v = self.qkv(x).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
             else:
                 q, k, v = self.wq(x), self.wk(x), self.wv(x)
-            q = rope(q.view(b, s, cfg.heads, d), cos, sin).transpose(1, 2)
-            k = rope(k.view(b, s, cfg.kv_heads, d), cos, sin).transpose(1, 2)
-            v = v.view(b, s, cfg.kv_heads, d).transpose(1, 2)
-            rep = cfg.heads // cfg.kv_heads       # each KV head serves `rep` query heads
+            q = rope(q.view(b, s, heads, d), cos, sin).transpose(1, 2)
+            k = rope(k.view(b, s, kv_heads, d), cos, sin).transpose(1, 2)
+            v = v.view(b, s, kv_heads, d).transpose(1, 2)
+            rep = heads // kv_heads       # each KV head serves `rep` query heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.wo(o.transpose(1, 2).reshape(b, s, cfg.heads * d))
+            return self.wo(o.transpose(1, 2).reshape(b, s, heads * d))
+
+    return Attention()
+
+
+def rope_tables(seq: int, head_dim: int):
+    """(cos, sin) of the rotary embedding, [1, seq, 1, head_dim / 2] each."""
+    torch = require_torch()
+    inv = 1.0 / (10000.0 ** (torch.arange(0, head_dim // 2).float() / (head_dim // 2)))
+    ang = torch.outer(torch.arange(seq).float(), inv)        # [s, d/2]
+    return ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+
+
+def build_llama(cfg: LlamaConfig):
+    """The model (an nn.Module whose `layers` are its repeated blocks)."""
+    torch = require_torch()
+    nn, F = torch.nn, torch.nn.functional
+    d = cfg.hidden // cfg.heads
 
     class MLP(nn.Module):
         def __init__(self):
@@ -97,7 +116,7 @@ def build_llama(cfg: LlamaConfig):
         def __init__(self):
             super().__init__()
             self.attention_norm = nn.RMSNorm(cfg.hidden)
-            self.attention = Attention()
+            self.attention = attention_module(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.fused_qkv)
             self.ffn_norm = nn.RMSNorm(cfg.hidden)
             self.feed_forward = MLP()
 
@@ -112,10 +131,9 @@ def build_llama(cfg: LlamaConfig):
             self.layers = nn.ModuleList(Block() for _ in range(cfg.layers))
             self.norm = nn.RMSNorm(cfg.hidden)
             self.output = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
-            inv = 1.0 / (10000.0 ** (torch.arange(0, d // 2).float() / (d // 2)))
-            ang = torch.outer(torch.arange(cfg.seq).float(), inv)        # [s, d/2]
-            self.register_buffer("cos", ang.cos()[None, :, None, :], persistent=False)
-            self.register_buffer("sin", ang.sin()[None, :, None, :], persistent=False)
+            cos, sin = rope_tables(cfg.seq, d)
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
 
         def forward(self, tokens):
             x = self.tok_embeddings(tokens)

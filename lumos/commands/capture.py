@@ -5,7 +5,9 @@
 
 runs `lumos.capture.gpt` (same flags as `python -m lumos.capture.gpt`) and
 writes DIR/rank{R}.json.gz; `lumos capture llama` trains the Llama-style model of `lumos.capture.llama`
-(grouped-query attention, SwiGLU, RMSNorm, RoPE). Registering the subcommand imports no torch; a
+(grouped-query attention, SwiGLU, RMSNorm, RoPE), `lumos capture moe` the mixture-of-experts model of
+`lumos.capture.moe` (top-k router, SwiGLU experts, expert parallelism over gloo: `--ep N` starts N ranks).
+Registering the subcommand imports no torch; a
 missing torch is reported as a one-line error when the command runs.
 """
 
@@ -41,6 +43,17 @@ def register(subparsers) -> None:
                                  "micro_batches", "vocab", "steps"), positive_int),
                 **dict.fromkeys(("warmup", "seed"), non_negative_int), "out": output_path})
     ll.set_defaults(func=run)
+    from lumos.capture.moe import add_arguments as moe_arguments   # torch-free at import time
+
+    mo = which.add_parser("moe", help="train a small mixture-of-experts model (top-k router, SwiGLU experts, "
+                                      "expert parallelism over gloo) under the profiler",
+                          description="Train a small MoE model under the profiler on --ep ranks; write "
+                                      "OUT/rank{R}.json.gz per rank.")
+    moe_arguments(mo)
+    retype(mo, {**dict.fromkeys(("layers", "hidden", "heads", "kv_heads", "experts", "top_k", "expert_ffn", "seq",
+                                 "micro_batch", "micro_batches", "vocab", "ep", "steps", "threads"), positive_int),
+                **dict.fromkeys(("warmup", "seed", "shared_expert_ffn"), non_negative_int), "out": output_path})
+    mo.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(INSTALL_HINT) from None
     if args.capture_command == "llama":
         from lumos.capture.llama import run_from_args
+    elif args.capture_command == "moe":
+        from lumos.capture.moe import run_from_args
     else:
         from lumos.capture.gpt import run_from_args
 

@@ -347,6 +347,10 @@ def format_structure(st: dict) -> str:
         lines.append(f"  what-if: {st['what_if']}")
     elif "error" in st:
         lines.append(f"  {st['error']}")
+        if "shape" in st:
+            lines += _shape_lines(st["shape"], moe="moe" in st)
+        if "moe" in st:
+            lines += _moe_lines(st["moe"])
     elif "layers" in st:
         blocks = ", ".join(f"{k} {v}" for k, v in sorted(st["blocks"].items()))
         cp = f" x CP {st['cp']}" if st.get("cp", 1) > 1 else ""
@@ -358,7 +362,9 @@ def format_structure(st: dict) -> str:
             lines.append(f"  pipeline: {sched}; layers per stage {'/'.join(map(str, st['stage_layers']))}")
         lines.append(f"  blocks: {blocks}")
         if "shape" in st:
-            lines += _shape_lines(st["shape"])
+            lines += _shape_lines(st["shape"], moe="moe" in st)
+        if "moe" in st:
+            lines += _moe_lines(st["moe"])
     lines += [f"  {n}" for n in st["ranks"]]
     if "data_parallel" in st:
         dp = st["data_parallel"]
@@ -369,13 +375,31 @@ def format_structure(st: dict) -> str:
     return "\n".join(lines)
 
 
-def _shape_lines(sh: dict) -> list[str]:
-    """The model shape and what each number was read from."""
+def _shape_lines(sh: dict, moe: bool = False) -> list[str]:
+    """The model shape and what each number was read from (an MoE layer's FFN is its experts')."""
     mlp = "SwiGLU" if sh["mlp"] == "swiglu" else "GELU MLP"
-    line = (f"  shape: hidden {sh['hidden']}, FFN {sh['ffn']} ({mlp}), {sh['heads']} query heads, {sh['kv_heads']} KV "
+    ffn = f"MoE experts' FFN {sh['ffn']} (SwiGLU)" if moe else f"FFN {sh['ffn']} ({mlp})"
+    line = (f"  shape: hidden {sh['hidden']}, {ffn}, {sh['heads']} query heads, {sh['kv_heads']} KV "
             f"heads of {sh['head_dim']}, norm {sh['norm']}, vocabulary {sh['vocab']}, sequence {sh['seq']}, "
             f"micro-batch {sh['micro_batch']}, TP {sh['tp']}")
     return [line] + [f"    {k}: {v}" for k, v in sh["evidence"].items()]
+
+
+def _moe_lines(m: dict) -> list[str]:
+    """An MoE run's experts, top-k, EP and tokens per expert, with their evidence; one line where its
+    readings disagree."""
+    if "experts" not in m:
+        return [f"  MoE: the evidence disagrees: {m['error']}"]
+    shared = f", a shared expert of FFN {m['shared_expert_ffn']}" if m["shared_expert_ffn"] else ""
+    lines = [f"  MoE layers: {m['experts']} experts ({m['experts_per_rank']} per rank), top-{m['top_k']}, "
+             f"EP {m['ep']}, expert FFN {m['expert_ffn']}{shared}; {m['tokens']} tokens per rank and micro-batch"]
+    lines += [f"    {k}: {v}" for k, v in m["evidence"].items()]
+    if "disagreement" in m:
+        lines.append(f"    {m['disagreement']}")
+    for row in m["tokens_per_expert"]:
+        lines.append(f"    tokens per expert, layer {row['layer']} micro-batch {row['microbatch']}: "
+                     f"{' '.join(map(str, row['tokens']))} (sum {sum(row['tokens'])})")
+    return lines
 
 
 ISSUE_ORDER_SHOWN = 60

@@ -12,11 +12,16 @@ TP is read from the head counts: the projection's input is h / TP where the quer
 hidden size (GPT, Llama, Mistral, Qwen); never from the QKV GEMM's width alone, which is 3h / TP only
 for fused QKV with as many KV heads as query heads. Where the layer's forward also shows TP
 all-reduces, their group size must agree, else the shape is refused with both readings.
+
+An MoE layer has no MLP of its own: after the projection come a router and its experts
+(`lumos.model.moe.split_experts`); the FFN width is then each expert's, and the evidence says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .moe import ExpertLayout, split_experts
 
 __all__ = ["LayerReading", "read_layer", "RMS_NORM_OPS", "ShapeDisagreement"]
 
@@ -39,6 +44,8 @@ class LayerReading:
     qkv: str                  # fused | q+kv | separate
     gate_up: str              # fused | separate | '' (not gated)
     evidence: dict            # what each number was read from
+    moe: ExpertLayout | None = None   # an MoE layer: its router and experts (`lumos.model.moe`)
+    moe_at: int = -1          # the router's index among the layer's GEMMs
 
 
 def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, activations: set,
@@ -87,22 +94,20 @@ def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, a
                                 f"values of {d}-wide heads")
     kv_local = int(kv_width // d)
     ev["KV heads"] = f"the QKV GEMMs' widths ({qkv}: {' + '.join(map(str, widths))}) less the queries"
-    if len(mlp) == 3:
-        gate, up, down = mlp
-        if int(gate[2]) != int(up[2]) or int(down[1]) != int(up[2]):
-            return None
-        ffn_local, gated, gate_up = int(down[1]), True, "separate"
-    elif len(mlp) == 2:
-        fc1, down = mlp
-        ffn_local = int(down[1])
-        gated = int(fc1[2]) == 2 * ffn_local and bool(activations & set(GATED_ACTIVATIONS))
-        if not gated and int(fc1[2]) != ffn_local:
-            return None
-        gate_up = "fused" if gated else ""
+    dense = _dense_mlp(mlp, activations)
+    moe = split_experts(mlp, h, int(gemms[0][0])) if dense is None else None
+    if dense is not None:
+        ffn_local, gated, gate_up = dense
+        ev["FFN"] = f"the down projection's input ({ffn_local})"
+        ev["MLP"] = ("SwiGLU (gate and up " + gate_up + ")") if gated else "one FC1 (GELU)"
+    elif moe is not None:
+        ffn_local, gated, gate_up = moe.width, True, "fused" if moe.fused else "separate"
+        ev["FFN"] = f"each expert's down projection's input ({ffn_local})"
+        n = len(moe.rows)
+        ev["MLP"] = (f"none (an MoE layer): a router ({h} -> {moe.router[2]}) and {n} SwiGLU expert{'s' * (n != 1)} "
+                     f"(gate and up {gate_up}){' and a shared expert' if moe.shared_width else ''}")
     else:
         return None
-    ev["FFN"] = f"the down projection's input ({ffn_local})"
-    ev["MLP"] = ("SwiGLU (gate and up " + gate_up + ")") if gated else "one FC1 (GELU)"
     tp = max(h // q_local, 1) if h % q_local == 0 else 1
     ev["TP"] = f"hidden {h} / the rank's query width {q_local}"
     if tp_groups:
@@ -113,4 +118,23 @@ def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, a
                 "ranks; a prediction from this base would be built on one of them, so none is made")
         ev["TP"] += f", and the TP all-reduces' group of {tp}"
     return LayerReading(tp=tp, heads_local=heads_local, head_dim=d, kv_heads_local=kv_local, ffn_local=ffn_local,
-                        gated=gated, qkv=qkv, gate_up=gate_up, evidence=ev)
+                        gated=gated, qkv=qkv, gate_up=gate_up, evidence=ev, moe=moe,
+                        moe_at=len(qkv_group) + 1 if moe is not None else -1)
+
+
+def _dense_mlp(mlp: list, activations: set):
+    """(FFN width, gated, gate/up layout) of a dense MLP's GEMMs (gate, up, down; fused gate-up and down;
+    FC1 and FC2), else None."""
+    if len(mlp) == 3:
+        gate, up, down = mlp
+        if int(gate[2]) != int(up[2]) or int(down[1]) != int(up[2]):
+            return None
+        return int(down[1]), True, "separate"
+    if len(mlp) == 2:
+        fc1, down = mlp
+        ffn_local = int(down[1])
+        gated = int(fc1[2]) == 2 * ffn_local and bool(activations & set(GATED_ACTIVATIONS))
+        if not gated and int(fc1[2]) != ffn_local:
+            return None
+        return ffn_local, gated, "fused" if gated else ""
+    return None

@@ -30,12 +30,13 @@ import numpy as np
 
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
-from lumos.trace.annotation import ANN as ANN, parse   # ANN: the layer / embedding / head ranges read as blocks
-from lumos.trace.collectives import DTYPE_BYTES, classify_rows
+from lumos.trace.annotation import ANN as ANN, is_part, parse   # ANN: the layer / embedding / head ranges read as blocks
+from lumos.trace.collectives import DTYPE_BYTES, classify_name, classify_rows, parse_ranks, pg_config
 
 from .launchers import by_correlation, launching_events, runtime_calls
 from .nesting import innermost
 from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
+from .moe import PERMUTE_OPS, MoEDisagreement, MoEReading, read_moe, split_experts
 from .ops import GEMM_OPS, attention_bshd, gemm_mkn
 from .parallel_layout import context_parallel, layer_chunks
 
@@ -76,6 +77,7 @@ class ModelShape:
     head_dim: int = 0        # 0: hidden / heads
     gated: bool = False      # SwiGLU MLP (gate, up, down), not GPT's FC1 / FC2
     norm: str = field(default="", compare=False)   # layernorm | rmsnorm ('' where the trace has no norm op)
+    moe_at: int = field(default=-1, compare=False)  # an MoE layer: its router's index among the layer's GEMMs
     evidence: dict = field(default_factory=dict, compare=False, repr=False)   # what each number was read from
 
     @property
@@ -147,6 +149,16 @@ class RunStructure:
     stage_layers: tuple = ()         # layers each stage holds, in stage order
     chunk_layers: tuple = ()         # per stage, the layers of each of its chunks (where interleaved)
     cp: int = 1                      # context-parallel ranks per sequence (`parallel_layout`); dp counts them
+    moe: MoEReading | None = None    # an MoE run: experts, top-k, EP, tokens per expert (`lumos.model.moe`)
+    moe_error: str = ""              # an MoE run whose evidence disagrees: the one line that says how
+
+
+class StageMismatch(ValueError):
+    """The run's ranks are not one per pipeline stage; what was read before that was found is kept."""
+
+    def __init__(self, message: str, shape: ModelShape, moe: MoEReading | None, moe_error: str):
+        super().__init__(message)
+        self.shape, self.moe, self.moe_error = shape, moe, moe_error
 
 
 def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc: int,
@@ -154,9 +166,10 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
     cpu = tasks[graph.kind[tasks] == TaskKind.CPU]
     cev = graph.event[cpu]
     # a checkpointed layer's recomputed forward (`layer_{L}/recompute/mb{i}`, inside that layer's
-    # backward range) is part of its backward: it is not a block of its own
+    # backward range) is part of its backward, and an MoE layer's part ranges (`moe/router`, ...) are
+    # parts of its forward: neither is a block of its own
     ann_rows = np.flatnonzero(table.cat == schema.ANNOTATION)
-    ann_rows = ann_rows[[not n.startswith("ProfilerStep#") and "/recompute/" not in n
+    ann_rows = ann_rows[[not n.startswith("ProfilerStep#") and "/recompute/" not in n and not is_part(n)
                          for n in map(str, table.name[ann_rows])]]
     op_rows = np.flatnonzero(table.cat == schema.CPU_OP)
     ann = innermost(table, ann_rows, table.pid[cev], table.tid[cev], graph.ts[cpu])
@@ -407,7 +420,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
     kv = got.kv_heads_local * tp
     return ModelShape(hidden=h, ffn=got.ffn_local * tp, seq=s, micro_batch=b, vocab=vocab, heads=heads, tp=tp,
                       kv_heads=0 if kv == heads else kv, head_dim=got.head_dim if got.head_dim * heads != h else 0,
-                      gated=got.gated, norm=norm, evidence=dict(got.evidence, QKV=got.qkv,
+                      gated=got.gated, norm=norm, moe_at=got.moe_at, evidence=dict(got.evidence, QKV=got.qkv,
                                                                 hidden=f"the {norm} weight" if ln is not None
                                                                 else "the first GEMM's input",
                                                                 **({"gate/up": got.gate_up} if got.gated else {})))
@@ -514,6 +527,13 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
     else:
         name, dims, row = _shape_ops(graph, by_rank)
         shape = infer_shape(blocks, name, dims, op_row=row, paths=paths, tp_groups=tp_groups)
+    moe, moe_error = None, ""
+    if shape.moe_at >= 0:
+        try:
+            moe = _read_moe(graph, by_rank, blocks, coll, group, shape, kernel if kernel.any() else None,
+                            *((op_name, op_dims, op_row) if kernel.any() else (name, dims, row)))
+        except MoEDisagreement as exc:
+            moe_error = str(exc)
     layers = {b.layer for b in blocks if b.kind == "layer"}
     mbs = {b.mb for b in blocks if b.mb >= 0}
     ranks = sorted(by_rank)
@@ -523,8 +543,9 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
     dp = max(dp_sizes) if dp_sizes else max(int(dp_hint), 1)
     pp = max(world // (shape.tp * dp), 1)
     if pp != len(ranks):
-        raise ValueError(f"the base run must hold one rank per pipeline stage: world {world} = "
-                         f"tp {shape.tp} x dp {dp} x pp {pp}, but {len(ranks)} ranks are present")
+        raise StageMismatch(f"the base run must hold one rank per pipeline stage: world {world} = "
+                            f"tp {shape.tp} x dp {dp} x pp {pp}, but {len(ranks)} ranks are present", shape, moe,
+                            moe_error)
     stage_of_rank = {r: i for i, r in enumerate(ranks)}
     chunks, stage_layers, chunk_layers = layer_chunks(blocks, ranks)
     cp = context_parallel(blocks, task_block, coll, group, shape.tp)
@@ -532,4 +553,74 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
                         op_name=op_name, op_dims=op_dims, proc_role=proc_role, shape=shape,
                         tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),
                         stage_of_rank=stage_of_rank, stage_params=stage_params, chunks=chunks,
-                        stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp)
+                        stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp, moe=moe, moe_error=moe_error)
+
+
+def _ops_in_order(tasks, op_name, op_dims, is_gpu, op_row) -> list:
+    """(op name, input dims) of each op behind `tasks` (in their order), once per op."""
+    out, seen = [], set()
+    for t in tasks:
+        if (is_gpu is not None and not is_gpu[t]) or op_dims[t] is None or op_name[t] is None:
+            continue
+        key = op_row[t] if op_row is not None else id(op_dims[t])
+        if key not in seen:
+            seen.add(key)
+            out.append((str(op_name[t]), op_dims[t]))
+    return out
+
+
+def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group) -> list:
+    """(group size, where it came from, input rows) of each all-to-all a layer's block ran, in order:
+    its kernels' (device collectives) or, in a run without kernels, its `c10d::` ops'. gloo's ops name no
+    group: then the one process group distributedInfo lists (the world)."""
+    calls, seen = [], set()
+    groups = pg_config(table.metadata)
+    for t in sorted(tasks.tolist(), key=lambda t: graph.ts[t]):
+        e = int(graph.event[t])
+        if graph.kind[t] == TaskKind.GPU:
+            if coll[t] != "all_to_all":
+                continue
+            size = len(group[t]) if group[t] else 0
+            calls.append((size, "its Process Group Ranks" if size else "", 0))
+            continue
+        name = str(table.name[e])
+        if not name.startswith("c10d::") or classify_name(name) != "all_to_all" or e in seen:
+            continue
+        seen.add(e)
+        ranks = parse_ranks(table.pg_ranks[e])
+        dims = table.input_dims[e] or []
+        rows = int(dims[1][0]) if len(dims) > 1 and dims[1] else 0
+        if ranks:
+            calls.append((len(ranks), "its Process Group Ranks", rows))
+        elif len(groups) == 1:
+            members = next(iter(groups.values()))
+            calls.append((len(members), f"{len(members)} ranks: the one process group distributedInfo lists; "
+                                        f"{name} names none", rows))
+        else:
+            calls.append((int(table.world_size), f"the world ({int(table.world_size)} ranks): "
+                                                 f"{name} names no group", rows))
+    return calls
+
+
+def _read_moe(graph: Graph, by_rank: dict, blocks: list, coll, group, shape: ModelShape, is_gpu,
+              op_name, op_dims, op_row) -> MoEReading:
+    """`moe.read_moe` over every layer forward block of the run: each one's experts from its GEMMs after
+    the router (`shape.moe_at`), its row copy and its all-to-alls."""
+    layouts, permuted, a2a = {}, {}, {}
+    for b in blocks:
+        if b.kind != "layer" or b.phase != "forward":
+            continue
+        ops = _ops_in_order(b.tasks, op_name, op_dims, is_gpu, op_row)
+        gemms = [m for m in (gemm_mkn(n, d) for n, d in ops if n in GEMM_OPS and not _batched(d)) if m is not None]
+        T = int(gemms[0][0]) if gemms else 0
+        lay = split_experts(gemms[shape.moe_at:], shape.hidden, T)
+        key = (b.rank, b.layer, b.mb)
+        if lay is None:
+            first = next(x.layer for x in blocks if x.kind == "layer")
+            raise MoEDisagreement(f"layer {b.layer} forward, micro-batch {b.mb} of {by_rank[b.rank].path} has no "
+                                  f"router and experts where layer {first} has them")
+        layouts[key] = lay
+        permuted[key] = next((int(d[2][0]) for n, d in ops if n in PERMUTE_OPS and len(d) > 2 and d[2]
+                              and tuple(d[0]) == (T, shape.hidden)), 0)
+        a2a[key] = _all_to_alls(graph, by_rank[b.rank], b.tasks, coll, group)
+    return read_moe(layouts, permuted, a2a, where=", ".join(sorted({str(t.path) for t in by_rank.values()})[:1]))

@@ -22,7 +22,7 @@ from lumos.graph.run_graph import build_run_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.model.host_gaps import host_gaps
 from lumos.model.recover import recover_layers, summary
-from lumos.model.structure import find_structure
+from lumos.model.structure import StageMismatch, find_structure
 from lumos.trace import TraceTable
 from lumos.trace.table import devices
 from lumos.transform.add_collectives import add_collectives, missing
@@ -366,7 +366,13 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
         return out
     try:
         st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
-    except ValueError as exc:   # e.g. one rank of a pipeline: the stages are not all here
+    except StageMismatch as exc:   # e.g. one rank of a pipeline, or a DP run's every rank: what was read is shown
+        out["error"] = str(exc)
+        out["shape"] = shape_report(exc.shape)
+        if exc.moe is not None or exc.moe_error:
+            out["moe"] = moe_report(exc.moe, exc.moe_error)
+        return out
+    except ValueError as exc:
         out["error"] = str(exc)
         return out
     kinds: dict[str, int] = {}
@@ -374,8 +380,28 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1
     out.update(layers=st.layers, microbatches=st.microbatches, tp=st.tp, pp=st.pp, dp=st.dp // st.cp, cp=st.cp,
                chunks=st.chunks, stage_layers=list(st.stage_layers), blocks=kinds,
-               what_if="every transform" if st.shape.heads_span_hidden else
+               what_if=MOE_WHY if st.moe is not None else "every transform" if st.shape.heads_span_hidden else
                f"every transform but width and TP ({NON_GPT_WHY})", shape=shape_report(st.shape))
+    if st.moe is not None or st.moe_error:
+        out["moe"] = moe_report(st.moe, st.moe_error)
+    return out
+
+
+MOE_WHY = "none checked on MoE layers (no transform knows experts, top-k or EP yet)"
+
+
+def moe_report(moe, error: str = "") -> dict:
+    """An MoE run's experts, top-k, EP, expert width and tokens per expert, with their evidence; or the one
+    line that says which of its readings disagree."""
+    if moe is None:
+        return {"error": error}
+    out = {"experts": moe.experts, "experts_per_rank": moe.experts_local, "top_k": moe.top_k, "ep": moe.ep,
+           "expert_ffn": moe.expert_ffn, "shared_expert_ffn": moe.shared_expert_ffn, "tokens": moe.tokens,
+           "tokens_per_expert": [{"layer": layer, "microbatch": mb, "tokens": list(c)}
+                                 for (layer, mb), c in sorted(moe.tokens_per_expert.items())],
+           "evidence": dict(moe.evidence)}
+    if moe.disagreement:
+        out["disagreement"] = moe.disagreement
     return out
 
 

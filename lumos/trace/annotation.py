@@ -28,6 +28,12 @@ itself for a trace without them, synthesizing the ranges it found (`lumos.model.
 layer's backward and a `layers_A-B` range is no layer block of its own), `lumos.model.layer_ranges`
 (whether a trace has them at all) and `lumos.model.dp_flavour` (which layer a collective is in).
 
+Inside a layer's forward, ranges named `moe/` + a part (`moe/router`, `moe/permute`, `moe/dispatch`,
+`moe/experts`, `moe/expert_{E}` for global expert E, `moe/shared_expert`, `moe/combine`, `moe/unpermute`;
+`lumos capture moe` writes them) say which of a mixture-of-experts layer's ops do what. They are parts of
+the layer's block, never blocks of their own (`is_part`); the MoE reader (`lumos.model.moe`) uses them where
+present and reads the same layer from its ops where not.
+
 `range_name` writes a name (`layer_block` makes the block of one layer or a run of them),
 `parse` reads one into an `Annotation` (None for any other range: `ProfilerStep#3`,
 `layer_norm`, `nn.Module: Block_0`). `ANN` is the subset the model reader takes as a block of
@@ -44,7 +50,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["PHASES", "BLOCK_PHASES", "EMBEDDING", "HEAD", "ANNOTATION", "ANN", "Annotation", "layer_block",
-           "range_name", "parse"]
+           "range_name", "parse", "MOE_PARTS", "part_name", "is_part"]
 
 PHASES = ("forward", "backward", "recompute")
 BLOCK_PHASES = ("forward", "backward")      # the phases the model reader makes blocks of
@@ -56,6 +62,9 @@ ANNOTATION = re.compile(rf"^(?:{_LAYER}|{_SPAN}|{_EMBEDDING}|{_HEAD})/({'|'.join
 # what the model reader takes as a block: one layer, the embedding or the head, forward or backward;
 # groups: layer, "embedding", "head", phase, micro-batch
 ANN = re.compile(rf"^(?:{_LAYER}|{_EMBEDDING}|{_HEAD})/({'|'.join(BLOCK_PHASES)})/mb(\d+)$")
+# the parts of an MoE layer's forward a range may name (`part_name`); `expert` takes the global expert index
+MOE_PARTS = ("router", "permute", "dispatch", "experts", "expert", "shared_expert", "combine", "unpermute")
+_PART = re.compile(r"^moe/(router|permute|dispatch|experts|expert_\d+|shared_expert|combine|unpermute)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +131,17 @@ def parse(name: str) -> Annotation | None:
     if m is None:
         return None
     return Annotation(name[:m.start(6) - 1], m.group(6), int(m.group(7)))   # no block holds a "/"
+
+
+def part_name(part: str, expert: int | None = None) -> str:
+    """The range of one part of an MoE layer (`moe/router`; `moe/expert_3` for `part="expert", expert=3`)."""
+    if part not in MOE_PARTS:
+        raise ValueError(f"part must be one of {', '.join(MOE_PARTS)}, not {part!r}")
+    if (part == "expert") != (expert is not None):
+        raise ValueError("an expert's range takes its index (expert=E), and only it")
+    return f"moe/expert_{expert}" if part == "expert" else f"moe/{part}"
+
+
+def is_part(name: str) -> bool:
+    """Whether `name` is a range of `part_name`'s: part of the enclosing layer's block, not a block."""
+    return _PART.match(name) is not None

@@ -1,0 +1,44 @@
+"""Record the shipped MoE CPU captures (resources/traces/moe_cpu/): EP 1, 2 and 4 of one model, each
+recorded twice (r0, r1) in interleaved rounds.
+
+    python studies/moe/record_cpu.py --out resources/traces/moe_cpu     # about 1 minute on 2 idle cores
+
+Measured on this machine: the bundled MoE model (`lumos.capture.moe`, `lumos capture moe`) on the CPU over
+gloo, annotated like `capture gpt`, 3 profiled steps after one skipped and one warm-up, one micro-batch per
+iteration and rank, one intra-op thread per rank (one rank stands for one device: EP 4 puts four ranks on
+the two cores). The captures differ only in EP: each rank trains its own micro-batch (DP = EP), so EP 4
+routes four times the tokens of EP 1 over the same 4 experts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+BASE = dict(layers=2, hidden=128, heads=4, kv_heads=2, experts=4, top_k=2, expert_ffn=256, seq=64, micro_batch=4,
+            vocab=1024, threads=1)
+EPS = (1, 2, 4)
+
+
+def flags(cfg: dict) -> list[str]:
+    return [x for k, v in cfg.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=2, help="recordings of each EP (r0, r1, ...)")
+    a = ap.parse_args(argv)
+    for r in range(a.rounds):
+        for ep in EPS:
+            out = a.out / f"ep{ep}_r{r}"
+            subprocess.run([sys.executable, "-m", "lumos.cli", "capture", "moe", *flags(BASE), "--ep", str(ep),
+                            "--steps", "3", "--seed", str(r), "--out", str(out)], check=True, capture_output=True)
+            print(f"{out}: EP {ep}, {BASE}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
