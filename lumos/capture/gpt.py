@@ -271,10 +271,9 @@ def annotation_range(annotate: bool):
 class GradBuckets:
     """Reduce each block's gradients as soon as they are ready, DDP-style.
 
-    On CUDA with `side_stream=True` the reduction runs on a side stream,
-    ordered by cudaEventRecord / cudaStreamWaitEvent; otherwise it runs inline
-    (and only when WORLD_SIZE > 1, since a one-process CPU run has nothing to
-    reduce). `finish()` reduces what is left and makes the compute stream wait.
+    On CUDA with `side_stream=True` the reduction runs on a side stream, ordered by cudaEventRecord /
+    cudaStreamWaitEvent; otherwise it runs inline (and only when WORLD_SIZE > 1, since a one-process CPU
+    run has nothing to reduce). `finish()` reduces what is left and makes the compute stream wait.
     `exclude`: ids of parameters never reduced (an MoE's experts, local to their rank).
     """
 
@@ -288,12 +287,12 @@ class GradBuckets:
         self.use_stream = side_stream and device.type == "cuda"
         self.stream = torch.cuda.Stream(device=device) if self.use_stream else None
         self.buckets: list[tuple[str, list]] = []
-        owned = set()
+        owned = set(exclude)
         for i, block in enumerate(model.blocks):
-            params = [p for p in block.parameters() if p.requires_grad and id(p) not in exclude]
+            params = [p for p in block.parameters() if p.requires_grad and id(p) not in owned]
             owned.update(id(p) for p in params)
             self.buckets.append((f"grad_bucket_{i}", params))
-        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in owned and id(p) not in exclude]
+        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in owned]
         self.rest = ("grad_bucket_rest", rest)
         self.pending: dict[int, int] = {}
         self.reduced: set[int] = set()

@@ -89,3 +89,9 @@ def attention_bshd(op: str, dims) -> tuple | None:
     if any(k in op for k in _HEADS_SECOND):
         return (b, y, x, hd)
     return (b, x, y, hd)
+
+
+def is_batched(dims) -> bool:
+    """Two 3-D operands first: an unfused attention's batched products ([b x heads, s, .]), which
+    are not among the layer's linear GEMMs."""
+    return len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])

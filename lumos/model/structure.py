@@ -31,13 +31,14 @@ import numpy as np
 from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable, schema
 from lumos.trace.annotation import ANN as ANN, is_part, parse   # ANN: the layer / embedding / head ranges read as blocks
-from lumos.trace.collectives import DTYPE_BYTES, classify_name, classify_rows, parse_ranks, pg_config
+from lumos.trace.collectives import DTYPE_BYTES, classify_rows
 
 from .launchers import by_correlation, launching_events, runtime_calls
 from .nesting import innermost
 from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
-from .moe import PERMUTE_OPS, MoEDisagreement, MoEReading, read_moe, split_experts
-from .ops import GEMM_OPS, attention_bshd, gemm_mkn
+from .moe import MoEDisagreement, MoEReading
+from .moe_blocks import read_moe_blocks
+from .ops import GEMM_OPS, attention_bshd, gemm_mkn, is_batched
 from .parallel_layout import context_parallel, layer_chunks
 
 BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
@@ -317,12 +318,6 @@ def _tp_groups(blocks: list, task_block: np.ndarray, coll, group) -> set:
             if group[t] and len(group[t]) > 1}
 
 
-def _batched(dims) -> bool:
-    """Two 3-D operands first: an unfused attention's batched products ([b x heads, s, .]), which
-    are not among the layer's linear GEMMs."""
-    return len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])
-
-
 class ShapeError(ValueError):
     """The base trace does not say the model's shape: which file, which layer, and what is missing."""
 
@@ -364,7 +359,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
         acts |= {a for a in ("gelu", "silu", "swiglu", "swish", "relu") if a in low}
         if d is None:
             continue
-        batched = n in ("aten::bmm", "aten::baddbmm") and _batched(d)
+        batched = n in ("aten::bmm", "aten::baddbmm") and is_batched(d)
         if batched and scores is None:
             scores = d   # unfused attention's first bmm: [b x heads, s, d] x [b x heads, d, s]
             attn_at = len(gemms)
@@ -530,7 +525,7 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
     moe, moe_error = None, ""
     if shape.moe_at >= 0:
         try:
-            moe = _read_moe(graph, by_rank, blocks, coll, group, shape, kernel if kernel.any() else None,
+            moe = read_moe_blocks(graph, by_rank, blocks, coll, group, shape, kernel if kernel.any() else None,
                             *((op_name, op_dims, op_row) if kernel.any() else (name, dims, row)))
         except MoEDisagreement as exc:
             moe_error = str(exc)
@@ -554,73 +549,3 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
                         tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),
                         stage_of_rank=stage_of_rank, stage_params=stage_params, chunks=chunks,
                         stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp, moe=moe, moe_error=moe_error)
-
-
-def _ops_in_order(tasks, op_name, op_dims, is_gpu, op_row) -> list:
-    """(op name, input dims) of each op behind `tasks` (in their order), once per op."""
-    out, seen = [], set()
-    for t in tasks:
-        if (is_gpu is not None and not is_gpu[t]) or op_dims[t] is None or op_name[t] is None:
-            continue
-        key = op_row[t] if op_row is not None else id(op_dims[t])
-        if key not in seen:
-            seen.add(key)
-            out.append((str(op_name[t]), op_dims[t]))
-    return out
-
-
-def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group) -> list:
-    """(group size, where it came from, input rows) of each all-to-all a layer's block ran, in order:
-    its kernels' (device collectives) or, in a run without kernels, its `c10d::` ops'. gloo's ops name no
-    group: then the one process group distributedInfo lists (the world)."""
-    calls, seen = [], set()
-    groups = pg_config(table.metadata)
-    for t in sorted(tasks.tolist(), key=lambda t: graph.ts[t]):
-        e = int(graph.event[t])
-        if graph.kind[t] == TaskKind.GPU:
-            if coll[t] != "all_to_all":
-                continue
-            size = len(group[t]) if group[t] else 0
-            calls.append((size, "its Process Group Ranks" if size else "", 0))
-            continue
-        name = str(table.name[e])
-        if not name.startswith("c10d::") or classify_name(name) != "all_to_all" or e in seen:
-            continue
-        seen.add(e)
-        ranks = parse_ranks(table.pg_ranks[e])
-        dims = table.input_dims[e] or []
-        rows = int(dims[1][0]) if len(dims) > 1 and dims[1] else 0
-        if ranks:
-            calls.append((len(ranks), "its Process Group Ranks", rows))
-        elif len(groups) == 1:
-            members = next(iter(groups.values()))
-            calls.append((len(members), f"{len(members)} ranks: the one process group distributedInfo lists; "
-                                        f"{name} names none", rows))
-        else:
-            calls.append((int(table.world_size), f"the world ({int(table.world_size)} ranks): "
-                                                 f"{name} names no group", rows))
-    return calls
-
-
-def _read_moe(graph: Graph, by_rank: dict, blocks: list, coll, group, shape: ModelShape, is_gpu,
-              op_name, op_dims, op_row) -> MoEReading:
-    """`moe.read_moe` over every layer forward block of the run: each one's experts from its GEMMs after
-    the router (`shape.moe_at`), its row copy and its all-to-alls."""
-    layouts, permuted, a2a = {}, {}, {}
-    for b in blocks:
-        if b.kind != "layer" or b.phase != "forward":
-            continue
-        ops = _ops_in_order(b.tasks, op_name, op_dims, is_gpu, op_row)
-        gemms = [m for m in (gemm_mkn(n, d) for n, d in ops if n in GEMM_OPS and not _batched(d)) if m is not None]
-        T = int(gemms[0][0]) if gemms else 0
-        lay = split_experts(gemms[shape.moe_at:], shape.hidden, T)
-        key = (b.rank, b.layer, b.mb)
-        if lay is None:
-            first = next(x.layer for x in blocks if x.kind == "layer")
-            raise MoEDisagreement(f"layer {b.layer} forward, micro-batch {b.mb} of {by_rank[b.rank].path} has no "
-                                  f"router and experts where layer {first} has them")
-        layouts[key] = lay
-        permuted[key] = next((int(d[2][0]) for n, d in ops if n in PERMUTE_OPS and len(d) > 2 and d[2]
-                              and tuple(d[0]) == (T, shape.hidden)), 0)
-        a2a[key] = _all_to_alls(graph, by_rank[b.rank], b.tasks, coll, group)
-    return read_moe(layouts, permuted, a2a, where=", ".join(sorted({str(t.path) for t in by_rank.values()})[:1]))

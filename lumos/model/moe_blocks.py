@@ -1,0 +1,82 @@
+"""An MoE run's experts, top-k and EP read over every layer forward block (`moe.read_moe` on each block's GEMMs
+after the router, its row copy and its all-to-alls); `structure.read_structure` calls it once the layer
+shape says the layers are MoE."""
+
+from __future__ import annotations
+
+from lumos.graph.model import Graph, TaskKind
+from lumos.trace import TraceTable
+from lumos.trace.collectives import classify_name, parse_ranks, pg_config
+
+from .moe import PERMUTE_OPS, MoEDisagreement, MoEReading, read_moe, split_experts
+from .ops import GEMM_OPS, gemm_mkn, is_batched
+
+
+def _ops_in_order(tasks, op_name, op_dims, is_gpu, op_row) -> list:
+    """(op name, input dims) of each op behind `tasks` (in their order), once per op."""
+    out, seen = [], set()
+    for t in tasks:
+        if (is_gpu is not None and not is_gpu[t]) or op_dims[t] is None or op_name[t] is None:
+            continue
+        key = op_row[t] if op_row is not None else id(op_dims[t])
+        if key not in seen:
+            seen.add(key)
+            out.append((str(op_name[t]), op_dims[t]))
+    return out
+
+
+def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group) -> list:
+    """(group size, where it came from, input rows) of each all-to-all a layer's block ran, in order:
+    its kernels' (device collectives) or, in a run without kernels, its `c10d::` ops'. gloo's ops name no
+    group: then the one process group distributedInfo lists (the world)."""
+    calls, seen = [], set()
+    groups = pg_config(table.metadata)
+    for t in sorted(tasks.tolist(), key=lambda t: graph.ts[t]):
+        e = int(graph.event[t])
+        if graph.kind[t] == TaskKind.GPU:
+            if coll[t] != "all_to_all":
+                continue
+            size = len(group[t]) if group[t] else 0
+            calls.append((size, "its Process Group Ranks" if size else "", 0))
+            continue
+        name = str(table.name[e])
+        if not name.startswith("c10d::") or classify_name(name) != "all_to_all" or e in seen:
+            continue
+        seen.add(e)
+        ranks = parse_ranks(table.pg_ranks[e])
+        dims = table.input_dims[e] or []
+        rows = int(dims[1][0]) if len(dims) > 1 and dims[1] else 0
+        if ranks:
+            calls.append((len(ranks), "its Process Group Ranks", rows))
+        elif len(groups) == 1:
+            members = next(iter(groups.values()))
+            calls.append((len(members), f"{len(members)} ranks: the one process group distributedInfo lists; "
+                                        f"{name} names none", rows))
+        else:
+            calls.append((int(table.world_size), f"the world ({int(table.world_size)} ranks): "
+                                                 f"{name} names no group", rows))
+    return calls
+
+
+def read_moe_blocks(graph: Graph, by_rank: dict, blocks: list, coll, group, shape, is_gpu,
+              op_name, op_dims, op_row) -> MoEReading:
+    """`moe.read_moe` over every layer forward block of the run: each one's experts from its GEMMs after
+    the router (`shape.moe_at`), its row copy and its all-to-alls."""
+    layouts, permuted, a2a = {}, {}, {}
+    for b in blocks:
+        if b.kind != "layer" or b.phase != "forward":
+            continue
+        ops = _ops_in_order(b.tasks, op_name, op_dims, is_gpu, op_row)
+        gemms = [m for m in (gemm_mkn(n, d) for n, d in ops if n in GEMM_OPS and not is_batched(d)) if m is not None]
+        T = int(gemms[0][0]) if gemms else 0
+        lay = split_experts(gemms[shape.moe_at:], shape.hidden, T)
+        key = (b.rank, b.layer, b.mb)
+        if lay is None:
+            first = next(x.layer for x in blocks if x.kind == "layer")
+            raise MoEDisagreement(f"layer {b.layer} forward, micro-batch {b.mb} of {by_rank[b.rank].path} has no "
+                                  f"router and experts where layer {first} has them")
+        layouts[key] = lay
+        permuted[key] = next((int(d[2][0]) for n, d in ops if n in PERMUTE_OPS and len(d) > 2 and d[2]
+                              and tuple(d[0]) == (T, shape.hidden)), 0)
+        a2a[key] = _all_to_alls(graph, by_rank[b.rank], b.tasks, coll, group)
+    return read_moe(layouts, permuted, a2a, where=", ".join(sorted({str(t.path) for t in by_rank.values()})[:1]))
