@@ -226,6 +226,7 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
         kinds = {int(r): collective_kind(str(table.coll_name[r] or table.name[r])) for r in ops}
     rows = np.array(sorted((r for r, k in kinds.items() if k is not None), key=lambda r: table.ts[r]),
                     dtype=np.int64)
+    moe_units = _exchange_units(table, [r for r, k in kinds.items() if k is None], layer_rows)
 
     order = {}              # FSDP unit -> first pre_forward start: the forward order
     for r, u in parsed.items():
@@ -256,6 +257,8 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
             unit = _part(str(table.name[layer[i]])) if layer[i] >= 0 else ""
         phase = _phase(table, int(fsdp_out[i]), int(layer[i]), int(phase_row[i]), ts, backward_end,
                        int(table.tid[r]) in backward_tids)
+        if unit in moe_units and kinds[r] != "all_reduce":   # an MoE layer's token counts, not parameters
+            continue
         out.append(Collective(kinds[r], unit, phase, bool(in_prefetch[i] >= 0), int(full), int(group), ts, r))
 
     sizes = {}
@@ -272,6 +275,16 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
     flavour = _classify(table, out, units, unit_elements, len(fsdp2) > 0, fsdp1)
     flavour.unit_layers = _unit_layers(table, layer_rows, units, order)
     return flavour
+
+
+def _exchange_units(table: TraceTable, others: list, layer_rows: np.ndarray) -> set:
+    """The layer ranges (`layer_3`) holding an all-to-all: an MoE layer's token exchange, beside which its
+    all-gathers (the tokens per expert, or the all-gather dispatcher's tokens) carry no parameters."""
+    a2a = np.array([r for r in others if classify_name(str(table.name[r]), bare=True) == "all_to_all"], dtype=np.int64)
+    if not len(a2a) or not len(layer_rows):
+        return set()
+    inner = innermost(table, layer_rows, table.pid[a2a], table.tid[a2a], table.ts[a2a])
+    return {_part(str(table.name[i])) for i in inner.tolist() if i >= 0}
 
 
 def _unit_layers(table: TraceTable, layer_rows: np.ndarray, units: list[str], order: dict) -> dict[str, str]:

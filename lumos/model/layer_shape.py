@@ -49,7 +49,7 @@ class LayerReading:
 
 
 def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, activations: set,
-               scores=None, batch: int = 0, where: str = "") -> LayerReading | None:
+               scores=None, batch: int = 0, where: str = "", grouped: int = 0) -> LayerReading | None:
     """The layer's reading from its forward GEMMs ((m, k, n) in order), the number of GEMMs before its
     attention op (`attn_at`, None: no attention op), that op's (b, s, heads, head_dim) (`attn`) or an
     unfused attention's first score product (`scores`), the hidden size, the sizes of the TP groups its
@@ -95,7 +95,7 @@ def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, a
     kv_local = int(kv_width // d)
     ev["KV heads"] = f"the QKV GEMMs' widths ({qkv}: {' + '.join(map(str, widths))}) less the queries"
     dense = _dense_mlp(mlp, activations)
-    moe = split_experts(mlp, h, int(gemms[0][0])) if dense is None else None
+    moe = split_experts(mlp, h, int(gemms[0][0]), grouped) if dense is None else None
     if dense is not None:
         ffn_local, gated, gate_up = dense
         ev["FFN"] = f"the down projection's input ({ffn_local})"

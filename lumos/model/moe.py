@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 __all__ = ["ExpertLayout", "MoEReading", "split_experts", "read_moe", "MoEDisagreement"]
 
 PERMUTE_OPS = ("aten::index_select",)      # Megatron's `permute` (moe_utils.py) and ours copy rows this way
+FUSED_PERMUTE_OPS = ("aten::_moe_permute",)   # Transformer Engine's fused moe_permute: [T x k, h] out
 
 
 class MoEDisagreement(ValueError):
@@ -41,6 +42,8 @@ class ExpertLayout:
     width: int                    # the experts' FFN width
     fused: bool                   # gate and up in one GEMM
     shared_width: int = 0         # the shared expert's width (0: none)
+    grouped: bool = False         # one grouped GEMM for all experts: `rows` an equal share of its total rows
+                                  #   (the GEMMs between the router and them are the shared expert)
 
 
 def _expert(gemms: list, i: int, h: int):
@@ -54,12 +57,21 @@ def _expert(gemms: list, i: int, h: int):
     return None
 
 
-def split_experts(mlp: list, h: int, tokens: int) -> ExpertLayout | None:
+def split_experts(mlp: list, h: int, tokens: int, grouped: int = 0) -> ExpertLayout | None:
     """The MoE layout of the GEMMs after a layer's attention projection ((m, k, n) each), or None when
     they are no router followed by experts. A last expert of all `tokens` rows and a width of its own is
-    the shared expert."""
+    the shared expert; with `grouped` (the per-expert GEMMs of grouped GEMMs, last), any expert between the
+    router and them is."""
     if len(mlp) < 3 or int(mlp[0][0]) != tokens or int(mlp[0][1]) != h:
         return None
+    if grouped:   # the last `grouped` GEMMs are the grouped experts'; any between the router and them, a shared expert
+        lay = split_experts([mlp[0], *mlp[len(mlp) - grouped:]], h, tokens)
+        between = mlp[1:len(mlp) - grouped]
+        shared = _expert(between, 0, h) if between else None
+        if lay is None or (between and (shared is None or shared[2] != len(between) or shared[0] != tokens)):
+            return None
+        return ExpertLayout(router=lay.router, rows=lay.rows, width=lay.width, fused=lay.fused,
+                            shared_width=shared[1] if shared else 0, grouped=True)
     found, i = [], 1
     while i < len(mlp):
         e = _expert(mlp, i, h)
@@ -75,7 +87,7 @@ def split_experts(mlp: list, h: int, tokens: int) -> ExpertLayout | None:
     if len({w for _, w, _, _ in found}) != 1 or len({f for *_, f in found}) != 1:
         return None
     return ExpertLayout(router=tuple(int(x) for x in mlp[0]), rows=tuple(r for r, *_ in found), width=found[0][1],
-                        fused=found[0][3], shared_width=shared)
+                        fused=found[0][3], shared_width=shared, grouped=grouped)
 
 
 @dataclass(frozen=True)
@@ -91,9 +103,13 @@ class MoEReading:
     tokens_per_expert: dict = field(default_factory=dict)
     evidence: dict = field(default_factory=dict)
     disagreement: str = ""        # one line where the token counts do not add up; then no counts
+    # (rank, layer, micro-batch) -> tokens the rank's experts received (their GEMM rows), every layer forward
+    received: dict = field(default_factory=dict)
+    grouped: bool = False         # the experts ran as grouped GEMMs
 
 
-def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> MoEReading:
+def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "",
+             permute_op: str = "index_select") -> MoEReading:
     """The MoE reading of a run from, per layer forward block `(rank, layer, micro-batch)`: its
     `ExpertLayout` (`layouts`), the rows of its first row copy by the router's picks (`permuted_rows`: 0
     where none was seen) and its all-to-alls (`a2a`: a list of (group size, where the size came from, input
@@ -122,18 +138,16 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
         seen = "/".join(sorted({str(s) for s, _ in sizes}))
         raise MoEDisagreement(f"the MoE layers' all-to-alls run over groups of {seen} ranks ({where})")
     ranks = sorted({r for r, _, _ in layouts})
-    if ep > 1 and len(ranks) != ep:
-        raise MoEDisagreement(f"EP {ep} (the all-to-alls' group), but the run holds {len(ranks)} ranks; the "
-                              f"tokens per expert need every EP rank's trace ({where})")
+    partial = ep > 1 and len(ranks) != ep   # one rank per stage (a prediction's base): each its own EP group
     if local * ep != E:
         raise MoEDisagreement(f"the router picks among {E} experts, but {local} experts per rank x EP {ep} = "
                               f"{local * ep} ({where})")
-    ev["experts"] = (f"the router's output width ({h} -> {E}), {local} expert{'s' * (local != 1)}' GEMMs per rank "
-                     f"x EP {ep}")
+    ev["experts"] = (f"the router's output width ({h} -> {E}), {local} expert{'s' * (local != 1)}"
+                     f"{chr(39) + 's' if local == 1 else chr(39)} GEMMs per rank x EP {ep}")
     ks = {}
     for key, rows in permuted_rows.items():
         if rows and rows % T == 0:
-            ks.setdefault(rows // T, "the permutation's row copy (index_select of T x k rows)")
+            ks.setdefault(rows // T, f"the permutation's row copy ({permute_op} of T x k rows)")
     for key, calls in a2a.items():
         big = [n for _, _, n in calls if n and n >= T]
         if big and big[0] % T == 0 and key[0] == first[0]:
@@ -154,7 +168,8 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
         ev["shared expert"] = f"a last SwiGLU of all {T} tokens, {lay.shared_width} wide"
     per: dict = {}
     bad = []
-    for (r, layer, mb), x in sorted(layouts.items()):
+    received = {key: sum(x.rows) for key, x in layouts.items()}
+    for (r, layer, mb), x in sorted(layouts.items()) if not (partial or lay.grouped) else ():
         counts = per.setdefault((layer, mb), [0] * E)
         base = ranks.index(r) * local if ep > 1 else 0
         for e, rows in enumerate(x.rows):
@@ -168,6 +183,10 @@ def read_moe(layouts: dict, permuted_rows: dict, a2a: dict, where: str = "") -> 
                f"{len(bad)} of {len(per)} layer forwards ({bad[0]}): tokens dropped or padded; no counts shown")
         per = {}
     ev["tokens per expert"] = "each expert's GEMM rows, every EP rank's; global index = EP rank x E/EP + launch order"
+    if partial or lay.grouped:
+        why = (f"the run holds {len(ranks)} of each EP group's {ep} ranks" if partial else
+               "grouped GEMMs (one per projection for all the rank's experts) do not say each expert's rows")
+        ev["tokens per expert"] = f"not read: {why}; each rank's received tokens are (its experts' GEMM rows)"
     return MoEReading(experts=E, experts_local=local, top_k=k, ep=ep, expert_ffn=lay.width,
                       shared_expert_ffn=lay.shared_width, tokens=T, tokens_per_expert=per, evidence=ev,
-                      disagreement=dis)
+                      disagreement=dis, received=received, grouped=lay.grouped)

@@ -8,8 +8,8 @@ from lumos.graph.model import Graph, TaskKind
 from lumos.trace import TraceTable
 from lumos.trace.collectives import classify_name, parse_ranks, pg_config
 
-from .moe import PERMUTE_OPS, MoEDisagreement, MoEReading, read_moe, split_experts
-from .ops import GEMM_OPS, gemm_mkn, is_batched
+from .moe import FUSED_PERMUTE_OPS, PERMUTE_OPS, MoEDisagreement, MoEReading, read_moe, split_experts
+from .ops import GEMM_OPS, GROUPED_GEMM_OPS, expert_gemms, gemm_mkn, grouped_mkn, is_batched
 
 
 def _ops_in_order(tasks, op_name, op_dims, is_gpu, op_row) -> list:
@@ -25,7 +25,23 @@ def _ops_in_order(tasks, op_name, op_dims, is_gpu, op_row) -> list:
     return out
 
 
-def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group) -> list:
+def _layer_gemms(ops: list) -> tuple[list, int]:
+    """A layer forward's GEMMs as (m, k, n), grouped GEMMs' experts one by one (`ops.expert_gemms`), and
+    how many of them (the last ones) came from grouped GEMMs."""
+    gemms, grouped = [], []
+    for n, d in ops:
+        if n in GEMM_OPS and not is_batched(d):
+            m = gemm_mkn(n, d)
+            if m is not None:
+                gemms.append(m)
+        elif n in GROUPED_GEMM_OPS and grouped_mkn(d) is not None:
+            grouped.append(grouped_mkn(d))
+            if len(grouped) == 2:
+                gemms.extend(expert_gemms(*grouped))
+    return gemms, 2 * grouped[0][3] if len(grouped) == 2 else 0
+
+
+def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group, h: int = 0) -> list:
     """(group size, where it came from, input rows) of each all-to-all a layer's block ran, in order:
     its kernels' (device collectives) or, in a run without kernels, its `c10d::` ops'. gloo's ops name no
     group: then the one process group distributedInfo lists (the world)."""
@@ -37,7 +53,8 @@ def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group) -> list:
             if coll[t] != "all_to_all":
                 continue
             size = len(group[t]) if group[t] else 0
-            calls.append((size, "its Process Group Ranks" if size else "", 0))
+            rows = int(table.in_nelems[e]) // h if h and table.in_nelems[e] and table.in_nelems[e] > 0 else 0
+            calls.append((size, "its Process Group Ranks" if size else "", rows))
             continue
         name = str(table.name[e])
         if not name.startswith("c10d::") or classify_name(name) != "all_to_all" or e in seen:
@@ -62,21 +79,33 @@ def read_moe_blocks(graph: Graph, by_rank: dict, blocks: list, coll, group, shap
               op_name, op_dims, op_row) -> MoEReading:
     """`moe.read_moe` over every layer forward block of the run: each one's experts from its GEMMs after
     the router (`shape.moe_at`), its row copy and its all-to-alls."""
-    layouts, permuted, a2a = {}, {}, {}
+    layouts, permuted, a2a, fused = {}, {}, {}, False
     for b in blocks:
         if b.kind != "layer" or b.phase != "forward":
             continue
         ops = _ops_in_order(b.tasks, op_name, op_dims, is_gpu, op_row)
-        gemms = [m for m in (gemm_mkn(n, d) for n, d in ops if n in GEMM_OPS and not is_batched(d)) if m is not None]
+        gemms, grouped = _layer_gemms(ops)
         T = int(gemms[0][0]) if gemms else 0
-        lay = split_experts(gemms[shape.moe_at:], shape.hidden, T)
+        lay = split_experts(gemms[shape.moe_at:], shape.hidden, T, grouped=grouped)
         key = (b.rank, b.layer, b.mb)
         if lay is None:
             first = next(x.layer for x in blocks if x.kind == "layer")
             raise MoEDisagreement(f"layer {b.layer} forward, micro-batch {b.mb} of {by_rank[b.rank].path} has no "
                                   f"router and experts where layer {first} has them")
         layouts[key] = lay
-        permuted[key] = next((int(d[2][0]) for n, d in ops if n in PERMUTE_OPS and len(d) > 2 and d[2]
-                              and tuple(d[0]) == (T, shape.hidden)), 0)
-        a2a[key] = _all_to_alls(graph, by_rank[b.rank], b.tasks, coll, group)
-    return read_moe(layouts, permuted, a2a, where=", ".join(sorted({str(t.path) for t in by_rank.values()})[:1]))
+        permuted[key] = next((_permuted_rows(n, d, T, shape.hidden) for n, d in ops
+                              if _permuted_rows(n, d, T, shape.hidden)), 0)
+        fused = fused or any(n in FUSED_PERMUTE_OPS for n, _ in ops)
+        a2a[key] = _all_to_alls(graph, by_rank[b.rank], b.tasks, coll, group, shape.hidden)
+    how = "a fused permute's output" if fused else "index_select"
+    return read_moe(layouts, permuted, a2a, permute_op=how, where=", ".join(sorted({str(t.path) for t in by_rank.values()})[:1]))
+
+
+def _permuted_rows(name: str, dims, tokens: int, h: int) -> int:
+    """Rows of the permutation by the router's picks (T x k), or 0: an `index_select` of the T x h activations
+    by T x k indices, or a fused permute's output (Transformer Engine's moe_permute, [T x k, h])."""
+    if name in PERMUTE_OPS and len(dims) > 2 and dims[2] and tuple(dims[0]) == (tokens, h):
+        return int(dims[2][0])
+    if name in FUSED_PERMUTE_OPS and dims and len(dims[0]) == 2 and int(dims[0][1]) == h:
+        return int(dims[0][0])
+    return 0

@@ -12,6 +12,9 @@ import numpy as np
 __all__ = ["GEMM_OPS", "op_class", "gemm_mkn", "attention_bshd", "elements"]
 
 GEMM_OPS = frozenset({"aten::mm", "aten::matmul", "aten::addmm", "aten::linear", "aten::bmm"})
+# one GEMM per local expert in one op: grouped_gemm's gmm (Megatron-Core's GroupedMLP), Input Dims
+# [[rows of every expert, k], [experts, k, n]]
+GROUPED_GEMM_OPS = frozenset({"grouped_gemm::gmm"})
 
 
 def op_class(op: str) -> str:
@@ -95,3 +98,24 @@ def is_batched(dims) -> bool:
     """Two 3-D operands first: an unfused attention's batched products ([b x heads, s, .]), which
     are not among the layer's linear GEMMs."""
     return len(dims) >= 2 and all(isinstance(x, tuple) and len(x) == 3 for x in dims[:2])
+
+
+def grouped_mkn(dims) -> tuple | None:
+    """(rows, k, n, experts) of a grouped GEMM's forward Input Dims [[rows, k], [experts, k, n]], or None."""
+    try:
+        x, w = dims[0], dims[1]
+        if len(x) == 2 and len(w) == 3 and int(x[1]) == int(w[1]):
+            return int(x[0]), int(x[1]), int(w[2]), int(w[0])
+    except (TypeError, IndexError, ValueError):
+        pass
+    return None
+
+
+def expert_gemms(fc1: tuple, fc2: tuple) -> list:
+    """The per-expert (m, k, n) of a forward's two grouped GEMMs (FC1, then FC2, each `grouped_mkn`), expert by
+    expert as a loop of per-expert GEMMs would run them. How a grouped GEMM's rows split over its experts is
+    not in the trace: each gets an equal share (the total exact), and `moe.ExpertLayout.grouped` says so."""
+    rows, h, n1, e = fc1
+    _, f, h2, _ = fc2
+    share = [rows // e + (i < rows % e) for i in range(e)]
+    return [g for r in share for g in ((r, h, n1), (r, f, h2))]

@@ -19,10 +19,20 @@ def is_cp_collective(kind, group, block_kind: str, tp: int) -> bool:
 
 
 def context_parallel(blocks: list, task_block: np.ndarray, coll: np.ndarray, group: np.ndarray, tp: int) -> int:
-    """Context-parallel ranks per sequence: the size of the groups of the CP collectives (1 where none)."""
+    """Context-parallel ranks per sequence: the size of the groups of the CP collectives (1 where none). The
+    groups of a layer's all-to-alls are expert-parallel (`expert_groups`): their all-gathers are an MoE's."""
+    ep = expert_groups(blocks, task_block, coll, group)
     sizes = [len(group[t]) for t in np.flatnonzero(coll != None).tolist()  # noqa: E711
-             if task_block[t] >= 0 and is_cp_collective(coll[t], group[t], blocks[task_block[t]].kind, tp)]
+             if task_block[t] >= 0 and is_cp_collective(coll[t], group[t], blocks[task_block[t]].kind, tp)
+             and tuple(sorted(group[t] or ())) not in ep]
     return max(sizes) if sizes else 1
+
+
+def expert_groups(blocks: list, task_block: np.ndarray, coll: np.ndarray, group: np.ndarray) -> set:
+    """The process groups (sorted rank tuples) of the all-to-alls inside transformer layers: an MoE's expert-
+    parallel groups, whose token exchange they carry."""
+    return {tuple(sorted(group[t] or ())) for t in np.flatnonzero(coll == "all_to_all").tolist()
+            if task_block[t] >= 0 and blocks[task_block[t]].kind == "layer" and group[t]}
 
 
 def layer_chunks(blocks: list, ranks: list) -> tuple[int, tuple, tuple]:

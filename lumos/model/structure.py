@@ -38,7 +38,7 @@ from .nesting import innermost
 from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
 from .moe import MoEDisagreement, MoEReading
 from .moe_blocks import read_moe_blocks
-from .ops import GEMM_OPS, attention_bshd, gemm_mkn, is_batched
+from .ops import GEMM_OPS, GROUPED_GEMM_OPS, attention_bshd, expert_gemms, gemm_mkn, grouped_mkn, is_batched
 from .parallel_layout import context_parallel, layer_chunks
 
 BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
@@ -350,7 +350,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
     if fwd is None:
         raise ShapeError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
     gemms, ln, attn, scores = [], None, None, None
-    seen, attn_at, norm, acts = set(), None, "", set()
+    seen, attn_at, norm, acts, grouped = set(), None, "", set(), []
     for t in fwd.tasks:
         n, d = op_name[t], op_dims[t]
         if is_gpu is not None and not is_gpu[t]:
@@ -363,12 +363,17 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
         if batched and scores is None:
             scores = d   # unfused attention's first bmm: [b x heads, s, d] x [b x heads, d, s]
             attn_at = len(gemms)
+        this = op_row[t] if op_row is not None else id(d)   # one dims tuple per op, shared by its tasks
         if n in GEMM_OPS and not batched:
             mkn = gemm_mkn(str(n), d)
-            this = op_row[t] if op_row is not None else id(d)   # one dims tuple per op, shared by its tasks
             if mkn is not None and this not in seen:   # one op may launch several kernels
                 gemms.append(mkn)
                 seen.add(this)
+        elif n in GROUPED_GEMM_OPS and this not in seen and grouped_mkn(d) is not None:
+            seen.add(this)
+            grouped.append(grouped_mkn(d))
+            if len(grouped) == 2:   # an MoE's experts: FC1 and FC2 of every local expert
+                gemms.extend(expert_gemms(*grouped))
         elif (n in LAYER_NORM_OPS or n in RMS_NORM_OPS) and ln is None:
             ln, norm = d, "rmsnorm" if n in RMS_NORM_OPS else "layernorm"
         elif "attention" in low and attn is None:
@@ -402,7 +407,8 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
                 f"{'no' if attn is None and scores is None else 'yes, of another size'}, {len(gemms)} GEMMs)")
     unfused = scores if scores is not None and scores[0][1] == s and scores[1][2] == s else None
     try:
-        got = read_layer(gemms, attn_at, attn, h, set(tp_groups), acts, scores=unfused, batch=b, where=where)
+        got = read_layer(gemms, attn_at, attn, h, set(tp_groups), acts, scores=unfused, batch=b, where=where,
+                         grouped=2 * grouped[0][3] if len(grouped) == 2 else 0)
     except ShapeDisagreement as exc:
         raise ShapeError(str(exc)) from None
     if got is None:
