@@ -98,7 +98,8 @@ def read_moe_blocks(graph: Graph, by_rank: dict, blocks: list, coll, group, shap
         fused = fused or any(n in FUSED_PERMUTE_OPS for n, _ in ops)
         a2a[key] = _all_to_alls(graph, by_rank[b.rank], b.tasks, coll, group, shape.hidden)
     how = "a fused permute's output" if fused else "index_select"
-    return read_moe(layouts, permuted, a2a, permute_op=how, where=", ".join(sorted({str(t.path) for t in by_rank.values()})[:1]))
+    where = ", ".join(sorted({str(t.path) for t in by_rank.values()})[:1])
+    return read_moe(layouts, permuted, a2a, permute_op=how, where=where)
 
 
 def _permuted_rows(name: str, dims, tokens: int, h: int) -> int:
