@@ -228,11 +228,16 @@ def _joint(args, tables, classes) -> dict:
 
 
 def _check_out(args) -> None:
-    """A trace written into the run directory would be read as one of its ranks the next time."""
+    """Refused before the replay: a .json/.json.gz --out that is a directory, or that lies in the run
+    directory (a trace file there would be read as one of its ranks the next time)."""
     from lumos.report.merged_timeline import is_merged_path
 
     out, run = Path(args.out), Path(args.path)
-    if run.is_dir() and is_merged_path(out) and out.resolve().parent == run.resolve():
+    if not is_merged_path(out):
+        return
+    if out.is_dir():
+        raise UserError(f"{out}: is a directory; a .json or .json.gz --out names the file to write")
+    if run.is_dir() and out.resolve().parent == run.resolve():
         raise UserError(f"{out}: write the timeline outside the run directory {run} "
                         "(a trace file there is read as one of its ranks)")
 

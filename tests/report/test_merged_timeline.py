@@ -179,6 +179,9 @@ def test_replay_cli_writes_the_merged_file_and_still_a_directory(run, tmp_path, 
     inside = run.dir / "merged.json.gz"
     assert main(["replay", str(run.dir), "--out", str(inside)]) == 2
     assert "outside the run directory" in capsys.readouterr().err and not inside.exists()
+    (tmp_path / "taken.json.gz").mkdir()
+    assert main(["replay", str(run.dir), "--out", str(tmp_path / "taken.json.gz")]) == 2
+    assert capsys.readouterr().err.endswith("taken.json.gz: is a directory; a .json or .json.gz --out names the file to write\n")
     per_rank = tmp_path / "ranks"
     assert main(["replay", str(run.dir), "--out", str(per_rank)]) == 0
     assert sorted(p.name for p in per_rank.iterdir()) == ["rank0.json.gz", "rank8.json.gz"]
