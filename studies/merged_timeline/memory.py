@@ -16,7 +16,11 @@ import tracemalloc
 from pathlib import Path
 
 from lumos.analysis.ablation import reference_for, replay_variant
-from lumos.report.merged_timeline import measured_side, replayed_side, write_merged_timeline
+from lumos.report.merged_timeline import (
+    measured_side,
+    replayed_side,
+    write_merged_timeline,
+)
 from lumos.trace import load_run
 
 
