@@ -58,7 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=non_negative_int, default=None,
                    help="ProfilerStep number (default: a steady-state step)")
     p.add_argument("--out", type=output_path, default=None,
-                   help="write the replayed timeline (a file; a directory for several ranks)")
+                   help="write the replayed timeline: a file for one rank; for several ranks, a .json/.json.gz "
+                        "file gets one merged timeline (every rank measured and replayed, critical paths "
+                        "marked) and any other path is a directory of one replayed file per rank")
     p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
     p.add_argument("--gap-threshold-us", type=non_negative_float, default=DEFAULT_GAP_THRESHOLD_US,
                    help="inter-thread gap rule threshold (us)")
@@ -127,6 +129,8 @@ def run(args) -> int:
         return run_transfer(args)
     classes = edge_classes_from(args)
     _check_variant_args(args, classes)
+    if args.out:
+        _check_out(args)
     tables = load_run(args.path, ranks_from_files=args.ranks_from_files)
     try:
         if args.simulator == "dpro":
@@ -147,7 +151,7 @@ def run(args) -> int:
     refs = {t.rank: reference_for(t, args.step, lumos_graphs.get(t.rank)) for t in tables}
     metrics, per_rank = run_metrics(result, refs)
     if args.out:
-        _write_out(Path(args.out), result, tables)
+        _write_out(Path(args.out), result, tables, refs, args.path)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.ranks_from_files:
         doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
@@ -276,10 +280,35 @@ def _joint(args, tables, classes) -> dict:
     return joint
 
 
-def _write_out(out: Path, result: RunReplay, tables) -> None:
+def _check_out(args) -> None:
+    """Refused before the replay: a .json/.json.gz --out that is a directory, or that lies in the run
+    directory (a trace file there would be read as one of its ranks the next time)."""
+    from lumos.report.merged_timeline import is_merged_path
+
+    out, run = Path(args.out), Path(args.path)
+    if not is_merged_path(out):
+        return
+    if out.is_dir():
+        raise UserError(f"{out}: is a directory; a .json or .json.gz --out names the file to write")
+    if run.is_dir() and out.resolve().parent == run.resolve():
+        raise UserError(f"{out}: write the timeline outside the run directory {run} "
+                        "(a trace file there is read as one of its ranks)")
+
+
+def _write_out(out: Path, result: RunReplay, tables, refs: dict, source: str) -> None:
+    """One rank: its replayed timeline in the file. Several ranks: one merged timeline (every rank
+    measured and replayed, critical paths marked) in a .json/.json.gz file, else one replayed
+    timeline per rank in the directory."""
+    from lumos.report.merged_timeline import (is_merged_path, measured_side, replayed_side,
+                                              write_merged_timeline)
     from lumos.report.timeline import write_timeline
 
     by_rank = {t.rank: t for t in tables}
+    if len(result.ranks) > 1 and is_merged_path(out):
+        pairs = ((measured_side(r.rank, refs[r.rank].graph, refs[r.rank].path, by_rank.get(r.rank)),
+                  replayed_side(r, by_rank.get(r.rank))) for r in result.ranks)
+        write_merged_timeline(out, pairs, source=str(source))
+        return
     if len(result.ranks) == 1:
         r = result.ranks[0]
         write_timeline(out, r.graph, r.schedule.start, r.schedule.end, by_rank.get(r.rank))

@@ -16,35 +16,47 @@ from lumos.graph import Graph
 from lumos.graph.model import TaskKind
 from lumos.trace import TraceTable, schema, write_trace
 
+CATEGORY_NAMES = schema.CATEGORY_NAMES
+
 
 def timeline_events(graph: Graph, start: np.ndarray, end: np.ndarray, table: TraceTable | None,
                     label: str = "replayed") -> list[dict]:
+    """Task i as events[i] (a complete event on its thread or stream), then the step annotation.
+
+    The columns are turned into Python lists before the loop: a run's timelines hold millions of
+    events, and a numpy scalar or enum read per task costs more than the rest of the loop."""
+    keys = graph.proc_key[graph.proc].astype(np.int64)
+    pids = (keys >> 32).tolist()
+    lo = keys & 0xFFFFFFFF
+    tids = np.where(lo >= 1 << 31, lo - (1 << 32), lo).tolist()
+    gpu = (graph.kind == TaskKind.GPU).tolist()
+    names = [str(n) for n in graph.name]
+    starts, durs = start.tolist(), (end - start).tolist()
+    has = (graph.event >= 0) if table is not None else np.zeros(graph.n_tasks, bool)
+    rows = np.where(has, graph.event, 0)
+    has = has.tolist()
+    if table is not None and len(table.cat):
+        cats, corrs, exts = table.cat[rows].tolist(), table.corr[rows].tolist(), table.ext[rows].tolist()
+        dims, colls = table.input_dims[rows].tolist(), table.coll_name[rows].tolist()
     events = []
     for i in range(graph.n_tasks):
-        p = graph.proc[i]
-        key = int(graph.proc_key[p])
-        hi, lo = key >> 32, key & 0xFFFFFFFF
-        if lo >= 1 << 31:
-            lo -= 1 << 32
-        row = graph.event[i]
         args: dict = {}
-        if table is not None and row >= 0:
-            cat = schema.CATEGORY_NAMES[int(table.cat[row])]
-            if table.corr[row] >= 0:
-                args["correlation"] = int(table.corr[row])
-            if table.ext[row] >= 0:
-                args["External id"] = int(table.ext[row])
-            if table.input_dims[row] is not None:
-                args["Input Dims"] = table.input_dims[row]
-            if table.coll_name[row] is not None:
-                args["Collective name"] = table.coll_name[row]
+        if has[i]:
+            cat = CATEGORY_NAMES[cats[i]]
+            if corrs[i] >= 0:
+                args["correlation"] = corrs[i]
+            if exts[i] >= 0:
+                args["External id"] = exts[i]
+            if dims[i] is not None:
+                args["Input Dims"] = dims[i]
+            if colls[i] is not None:
+                args["Collective name"] = colls[i]
         else:
-            cat = "kernel" if graph.kind[i] == TaskKind.GPU else "cpu_op"
-        if graph.kind[i] == TaskKind.GPU:
-            args.update({"device": hi, "stream": lo})
-        events.append({"ph": "X", "cat": cat, "name": str(graph.name[i]), "pid": hi, "tid": lo,
-                       "ts": round(float(start[i]), 3), "dur": round(float(end[i] - start[i]), 3),
-                       "args": args})
+            cat = "kernel" if gpu[i] else "cpu_op"
+        if gpu[i]:
+            args.update({"device": pids[i], "stream": tids[i]})
+        events.append({"ph": "X", "cat": cat, "name": names[i], "pid": pids[i], "tid": tids[i],
+                       "ts": round(starts[i], 3), "dur": round(durs[i], 3), "args": args})
     cpu = graph.kind == TaskKind.CPU
     if np.any(cpu):
         window = step_window(graph, start, end)  # the replayed step period, on the thread that marks steps

@@ -44,3 +44,27 @@ def write_encoded(path: str | os.PathLike, data: bytes, compresslevel: int = 6) 
     """Write `encode_trace` output atomically; gzip (which releases the GIL) when `path` ends in .gz."""
     with atomic_open(path, "wb", compresslevel) as fh:
         fh.write(data)
+
+
+def write_trace_chunks(path: str | os.PathLike, chunks: Iterable[Iterable[Mapping[str, Any]]],
+                       metadata: Mapping[str, Any] | None = None, compresslevel: int = 6) -> int:
+    """Write a trace whose events come in chunks (one rank at a time, say), atomically; the event count.
+
+    The same document as `write_trace`, but `traceEvents` is written chunk by chunk, so only one
+    chunk's events and its JSON are in memory at once: a run of many ranks merged into one file
+    never holds every rank's events together. The metadata keys come first, `traceEvents` last.
+    """
+    empty = orjson.dumps(trace_document((), metadata), option=orjson.OPT_SERIALIZE_NUMPY)
+    count = 0
+    with atomic_open(path, "wb", compresslevel) as fh:
+        fh.write(empty[:-len(b"]}")])   # the document up to the open `traceEvents` array
+        for chunk in chunks:
+            events = list(chunk)
+            if not events:
+                continue
+            body = orjson.dumps(events, option=orjson.OPT_SERIALIZE_NUMPY)
+            fh.write(b"," if count else b"")
+            fh.write(body[1:-1])   # the array's elements, without its brackets
+            count += len(events)
+        fh.write(b"]}")
+    return count
