@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="key/value heads of grouped-query attention (must divide the query heads)")
     p.add_argument("--cp", type=positive_int, default=None,
                    help="context-parallel ranks per sequence (from a base that ran with context parallelism)")
+    p.add_argument("--ep", type=positive_int, default=None,
+                   help="expert-parallel ranks of an MoE base's layers (divides the experts and TP x DP; "
+                        "lumos/transform/moe.py)")
+    p.add_argument("--experts", type=positive_int, default=None, help="routed experts per MoE layer")
+    p.add_argument("--top-k", type=positive_int, default=None, help="experts each token is routed to")
+    p.add_argument("--expert-ffn", type=positive_int, default=None, help="each routed expert's FFN width")
     p.add_argument("--first-stage-layers", type=positive_int, default=None,
                    help="layers of the first pipeline stage (Megatron's num_layers_in_first_pipeline_stage); the rest "
                         "split evenly over the others")
@@ -220,7 +226,8 @@ def _run(args) -> int:
     actual = load_run(args.actual) if args.actual else None
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
               "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads, "seq": args.seq, "vp": args.vp,
-              "cp": args.cp, "first_stage_layers": args.first_stage_layers, "last_stage_layers": args.last_stage_layers}
+              "cp": args.cp, "first_stage_layers": args.first_stage_layers, "last_stage_layers": args.last_stage_layers,
+              "ep": args.ep, "experts": args.experts, "top_k": args.top_k, "expert_ffn": args.expert_ffn}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,

@@ -2,7 +2,8 @@
 
 Assumptions (NCCL ring algorithms, bandwidth-bound):
 - all-reduce over n ranks: 2(n-1) steps, each rank moves 2(n-1)/n of the message;
-  all-gather / reduce-scatter: n-1 steps, (n-1)/n of the message; send/recv: 1 step, all of it.
+  all-gather / reduce-scatter: n-1 steps, (n-1)/n of the message; send/recv: 1 step, all of it;
+  all-to-all: 1 step (every pair exchanges at once), (n-1)/n of the message.
 - time = fixed + steps * alpha[level] + moved_bytes / bandwidth, where the level is
   `intra_host` if the group stays inside one host (NVLink) and `inter_host` otherwise.
   Inter-host, beta is the bandwidth of one NIC; NCCL runs one ring channel per NIC
@@ -50,6 +51,8 @@ def steps_and_factor(kind: str, n: int) -> tuple[float, float]:
         return 1.0, 1.0
     if n <= 1:
         return 0.0, 0.0
+    if kind == "all_to_all":   # every pair at once (NCCL's grouped sends and receives): one step
+        return 1.0, (n - 1) / n
     if kind == "allreduce":
         return 2.0 * (n - 1), 2.0 * (n - 1) / n
     return float(n - 1), (n - 1) / n

@@ -96,7 +96,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     if plan is None:
         plan = base_plan(base_tables, options, recordings=recordings)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "vp", "cp",
-                                      "first_stage_layers", "last_stage_layers")}
+                                      "first_stage_layers", "last_stage_layers", "ep", "experts", "top_k",
+                                      "expert_ffn")}
     refuse_no_ops(plan, tgt, options)   # a change that would change nothing: refused, with what the base lacks
     engine, peer_waits, compute_speed = options.engine, options.peer_waits, options.compute_speed
     mode = resolve_mode(plan, peer_waits)
@@ -190,9 +191,40 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
                                            engine="reference" if engine == "reference" else "compiled",
                                            host_steps=plan.host_steps, clock_steps=clock_steps,
                                            arrivals=None if waits is None else waits.arrivals())
+    if plan.st.moe is not None:
+        doc["target"]["moe"] = moe_summary(out)
+        doc["base_config"]["moe"] = moe_summary(plan)
+        if options.samples:
+            doc["routing"] = routing_interval(plan, tgt, options, compute_speed)
     if actual_tables is not None:
         add_actual(doc, actual_tables, options.step, emulated=bool((actual_manifest or {}).get("emulated", False)))
     return doc
+
+
+def moe_summary(plan: Plan) -> dict:
+    """An MoE plan's experts, top-k, EP and expert width (the target's where a transform changed them)."""
+    m = plan.st.moe
+    return {"experts": getattr(plan, "moe_experts", 0) or m.experts, "top_k": getattr(plan, "moe_top_k", 0) or m.top_k,
+            "ep": plan.ep, "expert_ffn": getattr(plan, "moe_expert_ffn", 0) or m.expert_ffn,
+            "routing": plan.routing.as_dict() if plan.routing is not None else None}
+
+
+def routing_interval(plan: Plan, tgt: dict, options: PredictOptions, compute_speed) -> dict:
+    """Iteration times over `options.samples` draws of the MoE layers' routing (each layer and micro-batch its
+    own draw from the base's fitted unevenness, `lumos.durations.routing`), replayed one by one: p5 / p50 / p95."""
+    rng = np.random.default_rng(options.seed)
+    its = []
+    for _ in range(options.samples):
+        o = transform(plan, global_batch=options.global_batch, micro_batch=options.micro_batch,
+                      compute_speed=compute_speed, network_speed=options.network_speed,
+                      microbatch_rule=options.microbatch_rule, fsdp_strategy=options.fsdp_strategy,
+                      routing_draw=rng, **tgt)
+        its.append(simulate_plan(o, engine=options.engine)[2].iteration.iteration_us)
+    q = np.percentile(its, [5, 50, 95])
+    return {"samples": options.samples, "seed": options.seed, "mean_us": round(float(np.mean(its)), 3),
+            "p5_us": round(float(q[0]), 3), "p50_us": round(float(q[1]), 3), "p95_us": round(float(q[2]), 3),
+            "what": "each sample a draw of every MoE layer's routing from the base's fitted unevenness, replayed; "
+                    "kernel and host noise are --samples' other interval ('interval')"}
 
 
 def _peer_waits(plan: Plan, mode: str, engine: str):

@@ -22,6 +22,7 @@ from lumos.graph.run_graph import build_run_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.model.host_gaps import host_gaps
 from lumos.model.recover import recover_layers, summary
+from lumos.durations.routing import fit_routing
 from lumos.model.structure import StageMismatch, find_structure
 from lumos.trace import TraceTable
 from lumos.trace.table import devices
@@ -30,6 +31,7 @@ from lumos.transform.cp import change_cp
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
+from lumos.transform.moe import change_moe, moe_target
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
@@ -90,7 +92,14 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
                 profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers,
-                chunk_layers=st.chunk_layers, cp=st.cp)
+                chunk_layers=st.chunk_layers, cp=st.cp, ep=st.moe.ep if st.moe is not None else 1,
+                routing=_routing(st))
+
+
+def _routing(st):
+    """The base's routing unevenness (an MoE base's), or None."""
+    m = st.moe
+    return None if m is None else fit_routing(m.received, m.tokens, m.top_k, m.experts, m.ep)
 
 
 def alone_under_comm(graph, st, tables: Sequence[TraceTable]):
@@ -145,7 +154,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
               first_stage_layers: int | None = None, last_stage_layers: int | None = None,
               global_batch: int | None = None, micro_batch: int | None = None,
               compute_speed: float | None = None, network_speed: float | None = None,
-              microbatch_rule: str = "auto", fsdp_strategy: str | None = None) -> Plan:
+              microbatch_rule: str = "auto", fsdp_strategy: str | None = None, ep: int | None = None,
+              experts: int | None = None, top_k: int | None = None, expert_ffn: int | None = None,
+              routing_draw=None) -> Plan:
     """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
     FSDP strategy, then one pipeline rebuild. Collectives the target needs and the base has none of (a
     one-GPU base's TP all-reduces, gradient buckets, pipeline sends) are added after the width change
@@ -156,9 +167,12 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("layers", layers), ("hidden", hidden), ("ffn", ffn),
                     ("kv_heads", kv_heads), ("seq", seq), ("vp", vp), ("cp", cp),
                     ("first_stage_layers", first_stage_layers), ("last_stage_layers", last_stage_layers),
-                    ("global_batch", global_batch), ("micro_batch", micro_batch)):
+                    ("global_batch", global_batch), ("micro_batch", micro_batch), ("ep", ep), ("experts", experts),
+                    ("top_k", top_k), ("expert_ffn", expert_ffn)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name} must be a positive integer or None (the base's), got {v!r}")
+    refuse_moe_rebuild(plan, tp, pp, layers, hidden, ffn, kv_heads, seq, vp, cp, micro_batch, first_stage_layers,
+                       last_stage_layers)
     refuse_non_gpt(plan, tp or plan.tp, hidden, ffn)
     refuse_kv_change(plan, kv_heads)
     tp = tp or plan.tp
@@ -182,7 +196,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
     out = change_cp(out, cp)
+    moe = moe_target(out, ep, experts, top_k, expert_ffn)   # checked before any change: against the base's DP
     out = change_dp(out, dp)
+    out = change_moe(out, moe, routing_draw)
     strategy = change_fsdp_strategy(out, fsdp_strategy)
     restrategy = strategy is not out
     out = strategy
@@ -215,6 +231,15 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
             out.notes.append(f"layers split unevenly over {pp} stages: "
                              + "/".join(map(str, layers_per_stage(pp, layers))))
     return out
+
+
+def refuse_moe_rebuild(plan: Plan, *asked) -> None:
+    """An MoE base takes DP, MoE (`--ep`, `--experts`, `--top-k`, `--expert-ffn`) and hardware-speed changes; the
+    rest would rebuild its layers from templates, which do not carry an MoE layer's expert groups yet."""
+    if plan.st.moe is not None and any(v is not None for v in asked):
+        raise UserError("the base's layers are mixture-of-experts: Lumos predicts DP, --ep, --experts, --top-k, "
+                        "--expert-ffn and hardware-speed changes from it; TP, PP, layer, width, sequence and "
+                        "micro-batch changes rebuild layers whose expert groups the templates do not carry yet")
 
 
 def _schedule_name(chunks: int) -> str:
@@ -387,7 +412,8 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     return out
 
 
-MOE_WHY = "none checked on MoE layers (no transform knows experts, top-k or EP yet)"
+MOE_WHY = ("DP, --ep, --experts, --top-k, --expert-ffn and hardware speed (lumos/transform/moe.py); "
+           "TP, PP, layers, width, sequence and micro-batch changes are refused on MoE layers")
 
 
 def moe_report(moe, error: str = "") -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 from lumos.durations import CollectiveSpec
 from lumos.graph.model import TaskKind
 
-from .plan import Plan, block_mask, dp_group, stage_ranks
+from .plan import Plan, block_mask, dp_group, edp_group, ep_group, stage_ranks
 
 
 def change_dp(plan: Plan, dp: int) -> Plan:
@@ -35,12 +35,16 @@ def change_dp(plan: Plan, dp: int) -> Plan:
     remap = dict(zip(old_ranks, new_ranks))
     for t in np.flatnonzero(out.role != None).tolist():  # noqa: E711 (element-wise)
         role = out.role[t]
-        if role not in ("dp", "pp", "tp"):
+        if role not in ("dp", "pp", "tp", "ep", "edp"):
             continue
         old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
         r = remap.get(int(g.rank[t]), int(g.rank[t]))
         if role == "dp":
             group = dp_group(r, plan.tp, dp) if dp > 1 else (r,)
+        elif role == "ep":     # an MoE layer's exchange: the same EP group, at the stage's new ranks
+            group = ep_group(r, plan.tp, dp, plan.ep)
+        elif role == "edp":    # the experts' gradients: TP x DP / EP ranks hold the same experts
+            group = edp_group(r, plan.tp, dp, plan.ep)
         elif role == "tp":
             group = tuple(range(r, r + plan.tp))
         else:

@@ -55,6 +55,11 @@ class Plan:
     stage_layers: tuple = ()    # layers of each stage (empty: split as `schedule.layers_per_stage` does)
     chunk_layers: tuple = ()    # per stage, the layers of each chunk (empty: each stage's split evenly)
     cp: int = 1                 # context-parallel ranks per sequence; `dp` counts them (the gradients' group)
+    ep: int = 1                 # expert-parallel ranks of an MoE run (`st.moe`: what the base's MoE layers are)
+    routing: object = None      # an MoE base's routing unevenness (lumos.durations.routing.RoutingFit)
+    moe_experts: int = 0        # an MoE target's experts, top-k and expert width (0: the base's, `st.moe`)
+    moe_top_k: int = 0
+    moe_expert_ffn: int = 0
     # what is derived from this graph and structure alone (the rebuild's templates); clone() starts
     # a fresh one, since a clone is made to be changed
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -111,16 +116,41 @@ def mp_group(rank: int, tp: int, pp: int, dp: int) -> tuple:
     return tuple(s * tp * dp + base + t for s in range(pp) for t in range(tp))
 
 
+def ep_group(rank: int, tp: int, dp: int, ep: int) -> tuple:
+    """The expert-parallel group of `rank`: `ep` consecutive ranks of its stage's TP x DP ranks (Megatron-Core's
+    expert layout with expert TP 1, megatron/core/parallel_state.py)."""
+    per = tp * dp
+    first = rank - (rank % per) % ep
+    return tuple(range(first, first + ep))
+
+
+def edp_group(rank: int, tp: int, dp: int, ep: int) -> tuple:
+    """The expert data-parallel group of `rank`: the stage's ranks holding the same experts, one per EP group
+    (TP x DP / EP of them), over which the experts' gradients are reduced."""
+    per = tp * dp
+    base, j = rank - rank % per, rank % per
+    return tuple(base + j % ep + i * ep for i in range(per // ep))
+
+
 def comm_roles(st: RunStructure) -> np.ndarray:
-    """tp / cp / dp / pp / mp per communication task, from its group's size and stride (Megatron's layout: TP
-    ranks adjacent, CP and DP ranks TP apart, stages TP x CP x DP apart): cp is a layer's context-parallel
+    """tp / cp / dp / pp / mp / ep / edp per communication task, from its group's size and stride (Megatron's layout:
+    TP ranks adjacent, CP and DP ranks TP apart, stages TP x CP x DP apart; an MoE run's expert-parallel groups
+    `ep_group`, its experts' gradient groups `edp_group`): cp is a layer's context-parallel
     gather or reduce-scatter (`parallel_layout.is_cp_collective`), mp the model-parallel group, TP x PP ranks
     (Megatron's grad-norm all-reduce); anything else is "other"."""
     role = np.empty(len(st.coll), dtype=object)
+    moe = getattr(st, "moe", None)
+    ep = moe.ep if moe is not None else 1
     for t in np.flatnonzero(st.coll != None):  # noqa: E711
         g = st.group[t] or ()
+        kind = st.blocks[st.task_block[t]].kind if st.task_block[t] >= 0 else ""
         if st.coll[t] in ("send", "recv"):
             role[t] = "pp"
+        elif ep > 1 and kind == "layer" and len(g) == ep and tuple(sorted(g)) == ep_group(min(g), st.tp, st.dp, ep):
+            role[t] = "ep"      # an MoE layer's token exchange (and its counts' all-gather)
+        elif moe is not None and kind == "dp" and len(g) > 1 and len(g) != st.dp \
+                and tuple(sorted(g)) == edp_group(min(g), st.tp, st.dp, ep):
+            role[t] = "edp"     # the experts' gradients, over the ranks that hold the same experts
         elif st.cp > 1 and len(g) == st.cp and st.task_block[t] >= 0 and is_cp_collective(
                 st.coll[t], g, st.blocks[st.task_block[t]].kind, st.tp):
             role[t] = "cp"

@@ -1,0 +1,161 @@
+"""Mixture-of-experts what-ifs: expert parallelism, the number of experts, top-k and the experts' width.
+
+Every MoE layer of the base keeps its tasks; what each does is re-timed for the target, layer by layer and
+micro-batch by micro-batch, with the base's own routing unevenness (`lumos.durations.routing`):
+
+- the experts' GEMMs (and their activation) do the target's rows x width: the traced rank's share of the
+  tokens x T x top-k' x FFN', against the base's rows x FFN (the GEMMs' fixed part kept);
+- the router's GEMMs and top-k scale with the experts (one logit each), the permutations with top-k;
+- each token exchange (all-to-all) moves over the target's EP group what its busiest rank sends or
+  receives, timed by the base's fitted collective model; the exchange after the experts (the forward's
+  combine, the backward's dispatch) also waits for the group's busiest rank to finish its experts: the
+  traced rank's expert time per share x (busiest share - its own);
+- the experts' gradient all-reduces move the rank's target experts over the target's expert data-parallel
+  group (TP x DP / EP ranks; none at EP = TP x DP); the all-gather of the token counts takes the new group.
+
+`draw`: a random generator to draw each (layer, micro-batch)'s routing (a `--samples` draw); without one,
+every layer takes the expected shares. Refused: a base without an all-to-all (EP 1, or the all-gather or
+DeepEP dispatchers), a target of EP 1, and a target whose experts' gradients need a group the base never
+reduced over.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lumos.durations import CollectiveSpec
+from lumos.errors import UserError
+from lumos.graph.model import TaskKind
+from lumos.model.ops import GEMM_OPS, gemm_mkn
+
+from .plan import Plan, edp_group, ep_group
+
+PERMUTE_OPS = ("aten::_moe_permute", "aten::_moe_unpermute", "aten::index_select")
+ROUTER_ELEMENTWISE = ("aten::topk", "aten::_softmax_backward_data")
+
+
+def moe_target(plan: Plan, ep=None, experts=None, top_k=None, expert_ffn=None) -> dict:
+    """The target's (experts, top_k, ep, expert_ffn), the base's where not asked; checked."""
+    moe = plan.st.moe
+    asked = {k: v for k, v in (("--ep", ep), ("--experts", experts), ("--top-k", top_k),
+                               ("--expert-ffn", expert_ffn)) if v is not None}
+    if moe is None:
+        if asked:
+            raise UserError(f"{', '.join(asked)}: the base has no mixture-of-experts layers (`lumos replay "
+                            "--structure` says what it read)")
+        return {}
+    t = {"experts": experts or moe.experts, "top_k": top_k or moe.top_k, "ep": ep or plan.ep,
+         "expert_ffn": expert_ffn or moe.expert_ffn}
+    per = plan.tp * (plan.dp // plan.cp)
+    if t["experts"] % t["ep"] or per % t["ep"]:
+        raise UserError(f"EP {t['ep']} must divide the experts ({t['experts']}) and TP x DP ({per}): the expert-"
+                        "parallel ranks are a stage's TP x DP ranks (expert TP 1)")
+    if not 1 <= t["top_k"] <= t["experts"]:
+        raise UserError(f"--top-k {t['top_k']}: each token picks between 1 and {t['experts']} experts")
+    return t
+
+
+def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None) -> Plan:
+    moe = plan.st.moe
+    if moe is None or not target:
+        return plan
+    same = (target["experts"], target["top_k"], target["ep"], target["expert_ffn"]) == (
+        moe.experts, moe.top_k, plan.ep, moe.expert_ffn)
+    if same and draw is None:
+        return plan
+    _refuse(plan, target)
+    out = plan.clone()
+    fit = plan.routing
+    E, k, f, ep = target["experts"], target["top_k"], target["expert_ffn"], target["ep"]
+    expected = fit.expected(E, ep)
+    dp = plan.dp // plan.cp
+    for b in out.st.blocks:
+        if b.kind != "layer":
+            continue
+        base_own = moe.received.get((b.rank, b.layer, b.mb), 0) / (moe.tokens * moe.top_k)
+        own, busiest = (expected if draw is None else tuple(x[0] for x in fit.draw(draw, E, ep, 1)))
+        _retime_layer(out, b, moe, base_own, own, busiest, E, k, f, ep, dp)
+    _retime_expert_grads(out, moe, E, f, ep, dp)
+    out.ep = ep
+    out.moe_experts, out.moe_top_k, out.moe_expert_ffn = E, k, f
+    out.notes.append(f"MoE: {moe.experts} -> {E} experts, top-{moe.top_k} -> top-{k}, EP {plan.ep} -> {ep}, expert "
+                     f"FFN {moe.expert_ffn} -> {f}; routing from the base's spread (Dirichlet alpha "
+                     f"{fit.as_dict()['alpha']}, {fit.samples} layer forwards): the traced rank's share "
+                     f"{expected[0]:.3f}, its group's busiest {expected[1]:.3f} on average (lumos/transform/moe.py)")
+    return out
+
+
+def _refuse(plan: Plan, target: dict) -> None:
+    moe, st = plan.st.moe, plan.st
+    if plan.ep <= 1 or not np.any((plan.role == "ep") & (st.coll == "all_to_all")):
+        raise UserError("the base's MoE layers exchange no tokens by all-to-all (EP 1, or the all-gather or DeepEP "
+                        "dispatchers): its routing and exchange cannot be re-timed from it")
+    if not moe.received:
+        raise UserError("the base's MoE layers do not say how many tokens their experts received")
+    if target["ep"] == 1:
+        raise UserError("EP 1 puts every expert on every rank: no token exchange is left, and the experts' gradients "
+                        "would join the dense buckets; not predicted (any EP above 1 is)")
+    per = plan.tp * (plan.dp // plan.cp)
+    if per // target["ep"] > 1 and not np.any(plan.role == "edp"):
+        raise UserError(f"EP {target['ep']} reduces the experts' gradients over {per // target['ep']} ranks, but the "
+                        f"base (EP {plan.ep} = TP x DP) reduced them over none: no collective of the base to time "
+                        "that from")
+
+
+def _retime_layer(plan: Plan, b, moe, base_own, own, busiest, E, k, f, ep, dp) -> None:
+    g, st, comp = plan.graph, plan.st, plan.compute
+    T, h = moe.tokens, plan.shape.hidden
+    tasks = b.tasks[g.kind[b.tasks] == TaskKind.GPU]
+    tasks = tasks[np.argsort(g.ts[tasks], kind="stable")]
+    exch = [t for t in tasks.tolist() if plan.role[t] == "ep" and st.coll[t] == "all_to_all"]
+    if len(exch) != 2:
+        return
+    lo, hi = g.end[exch[0]], g.ts[exch[1]]
+    expert_new, expert_old = 0.0, 0.0
+    rows = (max(own, 1e-9) * k * f) / (max(base_own, 1e-9) * moe.top_k * moe.expert_ffn)
+    for t in tasks.tolist():
+        if g.comm[t] or plan.role[t] is not None:
+            continue
+        op, dims = str(st.op_name[t]), st.op_dims[t]
+        if op.startswith(PERMUTE_OPS):
+            g.dur[t] = comp.scale(g.dur[t], "elementwise", k / moe.top_k)
+        elif op in ROUTER_ELEMENTWISE:
+            g.dur[t] = comp.scale(g.dur[t], "elementwise", E / moe.experts)
+        elif op in GEMM_OPS and _is_router(gemm_mkn(op, dims), T, h, moe.experts):
+            g.dur[t] = comp.scale(g.dur[t], "gemm", E / moe.experts)
+        elif lo <= g.ts[t] < hi:   # the experts' GEMMs and activation, between the two exchanges
+            expert_old += g.dur[t]
+            g.dur[t] = comp.scale(g.dur[t], "gemm" if op in GEMM_OPS or "gemm" in op else "elementwise", rows)
+            expert_new += g.dur[t]
+    per_share = expert_new / max(own, 1e-9)
+    for i, t in enumerate(exch):
+        group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
+        nbytes = max(1.0, busiest) * T * k * h * 2.0
+        st.group[t], st.nbytes[t] = group, nbytes
+        g.dur[t] = plan.collectives.time_us(CollectiveSpec("all_to_all", nbytes, group))
+        if i == 1:   # after the experts: the group waits for its busiest rank's
+            g.dur[t] += per_share * max(busiest - own, 0.0)
+    for t in tasks.tolist():   # the token counts' all-gather: the new group, a count per expert and rank
+        if plan.role[t] == "ep" and st.coll[t] != "all_to_all":
+            old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+            group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
+            new = CollectiveSpec(st.coll[t], st.nbytes[t] * (E * ep) / (moe.experts * len(old.group)), group)
+            g.dur[t] = plan.collectives.retime(g.dur[t], old, new)
+            st.group[t], st.nbytes[t] = group, new.nbytes
+
+
+def _is_router(mkn, T: int, h: int, E: int) -> bool:
+    """A router GEMM: forward T x h -> E, or its backward (dgrad T x E -> h, wgrad E x T -> h)."""
+    return mkn is not None and tuple(int(x) for x in mkn) in ((T, h, E), (T, E, h), (E, T, h))
+
+
+def _retime_expert_grads(plan: Plan, moe, E: int, f: int, ep: int, dp: int) -> None:
+    """The experts' gradient all-reduces: the rank's target experts over the target's expert DP group."""
+    g, st = plan.graph, plan.st
+    ratio = (E / ep * f) / (moe.experts / plan.ep * moe.expert_ffn)
+    for t in np.flatnonzero(plan.role == "edp").tolist():
+        group = edp_group(int(g.rank[t]), plan.tp, dp, ep)
+        old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
+        new = CollectiveSpec(st.coll[t], st.nbytes[t] * ratio, group)
+        g.dur[t] = 0.0 if len(group) <= 1 else plan.collectives.retime(g.dur[t], old, new)
+        st.group[t], st.nbytes[t] = group, new.nbytes
