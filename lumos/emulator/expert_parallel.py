@@ -72,14 +72,14 @@ class ExpertParallel:
         q, ep = self.ep_rank, self.ep
         if st.part == "experts":
             for d in draws:
-                self.run_steps(th, self.p.expert_ops(d.local(q, ep), st.backward))
+                self.run_steps(th, self.p.expert_ops(d.local(q, ep), st.backward), built_now=True)
             return
         dispatch = st.part == "dispatch"
         # forward: permute, dispatch ... combine, unpermute; backward the mirror image
         perm = self.p.permute(sum(int(d.sent()[q]) for d in draws), st.backward, un=not dispatch)
         before = dispatch != st.backward
         if before:
-            self.run_steps(th, [perm])
+            self.run_steps(th, [perm], built_now=True)
         if ep > 1:
             lead = 0.0
             if not before:   # after the experts: the group waits for the rank whose experts had the most tokens
@@ -88,7 +88,7 @@ class ExpertParallel:
                 lead = float(t.max() - t[q])
             self._exchange(th, draws, to_experts=before, lead=lead)
         if not before:
-            self.run_steps(th, [perm])
+            self.run_steps(th, [perm], built_now=True)
 
     def _exchange(self, th: Thread, draws: list, to_experts: bool, lead: float = 0.0) -> None:
         """Tokens to their experts' ranks, or the experts' outputs back, over the expert-parallel group:

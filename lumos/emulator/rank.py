@@ -232,13 +232,16 @@ class RankProgram(ExpertParallel, ShardedDataParallel):
         self.op_end(th)
 
     # -- model steps ------------------------------------------------------------
-    def run_steps(self, th: Thread, steps) -> None:
+    def run_steps(self, th: Thread, steps, built_now: bool = False) -> None:
+        """`built_now`: ops made for this call (an MoE layer's, sized by its routing), whose args are not
+        cached by the op's id (a freed op's id is reused by the next)."""
         for st in steps:
             if isinstance(st, OpSpec):
-                args = self._op_args.get(id(st))
+                args = None if built_now else self._op_args.get(id(st))
                 if args is None:   # built once per op of the program; each event gets its own copy
-                    args = self._op_args[id(st)] = {"Input Dims": [list(d) for d in st.dims],
-                                                    "Input type": list(st.types)}
+                    args = {"Input Dims": [list(d) for d in st.dims], "Input type": list(st.types)}
+                    if not built_now:
+                        self._op_args[id(st)] = args
                 self.op_begin(th, st.name, dict(args))
                 if st.gemm and th is self.main:
                     th.t += self._jit(self.h.gemm_extra_us)

@@ -22,6 +22,7 @@ from lumos.graph.run_graph import build_run_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.model.host_gaps import host_gaps
 from lumos.model.recover import recover_layers, summary
+from lumos.durations.experts import fit_expert_cost
 from lumos.durations.routing import fit_routing
 from lumos.model.structure import StageMismatch, find_structure
 from lumos.trace import TraceTable
@@ -31,7 +32,7 @@ from lumos.transform.cp import change_cp
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
-from lumos.transform.moe import change_moe, moe_target
+from lumos.transform.moe import change_moe, expert_samples, moe_target
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
@@ -86,7 +87,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     measured = measured_peak(tables, st.stage_of_rank, st.shape, stage_split(st.pp, st.layers, st.stage_layers),
                              st.pp, st.dp, st.microbatches, step=step,
                              sharding=SHARDED_MEMORY.get(sharding), chunks=st.chunks)
-    return Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
+    plan = Plan(graph=graph, st=st, role=role, shape=st.shape, tp=st.tp, pp=st.pp, dp=st.dp,
                 layers=st.layers, microbatches=st.microbatches, ranks=ranks,
                 collectives=coll_model, compute=comp, base_shape=st.shape, measured_memory=measured,
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
@@ -94,6 +95,9 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers,
                 chunk_layers=st.chunk_layers, cp=st.cp, ep=st.moe.ep if st.moe is not None else 1,
                 routing=_routing(st))
+    if st.moe is not None:   # the experts' cost against their rows, fitted on the base's own MoE layers
+        plan.expert_cost = fit_expert_cost(expert_samples(plan), st.moe.experts_local, comp.fixed_us.get("gemm", 0.0))
+    return plan
 
 
 def _routing(st):

@@ -26,7 +26,7 @@ import numpy as np
 from lumos.durations import CollectiveSpec
 from lumos.errors import UserError
 from lumos.graph.model import TaskKind
-from lumos.model.ops import GEMM_OPS, gemm_mkn
+from lumos.model.ops import GEMM_OPS, GROUPED_GEMM_OPS, gemm_mkn
 
 from .plan import Plan, edp_group, ep_group
 
@@ -102,19 +102,64 @@ def _refuse(plan: Plan, target: dict) -> None:
                         "that from")
 
 
+def layer_parts(plan: Plan, b) -> tuple | None:
+    """(its two token exchanges, the experts' GEMM tasks between them, the other compute between them) of a
+    layer block, each in launch order; None where the block does not exchange tokens twice."""
+    g, st = plan.graph, plan.st
+    tasks = b.tasks[g.kind[b.tasks] == TaskKind.GPU]
+    tasks = tasks[np.argsort(g.ts[tasks], kind="stable")].tolist()
+    exch = [t for t in tasks if plan.role[t] == "ep" and st.coll[t] == "all_to_all"]
+    if len(exch) != 2:
+        return None
+    lo, hi = g.end[exch[0]] - 1e-3, g.ts[exch[1]] + 1e-3   # (end = ts + dur: rounding either way)
+    span = [t for t in tasks if not g.comm[t] and plan.role[t] is None and lo <= g.ts[t] < hi
+            and not str(st.op_name[t]).startswith(PERMUTE_OPS)]
+    gemms = [t for t in span if str(st.op_name[t]) in GEMM_OPS or str(st.op_name[t]) in GROUPED_GEMM_OPS]
+    return exch, gemms, [t for t in span if t not in set(gemms)]
+
+
+def expert_samples(plan: Plan) -> list:
+    """(backward, rows, [each expert GEMM's duration]) of every MoE layer pass of the base, for
+    `durations.experts.fit_expert_cost`: the rows its experts got (the layer forward's), the GEMMs between
+    its two exchanges."""
+    moe, out = plan.st.moe, []
+    for b in plan.st.blocks:
+        parts = layer_parts(plan, b) if b.kind == "layer" else None
+        rows = moe.received.get((b.rank, b.layer, b.mb))
+        if parts is None or rows is None or not parts[1]:
+            continue
+        out.append((b.phase == "backward", float(rows), [float(plan.graph.dur[t]) for t in parts[1]]))
+    return out
+
+
 def _retime_layer(plan: Plan, b, moe, base_own, own, busiest, E, k, f, ep, dp) -> None:
     g, st, comp = plan.graph, plan.st, plan.compute
     T, h = moe.tokens, plan.shape.hidden
-    tasks = b.tasks[g.kind[b.tasks] == TaskKind.GPU]
-    tasks = tasks[np.argsort(g.ts[tasks], kind="stable")]
-    exch = [t for t in tasks.tolist() if plan.role[t] == "ep" and st.coll[t] == "all_to_all"]
-    if len(exch) != 2:
+    parts = layer_parts(plan, b)
+    if parts is None:
         return
-    lo, hi = g.end[exch[0]], g.ts[exch[1]]
-    expert_new, expert_old = 0.0, 0.0
-    rows = (max(own, 1e-9) * k * f) / (max(base_own, 1e-9) * moe.top_k * moe.expert_ffn)
-    for t in tasks.tolist():
-        if g.comm[t] or plan.role[t] is not None:
+    exch, gemms, others = parts
+    backward = b.phase == "backward"
+    rows, base_rows = own * T * k, base_own * T * moe.top_k
+    width = f / moe.expert_ffn
+    cost = plan.expert_cost
+    fitted = cost is not None and moe.grouped and len(gemms) == (len(cost.slopes) - cost.forward if backward
+                                                                  else cost.forward)
+    if fitted:
+        for t, new in zip(gemms, cost.times_us(backward, rows, E // ep, width)):
+            g.dur[t] = new
+        per_row = cost.per_row_us(backward, width)
+    else:   # GEMMs by their rows x width (the fixed part kept): a loop of per-expert GEMMs, or no fit
+        ratio = rows * f / max(base_rows * moe.expert_ffn, 1e-9)
+        old = sum(float(g.dur[t]) for t in gemms)
+        for t in gemms:
+            g.dur[t] = comp.scale(g.dur[t], "gemm", ratio)
+        per_row = (sum(float(g.dur[t]) for t in gemms) - 0.0) / max(rows, 1e-9) if old else 0.0
+    act = rows * f / max(base_rows * moe.expert_ffn, 1e-9)
+    for t in others:   # the experts' activation (and any element-wise work between the exchanges)
+        g.dur[t] = comp.scale(g.dur[t], "elementwise", act)
+    for t in b.tasks.tolist():
+        if g.kind[t] != TaskKind.GPU or g.comm[t] or plan.role[t] is not None:
             continue
         op, dims = str(st.op_name[t]), st.op_dims[t]
         if op.startswith(PERMUTE_OPS):
@@ -123,19 +168,14 @@ def _retime_layer(plan: Plan, b, moe, base_own, own, busiest, E, k, f, ep, dp) -
             g.dur[t] = comp.scale(g.dur[t], "elementwise", E / moe.experts)
         elif op in GEMM_OPS and _is_router(gemm_mkn(op, dims), T, h, moe.experts):
             g.dur[t] = comp.scale(g.dur[t], "gemm", E / moe.experts)
-        elif lo <= g.ts[t] < hi:   # the experts' GEMMs and activation, between the two exchanges
-            expert_old += g.dur[t]
-            g.dur[t] = comp.scale(g.dur[t], "gemm" if op in GEMM_OPS or "gemm" in op else "elementwise", rows)
-            expert_new += g.dur[t]
-    per_share = expert_new / max(own, 1e-9)
     for i, t in enumerate(exch):
         group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
         nbytes = max(1.0, busiest) * T * k * h * 2.0
         st.group[t], st.nbytes[t] = group, nbytes
         g.dur[t] = plan.collectives.time_us(CollectiveSpec("all_to_all", nbytes, group))
         if i == 1:   # after the experts: the group waits for its busiest rank's
-            g.dur[t] += per_share * max(busiest - own, 0.0)
-    for t in tasks.tolist():   # the token counts' all-gather: the new group, a count per expert and rank
+            g.dur[t] += per_row * max(busiest - own, 0.0) * T * k
+    for t in b.tasks.tolist():   # the token counts' all-gather: the new group, a count per expert and rank
         if plan.role[t] == "ep" and st.coll[t] != "all_to_all":
             old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
             group = ep_group(int(g.rank[t]), plan.tp, dp, ep)

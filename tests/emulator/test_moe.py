@@ -57,6 +57,24 @@ def test_router_and_experts_replace_the_mlp(every_rank):
     assert fc1[1] == [2, 512, 4096]   # the rank's 2 of 4 experts, hidden 512 -> gate and up of 2,048
 
 
+def test_every_expert_op_records_its_own_shapes(every_rank):
+    """Ops built per layer and micro-batch (sized by the routing) never take another op's cached args: each
+    forward FC1's rows are what the all-to-all just before it brought in, and its FC2 takes the same rows."""
+    rec = every_rank.recorders[0]
+    ops = sorted(((ts, n, a) for ts, _, _, n, _, a in rec.cpu), key=lambda x: x[0])
+    got, checked, fc1_rows = None, 0, None
+    for _, name, args in ops:
+        if name == "record_param_comms" and args.get("Collective name") == "all_to_allv":
+            got = sum(ast.literal_eval(args["Out split size"]))
+        elif name == "grouped_gemm::gmm" and args["Input Dims"][1] == [2, 512, 4096]:
+            fc1_rows = args["Input Dims"][0][0]
+            assert fc1_rows == got
+            checked += 1
+        elif name == "grouped_gemm::gmm" and args["Input Dims"][1] == [2, 2048, 512]:
+            assert args["Input Dims"][0] == [fc1_rows, 2048]
+    assert checked == LAYERS * MB
+
+
 def test_all_to_all_splits_agree_between_ranks(every_rank):
     r = every_rank
     a2a = {q: [a for a in _comms(r, "ep_group", q) if a["Collective name"] == "all_to_allv"] for q in (0, 1)}
