@@ -57,22 +57,26 @@ def test_router_and_experts_replace_the_mlp(every_rank):
     assert fc1[1] == [2, 512, 4096]   # the rank's 2 of 4 experts, hidden 512 -> gate and up of 2,048
 
 
-def test_every_expert_op_records_its_own_shapes(every_rank):
-    """Ops built per layer and micro-batch (sized by the routing) never take another op's cached args: each
-    forward FC1's rows are what the all-to-all just before it brought in, and its FC2 takes the same rows."""
-    rec = every_rank.recorders[0]
-    ops = sorted(((ts, n, a) for ts, _, _, n, _, a in rec.cpu), key=lambda x: x[0])
-    got, checked, fc1_rows = None, 0, None
-    for _, name, args in ops:
-        if name == "record_param_comms" and args.get("Collective name") == "all_to_allv":
-            got = sum(ast.literal_eval(args["Out split size"]))
-        elif name == "grouped_gemm::gmm" and args["Input Dims"][1] == [2, 512, 4096]:
-            fc1_rows = args["Input Dims"][0][0]
-            assert fc1_rows == got
-            checked += 1
-        elif name == "grouped_gemm::gmm" and args["Input Dims"][1] == [2, 2048, 512]:
-            assert args["Input Dims"][0] == [fc1_rows, 2048]
-    assert checked == LAYERS * MB
+def test_every_expert_op_records_its_own_shapes():
+    """Ops built per layer and micro-batch (sized by the routing) never take another op's cached args (a freed
+    op's id is reused): each forward FC1's rows are what the all-to-all just before it brought in, each
+    permutation's one input is [rows, hidden]. Mixtral's layers over two stages, 8 micro-batches: the case
+    that showed it."""
+    r = emulate(["model=mixtral_8x7b", "model.num_layers=4", "parallel.tp=1", "parallel.pp=2", "parallel.dp=8",
+                 "parallel.ep=4", "model.microbatch_rule=fixed", "model.num_microbatches=8",
+                 "emulator.granularity=coarse"], progress=False)
+    checked = 0
+    for rank in r.ranks:
+        got = None
+        for _, name, args in sorted(((ts, n, a) for ts, _, _, n, _, a in r.recorders[rank].cpu), key=lambda x: x[0]):
+            if name == "record_param_comms" and args.get("Collective name") == "all_to_allv":
+                got = sum(ast.literal_eval(args["Out split size"]))
+            elif name == "grouped_gemm::gmm" and args["Input Dims"][1] == [2, 4096, 28672]:
+                assert args["Input Dims"][0] == [got, 4096]
+                checked += 1
+            elif name.startswith(("aten::_moe_permute", "aten::_moe_unpermute")):
+                assert len(args["Input Dims"]) == 1 and args["Input Dims"][0][1] == 4096
+    assert checked == 4 * 8   # every layer forward of both stages, every micro-batch
 
 
 def test_all_to_all_splits_agree_between_ranks(every_rank):
