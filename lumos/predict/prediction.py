@@ -195,7 +195,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
         doc["target"]["moe"] = moe_summary(out)
         doc["base_config"]["moe"] = moe_summary(plan)
         if options.samples:
-            doc["routing"] = routing_interval(plan, tgt, options, compute_speed)
+            doc["routing"] = routing_interval(plan, tgt, options, compute_speed, base_tables)
     if actual_tables is not None:
         add_actual(doc, actual_tables, options.step, emulated=bool((actual_manifest or {}).get("emulated", False)))
     return doc
@@ -209,22 +209,34 @@ def moe_summary(plan: Plan) -> dict:
             "routing": plan.routing.as_dict() if plan.routing is not None else None}
 
 
-def routing_interval(plan: Plan, tgt: dict, options: PredictOptions, compute_speed) -> dict:
-    """Iteration times over `options.samples` draws of the MoE layers' routing (each layer and micro-batch its
-    own draw from the base's fitted unevenness, `lumos.durations.routing`), replayed one by one: p5 / p50 / p95."""
+def routing_interval(plan: Plan, tgt: dict, options: PredictOptions, compute_speed, base_tables) -> dict:
+    """The prediction's interval over `options.samples` draws of the MoE layers' routing (each layer and
+    micro-batch its own draw from the base's fitted unevenness, `lumos.durations.routing`), each replayed with
+    one draw of the kernels' and collectives' spread fitted on the base (`lumos.analysis.uncertainty`): what
+    varies from one iteration of an MoE run to the next."""
+    from lumos.analysis.uncertainty import fit_tables, monte_carlo, summarize
+
+    fitted = fit_tables(base_tables)
     rng = np.random.default_rng(options.seed)
-    its = []
-    for _ in range(options.samples):
+    rows = []
+    for i in range(options.samples):
         o = transform(plan, global_batch=options.global_batch, micro_batch=options.micro_batch,
                       compute_speed=compute_speed, network_speed=options.network_speed,
                       microbatch_rule=options.microbatch_rule, fsdp_strategy=options.fsdp_strategy,
                       routing_draw=rng, **tgt)
-        its.append(simulate_plan(o, engine=options.engine)[2].iteration.iteration_us)
-    q = np.percentile(its, [5, 50, 95])
-    return {"samples": options.samples, "seed": options.seed, "mean_us": round(float(np.mean(its)), 3),
-            "p5_us": round(float(q[0]), 3), "p50_us": round(float(q[1]), 3), "p95_us": round(float(q[2]), 3),
-            "what": "each sample a draw of every MoE layer's routing from the base's fitted unevenness, replayed; "
-                    "kernel and host noise are --samples' other interval ('interval')"}
+        graph = simulate_plan(o, engine=options.engine)[0]
+        model = fitted.model(graph, own=False, instances=o.pairs)
+        rows.append(monte_carlo(graph, model, 1, options.seed + i,
+                                measure=lambda s, e, g=graph: run_breakdown(g, s, e).iteration)[0])
+    x = np.array(rows)
+    # the base is one iteration, as uneven as any: each sample also carries another sample's deviation from the
+    # median (the base's own draw), so that the interval is one for a new run, not for the runs' mean
+    x = x + (x[rng.permutation(len(x))] - np.median(x, axis=0))
+    doc = summarize(x, options.seed)
+    doc["what"] = ("each sample a draw of every MoE layer's routing from the base's fitted unevenness and one of "
+                   "the kernels' and collectives' spread, replayed, plus another sample's deviation (the base's "
+                   "own draw)")
+    return doc
 
 
 def _peer_waits(plan: Plan, mode: str, engine: str):

@@ -32,7 +32,7 @@ from lumos.transform.cp import change_cp
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
-from lumos.transform.moe import change_moe, expert_samples, moe_target
+from lumos.transform.moe import change_moe, exchange_offsets, expert_samples, moe_target
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
@@ -97,6 +97,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 routing=_routing(st))
     if st.moe is not None:   # the experts' cost against their rows, fitted on the base's own MoE layers
         plan.expert_cost = fit_expert_cost(expert_samples(plan), st.moe.experts_local, comp.fixed_us.get("gemm", 0.0))
+        plan.exchange_offsets = exchange_offsets(plan)
     return plan
 
 

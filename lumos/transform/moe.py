@@ -69,11 +69,16 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
     E, k, f, ep = target["experts"], target["top_k"], target["expert_ffn"], target["ep"]
     expected = fit.expected(E, ep)
     dp = plan.dp // plan.cp
+    received = {(layer, mb): rows for (_, layer, mb), rows in moe.received.items()}   # a layer is on one stage
+    drawn: dict = {}
     for b in out.st.blocks:
         if b.kind != "layer":
             continue
-        base_own = moe.received.get((b.rank, b.layer, b.mb), 0) / (moe.tokens * moe.top_k)
-        own, busiest = (expected if draw is None else tuple(x[0] for x in fit.draw(draw, E, ep, 1)))
+        base_own = received.get((b.layer, b.mb), 0) / (moe.tokens * moe.top_k)
+        if draw is None:
+            own, busiest = expected
+        else:   # one draw per layer and micro-batch: its backward routes as its forward did
+            own, busiest = drawn.setdefault((b.layer, b.mb), tuple(float(x[0]) for x in fit.draw(draw, E, ep, 1)))
         _retime_layer(out, b, moe, base_own, own, busiest, E, k, f, ep, dp)
     _retime_expert_grads(out, moe, E, f, ep, dp)
     out.ep = ep
@@ -116,6 +121,32 @@ def layer_parts(plan: Plan, b) -> tuple | None:
             and not str(st.op_name[t]).startswith(PERMUTE_OPS)]
     gemms = [t for t in span if str(st.op_name[t]) in GEMM_OPS or str(st.op_name[t]) in GROUPED_GEMM_OPS]
     return exch, gemms, [t for t in span if t not in set(gemms)]
+
+
+def exchange_offsets(plan: Plan) -> dict:
+    """(backward, which exchange of the pass) -> what the base's exchanges took beyond this module's model of
+    them, on average over its layers: the transfer of the busiest rank's tokens and, after the experts, the
+    wait for its experts (at the base's expected shares), the rest being the peers' own drift, kept as
+    measured for any target."""
+    moe, fit, cost = plan.st.moe, plan.routing, plan.expert_cost
+    if moe is None or fit is None or cost is None or plan.ep <= 1:
+        return {}
+    own, busiest = fit.expected(moe.experts, plan.ep)
+    T, k, h = moe.tokens, moe.top_k, plan.shape.hidden
+    dp = plan.dp // plan.cp
+    left: dict = {}
+    for b in plan.st.blocks:
+        parts = layer_parts(plan, b) if b.kind == "layer" else None
+        if parts is None:
+            continue
+        backward = b.phase == "backward"
+        for i, t in enumerate(parts[0]):
+            group = ep_group(int(plan.graph.rank[t]), plan.tp, dp, plan.ep)
+            model = plan.collectives.time_us(CollectiveSpec("all_to_all", max(1.0, busiest) * T * k * h * 2.0, group))
+            if i == 1:
+                model += cost.per_row_us(backward) * max(busiest - own, 0.0) * T * k
+            left.setdefault((backward, i), []).append(float(plan.graph.dur[t]) - model)
+    return {key: float(np.mean(v)) for key, v in left.items()}
 
 
 def expert_samples(plan: Plan) -> list:
@@ -172,7 +203,8 @@ def _retime_layer(plan: Plan, b, moe, base_own, own, busiest, E, k, f, ep, dp) -
         group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
         nbytes = max(1.0, busiest) * T * k * h * 2.0
         st.group[t], st.nbytes[t] = group, nbytes
-        g.dur[t] = plan.collectives.time_us(CollectiveSpec("all_to_all", nbytes, group))
+        g.dur[t] = plan.collectives.time_us(CollectiveSpec("all_to_all", nbytes, group)) \
+            + plan.exchange_offsets.get((backward, i), 0.0)
         if i == 1:   # after the experts: the group waits for its busiest rank's
             g.dur[t] += per_row * max(busiest - own, 0.0) * T * k
     for t in b.tasks.tolist():   # the token counts' all-gather: the new group, a count per expert and rank
