@@ -231,6 +231,8 @@ def table_names():
         names.append("llama")
     if (config.get("schedules") or {}).get("predictions"):
         names.append("schedules")
+    if (config.get("moe") or {}).get("targets"):
+        names.append("moe")
     if (config.get("fsdp_cpu") or {}).get("targets"):
         names.append("fsdp_cpu_whatif")
     if ablation_csvs():

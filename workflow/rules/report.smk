@@ -18,6 +18,7 @@ REPORTED = {
     "from_one_gpu": ("Prediction", "emulated"),
     "llama": ("Prediction", "emulated"),
     "schedules": ("Prediction", "emulated"),
+    "moe": ("Prediction", "emulated"),
     "search": ("Prediction", "emulated"),
     "statistics": ("Prediction", "emulated"),
     "h200_whatif": ("Prediction", "measured on hardware (H200)"),
