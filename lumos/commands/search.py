@@ -72,14 +72,18 @@ def run(args) -> int:
     print(f"{args.base}: {len(rows)} layouts of {args.gpus} GPUs, {sum(r['fits'] for r in rows)} fit in memory")
     print(f"  memory per GPU judged against {_judged_against(tables, args)}")
     fsdp = any("fsdp_strategy" in r for r in rows)   # an FSDP base: each layout with each strategy
-    print(f"  {'tp':>3} {'cp':>3} {'pp':>3} {'vp':>3} {'dp':>4} {'mbs':>4} {'m':>5}" + (f" {'FSDP':<13}" if fsdp else "")
+    moe = any("ep" in r for r in rows)               # an MoE base: each layout with each EP
+    print(f"  {'tp':>3} {'cp':>3} {'pp':>3} {'vp':>3} {'dp':>4}" + (f" {'ep':>3}" if moe else "")
+          + f" {'mbs':>4} {'m':>5}" + (f" {'FSDP':<13}" if fsdp else "")
           + f" {'iteration ms':>13} {'GiB/GPU':>8}  fits  replayed m")
     for r in shown:
         it = f"{r['iteration_us'] / 1e3:13.3f}" if r["iteration_us"] is not None else f"{'-':>13}"
         replayed = ",".join(map(str, r["replayed_microbatches"] or [])) or "-"
         strategy = f" {r['fsdp_strategy']:<13}" if fsdp else ""
-        print(f"  {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['vp']:>3} {r['dp']:>4} {r['micro_batch']:>4} {r['microbatches']:>5}{strategy} {it} "
-              f"{r['memory_gib_per_gpu']:8.1f}  {'yes' if r['fits'] else 'no ':<4}  {replayed}")
+        ep = f" {r['ep']:>3}" if moe else ""
+        print(f"  {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['vp']:>3} {r['dp']:>4}{ep} {r['micro_batch']:>4} "
+              f"{r['microbatches']:>5}{strategy} {it} {r['memory_gib_per_gpu']:8.1f}  {'yes' if r['fits'] else 'no ':<4}  "
+              f"{replayed}")
     if any(len(r["replayed_microbatches"] or []) == 2 for r in shown):
         print("  replayed m with two counts: extrapolated to m from those two replays (--exact: replay all)")
     return 0

@@ -80,6 +80,13 @@ class ModelShape:
     norm: str = field(default="", compare=False)   # layernorm | rmsnorm ('' where the trace has no norm op)
     moe_at: int = field(default=-1, compare=False)  # an MoE layer: its router's index among the layer's GEMMs
     evidence: dict = field(default_factory=dict, compare=False, repr=False)   # what each number was read from
+    # an MoE layout (memory and search; 0: dense): experts in all, per rank, top-k, shared expert, and the
+    # ranks that hold the same experts (the experts' optimizer state is sharded over them); `ffn` is each expert's
+    moe_experts: int = 0
+    moe_local: int = 0
+    moe_top_k: int = 0
+    moe_shared_ffn: int = 0
+    moe_edp: int = 1
 
     @property
     def kv(self) -> int:
@@ -114,13 +121,19 @@ class ModelShape:
         FC2 with biases, two layer norms), or a Llama-style layer (GQA projections, SwiGLU's three GEMMs, two
         RMSNorms, no biases)."""
         h, f, t = self.hidden, self.ffn, self.tp
-        if self.gpt_layout:
+        if self.gpt_layout and not self.moe_experts:
             return (4 * h * h + 2 * h * f) / t + (3 * h + f) / t + 6 * h
         d = self.head_dim or h // self.heads
         kv = self.kv_heads or self.heads
         attn = h * (self.heads * d + 2 * kv * d) + self.heads * d * h
-        mlp = (3 if self.gated else 2) * h * f
-        return (attn + mlp) / t + 2 * h
+        per = 3 if self.gated else 2
+        if self.moe_experts:   # the dense part: attention, the router, the shared expert (`expert_params` apart)
+            return (attn + per * h * self.moe_shared_ffn) / t + h * self.moe_experts + 2 * h
+        return (attn + per * h * f) / t + 2 * h
+
+    def expert_params(self) -> float:
+        """One MoE layer's routed experts on one rank (expert TP 1): its `moe_local` experts' MLPs."""
+        return self.moe_local * (3 if self.gated else 2) * self.hidden * self.ffn if self.moe_experts else 0.0
 
     def embed_params(self) -> float:
         return self.vocab * self.hidden / self.tp + self.seq * self.hidden

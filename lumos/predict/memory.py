@@ -20,6 +20,11 @@ Sources of each term:
   in flight: the unit being computed and the one prefetched (2 layers x P) and one layer's
   full gradient before its reduce-scatter (G) (FSDP2's default prefetch of one unit ahead,
   torch `distributed/fsdp/_fully_shard/_fsdp_param_group.py`).
+- A mixture-of-experts layer (`shape.moe_experts`): its dense part (attention, router, shared expert) as
+  above, its routed experts (the rank's E / EP, expert TP 1) with their optimizer state sharded over the
+  expert data-parallel ranks (TP x DP / EP) under the distributed optimizer; activations: each token's k
+  routed copies keep their permuted input and an expert's MLP terms, at the mean share (a busier rank of an
+  uneven router holds more).
 - Activations of one transformer layer for one micro-batch (Korthikanti et al. 2022,
   "Reducing Activation Recomputation in Large Transformer Models", Table 2; Llama-style layers, with
   grouped-query attention and SwiGLU, by the same accounting term by term, `activation_bytes_per_layer`), s sequence,
@@ -87,9 +92,12 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
         return 2.0 * sbh
     scores = 0.0 if (m.recompute == "selective" or m.flash_attention) else 5.0 * a * s / h
     sharded = 24.0
-    if shape is not None and not shape.gpt_layout:
+    if shape is not None and (not shape.gpt_layout or getattr(shape, "moe_experts", 0)):
         r = shape.kv / max(shape.heads, 1)
-        sharded = 4.0 + 4.0 * r + (6.0 if shape.gated else 4.0) * shape.ffn / shape.hidden
+        mlp = (6.0 if shape.gated else 4.0) / shape.hidden
+        sharded = 4.0 + 4.0 * r + mlp * shape.ffn
+        if shape.moe_experts:   # k routed copies, each its permuted input (2) and an expert's MLP; the shared expert
+            sharded = 4.0 + 4.0 * r + shape.moe_top_k * (2.0 + mlp * shape.ffn) + mlp * shape.moe_shared_ffn
     if m.sequence_parallel:
         return sbh * (10.0 + sharded + scores) / t
     return sbh * (10.0 + sharded / t + scores / t)
@@ -136,10 +144,12 @@ def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, micr
     `chunks` model chunks per stage (interleaved 1F1B)."""
     first, last = stage == 0, stage == pp - 1
     params = layers_in_stage * shape.layer_params() + shape.embed_params() * (first + last)
+    experts = layers_in_stage * shape.expert_params() if hasattr(shape, "expert_params") else 0.0   # an MoE's
     inflight = inflight_microbatches(stage, pp, microbatches, chunks)
     act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m, shape)
     logits = 4.0 * shape.seq * shape.micro_batch * shape.vocab / shape.tp if last else 0.0
-    parts = {"parameters_gib": param_bytes(params, dp, m, shape.layer_params() if layers_in_stage else 0.0) / GIB,
+    parts = {"parameters_gib": (param_bytes(params, dp, m, shape.layer_params() if layers_in_stage else 0.0)
+                                + param_bytes(experts, getattr(shape, "moe_edp", 1), m)) / GIB,
              "activations_gib": act * layers_in_stage * inflight / GIB,
              "logits_gib": logits / GIB, "workspace_gib": m.workspace_gib}
     parts["total_gib"] = sum(parts.values())

@@ -1,6 +1,7 @@
 """`lumos search BASE --gpus N`: every layout of N GPUs predicted from one base trace, ranked.
 
-Candidates are TP x PP x V x DP x micro-batch size: TP divides the heads, hidden, FFN and
+Candidates are TP x PP x V x DP x micro-batch size (from an MoE base: its TP, PP and micro-batches, and
+DP x EP, EP dividing the experts and TP x DP): TP divides the heads, hidden, FFN and
 vocabulary sizes (Megatron's split), PP divides the layer count, V (model chunks per stage, the
 interleaved schedule; default the base's, `vps` to try others) divides each stage's layers with
 micro-batches a multiple of PP, TP x PP x DP = N, and with
@@ -46,7 +47,7 @@ from lumos.transform.tp import change_tp, tp_misfits
 from .device_memory import device_memory, on_device
 from .options import PredictOptions
 from .prediction import simulate_plan
-from .whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, transform
+from .whatif import SHARDED_MEMORY, base_plan, layout_memory, memory_settings, moe_shape, transform
 
 __all__ = ["candidates", "search", "SHORT_PIPELINE"]
 
@@ -67,6 +68,7 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
     the base's; another only from a base that ran with context parallelism, `transform/cp.py`, and where the
     sequence splits into 2 x CP chunks)."""
     vps = vps or [base.chunks]
+    moe = base.st.moe      # an MoE base: its TP, PP, CP and micro-batches kept, EP tried over each divisor
     out = []
     strategies = reachable(base.sharding) or [None]
     fixed = base.sharding == "zero12"
@@ -76,11 +78,15 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
             continue
         if cp != base.cp and (base.cp == 1 or whole % (2 * cp)):
             continue
+        if moe is not None and (tp != base.tp or cp != base.cp):
+            continue
         for pp in range(1, gpus // (tp * cp) + 1):
             # PP divides the layers, or is the base's own (its split kept: Llama 3's 126 layers over 16 stages)
             if (gpus // (tp * cp)) % pp or (base.layers % pp and pp != base.pp) or (fixed and pp != base.pp):
                 continue
             dp = gpus // (tp * cp * pp)
+            if moe is not None and pp != base.pp:
+                continue
             for mbs in micro_batches:
                 if global_batch is not None:
                     if global_batch % (dp * mbs):
@@ -88,7 +94,9 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     m = global_batch // (dp * mbs)
                 else:
                     m = base.microbatches
-                if fixed and m != base.microbatches:
+                if (fixed or moe is not None) and m != base.microbatches:
+                    continue
+                if moe is not None and mbs != base.shape.micro_batch:
                     continue
                 for vp in sorted({v if pp > 1 else 1 for v in vps}):
                     own = pp == base.pp and vp == base.chunks and bool(base.chunk_layers)   # the base's own chunks
@@ -98,7 +106,12 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                         continue
                     for strategy in strategies:
                         c = {"tp": tp, "cp": cp, "pp": pp, "vp": vp, "dp": dp, "micro_batch": mbs, "microbatches": m}
-                        out.append(c if strategy is None else dict(c, fsdp_strategy=strategy))
+                        c = c if strategy is None else dict(c, fsdp_strategy=strategy)
+                        if moe is None:
+                            out.append(c)
+                            continue
+                        out += [dict(c, ep=ep) for ep in range(2, tp * dp + 1)
+                                if (tp * dp) % ep == 0 and moe.experts % ep == 0]
     return out
 
 
@@ -132,7 +145,8 @@ def search(tables, gpus: int, micro_batches: list[int] | None = None, global_bat
     rows = []
     for c in cands:
         cp = c.get("cp", 1)   # a rank's part of each sequence; DP x CP ranks hold the optimizer's shards
-        shape = dataclasses.replace(base.shape, micro_batch=c["micro_batch"], tp=c["tp"], seq=whole_seq(base) // cp)
+        shape = dataclasses.replace(moe_shape(base, c.get("ep"), c["dp"]), micro_batch=c["micro_batch"], tp=c["tp"],
+                                    seq=whole_seq(base) // cp)
         mem = layout_memory(shape, c["pp"], c["dp"] * cp, base.layers, c["microbatches"], settings[c.get("fsdp_strategy")],
                             chunks=c["vp"], split=stage_split(c["pp"], base.layers, base.stage_layers))
         rows.append(dict(c, memory_gib_per_gpu=mem["memory_gib_per_gpu"], fits=mem["fits"], iteration_us=None,
@@ -198,7 +212,7 @@ def _iteration(part, c: dict, exact: bool) -> tuple[float, list[int]]:
     part = change_dp(part, c["dp"] * part.cp)   # once for both replays (`transform` would do it in each)
 
     def replay(m: int) -> float:
-        plan = transform(part, pp=c["pp"], vp=c.get("vp"), cp=c.get("cp"), dp=c["dp"],
+        plan = transform(part, pp=c["pp"], vp=c.get("vp"), cp=c.get("cp"), dp=c["dp"], ep=c.get("ep"),
                          global_batch=m * c["dp"] * c["micro_batch"], fsdp_strategy=c.get("fsdp_strategy"))
         return float(simulate_plan(plan)[2].as_dict()["iteration_us"])
 

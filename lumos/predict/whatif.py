@@ -210,6 +210,10 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     m, note = target_micro_batches(plan.microbatches, plan.tp, plan.pp, tp=tp, pp=pp, dp=dp_only,
                                   micro_batch=out.shape.micro_batch, global_batch=global_batch,
                                   rule=microbatch_rule)
+    if plan.st.moe is not None and m != plan.microbatches:
+        raise UserError(f"{m} micro-batches per iteration (the base ran {plan.microbatches}): the base's layers are "
+                        "mixture-of-experts, whose layers a rebuild would not carry; keep the base's count "
+                        "(--microbatch-rule keep, or a --global-batch that gives it)")
     if out is plan:  # nothing so far copied the base: its notes must not collect this target's
         out = dataclasses.replace(plan, notes=list(plan.notes))
     out.notes.append(note)
@@ -238,10 +242,13 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     return out
 
 
-def refuse_moe_rebuild(plan: Plan, *asked) -> None:
+def refuse_moe_rebuild(plan: Plan, tp, pp, layers, hidden, ffn, kv_heads, seq, vp, cp, micro_batch, first, last) -> None:
     """An MoE base takes DP, MoE (`--ep`, `--experts`, `--top-k`, `--expert-ffn`) and hardware-speed changes; the
     rest would rebuild its layers from templates, which do not carry an MoE layer's expert groups yet."""
-    if plan.st.moe is not None and any(v is not None for v in asked):
+    sh = plan.shape
+    same = ((tp, plan.tp), (pp, plan.pp), (layers, plan.layers), (hidden, sh.hidden), (ffn, sh.ffn),
+            (kv_heads, sh.kv), (seq, sh.seq), (vp, plan.chunks), (cp, plan.cp), (micro_batch, sh.micro_batch))
+    if plan.st.moe is not None and (any(v is not None and v != b for v, b in same) or first or last):
         raise UserError("the base's layers are mixture-of-experts: Lumos predicts DP, --ep, --experts, --top-k, "
                         "--expert-ffn and hardware-speed changes from it; TP, PP, layer, width, sequence and "
                         "micro-batch changes rebuild layers whose expert groups the templates do not carry yet")
@@ -304,8 +311,21 @@ def memory_settings(plan: Plan, overrides: dict | None = None):
 
 def memory_of(plan: Plan, overrides: dict | None = None) -> dict:
     """Peak memory per GPU of a plan's configuration (`memory.py`), settings from `memory_settings`."""
-    return layout_memory(plan.shape, plan.pp, plan.dp, plan.layers, plan.microbatches,
+    return layout_memory(moe_shape(plan), plan.pp, plan.dp, plan.layers, plan.microbatches,
                          memory_settings(plan, overrides), chunks=plan.chunks, split=plan.stage_layers or None)
+
+
+def moe_shape(plan: Plan, ep: int | None = None, dp: int | None = None):
+    """The plan's shape with its MoE layout for the memory model (`ModelShape.moe_*`): the target's experts,
+    top-k and width (`change_moe`), `ep` and `dp` where given (a search's candidate), else the plan's."""
+    m = plan.st.moe
+    if m is None:
+        return plan.shape
+    ep, dp = ep or plan.ep, dp or plan.dp // plan.cp
+    experts = plan.moe_experts or m.experts
+    return dataclasses.replace(plan.shape, ffn=plan.moe_expert_ffn or m.expert_ffn, moe_experts=experts,
+                               moe_local=experts // ep, moe_top_k=plan.moe_top_k or m.top_k,
+                               moe_shared_ffn=m.shared_expert_ffn, moe_edp=max(plan.tp * dp // ep, 1))
 
 
 def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, settings, chunks: int = 1,

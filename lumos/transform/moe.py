@@ -21,6 +21,8 @@ reduced over.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from lumos.durations import CollectiveSpec
@@ -83,6 +85,7 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
     _retime_expert_grads(out, moe, E, f, ep, dp)
     out.ep = ep
     out.moe_experts, out.moe_top_k, out.moe_expert_ffn = E, k, f
+    out.shape = dataclasses.replace(out.shape, ffn=f)
     out.notes.append(f"MoE: {moe.experts} -> {E} experts, top-{moe.top_k} -> top-{k}, EP {plan.ep} -> {ep}, expert "
                      f"FFN {moe.expert_ffn} -> {f}; routing from the base's spread (Dirichlet alpha "
                      f"{fit.as_dict()['alpha']}, {fit.samples} layer forwards): the traced rank's share "

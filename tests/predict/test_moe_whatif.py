@@ -84,7 +84,8 @@ def test_dp_change_keeps_the_expert_groups_at_the_new_ranks(base):
     ({"ep": 1}, "EP 1 puts every expert on every rank"),
     ({"top_k": 9}, "between 1 and 8 experts"),
     ({"tp": 2}, "the base's layers are mixture-of-experts"),
-    ({"pp": 2}, "the base's layers are mixture-of-experts"),
+    ({"pp": 4}, "the base's layers are mixture-of-experts"),
+    ({"layers": 8}, "the base's layers are mixture-of-experts"),
 ])
 def test_refused(base, flags, message):
     with pytest.raises(UserError, match=message):
@@ -137,3 +138,23 @@ def test_fit_expert_cost_recovers_a_line_and_moves_its_intercept_per_expert():
     per = (10 + 4.0) / 2 - 4.0
     assert c.times_us(False, 1000, 4)[0] == pytest.approx(4.0 + 4 * per + 500)
     assert fit_expert_cost([(False, 10.0, [1.0]), (False, 10.0, [1.0, 2.0])], 2, 1.0) is None
+
+
+def test_memory_holds_the_ranks_experts(base):
+    _, _, plan = base
+    from lumos.predict.whatif import memory_of, moe_shape
+
+    sh = moe_shape(plan)
+    assert (sh.moe_experts, sh.moe_local, sh.moe_top_k, sh.moe_edp, sh.ffn) == (8, 2, 2, 2, 14336)
+    assert sh.expert_params() == 2 * 3 * 4096 * 14336
+    # a stage's 2 layers x (EP 4 -> 8: 2 -> 1 expert of 3 x 4096 x 14336) x 18 bytes less
+    gib = {ep: memory_of(transform(plan, ep=ep))["per_stage"][0]["parameters_gib"] for ep in (4, 8)}
+    assert gib[4] - gib[8] == pytest.approx(2 * 3 * 4096 * 14336 * 18 / 2 ** 30, abs=2e-3)
+
+
+def test_search_varies_ep_and_keeps_the_rest(base):
+    from lumos.predict.search import candidates
+
+    _, _, plan = base
+    got = candidates(plan, 16, [1], None)
+    assert {(c["tp"], c["pp"], c["dp"], c["ep"]) for c in got} == {(1, 2, 8, 2), (1, 2, 8, 4), (1, 2, 8, 8)}
