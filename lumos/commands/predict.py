@@ -39,6 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experts", type=positive_int, default=None, help="routed experts per MoE layer")
     p.add_argument("--top-k", type=positive_int, default=None, help="experts each token is routed to")
     p.add_argument("--expert-ffn", type=positive_int, default=None, help="each routed expert's FFN width")
+    p.add_argument("--capacity-factor", type=positive_float, default=None,
+                   help="each expert takes at most this factor x its fair share of a rank's tokens, the rest dropped "
+                        "(Megatron's --moe-expert-capacity-factor; the base is taken as dropless)")
+    p.add_argument("--pad-to-capacity", action="store_true",
+                   help="with --capacity-factor: every expert's input padded to its capacity")
     p.add_argument("--first-stage-layers", type=positive_int, default=None,
                    help="layers of the first pipeline stage (Megatron's num_layers_in_first_pipeline_stage); the rest "
                         "split evenly over the others")
@@ -227,7 +232,8 @@ def _run(args) -> int:
     target = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "layers": args.layers,
               "hidden": args.hidden, "ffn": args.ffn, "kv_heads": args.kv_heads, "seq": args.seq, "vp": args.vp,
               "cp": args.cp, "first_stage_layers": args.first_stage_layers, "last_stage_layers": args.last_stage_layers,
-              "ep": args.ep, "experts": args.experts, "top_k": args.top_k, "expert_ffn": args.expert_ffn}
+              "ep": args.ep, "experts": args.experts, "top_k": args.top_k, "expert_ffn": args.expert_ffn,
+              "capacity_factor": args.capacity_factor, "pad_to_capacity": args.pad_to_capacity}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,

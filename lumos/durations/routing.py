@@ -36,20 +36,29 @@ class RoutingFit:
     base_experts: int
     base_ep: int
 
-    def draw(self, rng: np.random.Generator, experts: int, ep: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(own, busiest): `n` draws of the traced rank's share and its EP group's largest, for `experts` over
-        `ep` ranks (each share over T x k: mean 1)."""
+    def draw(self, rng: np.random.Generator, experts: int, ep: int, n: int, capacity: float = 0.0,
+             pad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(own, busiest, sent): `n` draws of the traced rank's share, its EP group's largest and the share of a
+        rank's tokens x k that leave it, for `experts` over `ep` ranks (each over T x k: mean 1 when dropless).
+        `capacity` (a factor; 0: dropless): an expert takes at most capacity / experts of each rank's tokens x k,
+        the rest dropped (Megatron-Core's capacity, moe_utils.py), or with `pad` exactly that."""
+        if pad and capacity:
+            full = np.full(n, float(capacity))
+            return full, full, full
         if ep <= 1 or not math.isfinite(self.alpha):
-            ones = np.ones(n)
-            return ones, ones
-        p = rng.dirichlet(np.full(experts, self.alpha), size=n)
+            p = np.full((n, experts), 1.0 / experts)
+        else:
+            p = rng.dirichlet(np.full(experts, self.alpha), size=n)
+        if capacity:
+            p = np.minimum(p, capacity / experts)
         shares = ep * p.reshape(n, ep, experts // ep).sum(axis=2)
-        return shares[:, 0], shares.max(axis=1)
+        return shares[:, 0], shares.max(axis=1), p.sum(axis=1)
 
-    def expected(self, experts: int, ep: int, n: int = 4000, seed: int = 0) -> tuple[float, float]:
-        """E[own], E[busiest] (Monte Carlo over `n` draws, fixed seed: the same plan gives the same number)."""
-        own, busiest = self.draw(np.random.default_rng(seed), experts, ep, n)
-        return float(own.mean()), float(busiest.mean())
+    def expected(self, experts: int, ep: int, n: int = 4000, seed: int = 0, capacity: float = 0.0,
+                 pad: bool = False) -> tuple[float, float, float]:
+        """E[own], E[busiest], E[sent] (Monte Carlo over `n` draws, fixed seed: the same plan gives the same)."""
+        own, busiest, sent = self.draw(np.random.default_rng(seed), experts, ep, n, capacity, pad)
+        return float(own.mean()), float(busiest.mean()), float(sent.mean())
 
     def as_dict(self) -> dict:
         return {"alpha": None if not math.isfinite(self.alpha) else round(self.alpha, 4), "samples": self.samples,

@@ -97,7 +97,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
         plan = base_plan(base_tables, options, recordings=recordings)
     tgt = {k: target.get(k) for k in ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "vp", "cp",
                                       "first_stage_layers", "last_stage_layers", "ep", "experts", "top_k",
-                                      "expert_ffn")}
+                                      "expert_ffn", "capacity_factor")}
+    tgt["pad_to_capacity"] = bool(target.get("pad_to_capacity"))
     refuse_no_ops(plan, tgt, options)   # a change that would change nothing: refused, with what the base lacks
     engine, peer_waits, compute_speed = options.engine, options.peer_waits, options.compute_speed
     mode = resolve_mode(plan, peer_waits)

@@ -161,7 +161,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
               compute_speed: float | None = None, network_speed: float | None = None,
               microbatch_rule: str = "auto", fsdp_strategy: str | None = None, ep: int | None = None,
               experts: int | None = None, top_k: int | None = None, expert_ffn: int | None = None,
-              routing_draw=None) -> Plan:
+              capacity_factor: float | None = None, pad_to_capacity: bool = False, routing_draw=None) -> Plan:
     """Apply the what-if changes in a fixed order: hardware speed, width, TP, micro-batch size, DP,
     FSDP strategy, then one pipeline rebuild. Collectives the target needs and the base has none of (a
     one-GPU base's TP all-reduces, gradient buckets, pipeline sends) are added after the width change
@@ -201,7 +201,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
     out = change_cp(out, cp)
-    moe = moe_target(out, ep, experts, top_k, expert_ffn)   # checked before any change: against the base's DP
+    moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity)   # checked before any change: against the base's DP
     out = change_dp(out, dp)
     out = change_moe(out, moe, routing_draw)
     strategy = change_fsdp_strategy(out, fsdp_strategy)

@@ -36,18 +36,22 @@ PERMUTE_OPS = ("aten::_moe_permute", "aten::_moe_unpermute", "aten::index_select
 ROUTER_ELEMENTWISE = ("aten::topk", "aten::_softmax_backward_data")
 
 
-def moe_target(plan: Plan, ep=None, experts=None, top_k=None, expert_ffn=None) -> dict:
-    """The target's (experts, top_k, ep, expert_ffn), the base's where not asked; checked."""
+def moe_target(plan: Plan, ep=None, experts=None, top_k=None, expert_ffn=None, capacity=None, pad=False) -> dict:
+    """The target's (experts, top_k, ep, expert_ffn, capacity, pad), the base's where not asked; checked. The
+    base is taken as dropless (its experts' rows say what they got, not what was dropped)."""
     moe = plan.st.moe
     asked = {k: v for k, v in (("--ep", ep), ("--experts", experts), ("--top-k", top_k),
-                               ("--expert-ffn", expert_ffn)) if v is not None}
+                               ("--expert-ffn", expert_ffn), ("--capacity-factor", capacity),
+                               ("--pad-to-capacity", pad or None)) if v is not None}
     if moe is None:
         if asked:
             raise UserError(f"{', '.join(asked)}: the base has no mixture-of-experts layers (`lumos replay "
                             "--structure` says what it read)")
         return {}
     t = {"experts": experts or moe.experts, "top_k": top_k or moe.top_k, "ep": ep or plan.ep,
-         "expert_ffn": expert_ffn or moe.expert_ffn}
+         "expert_ffn": expert_ffn or moe.expert_ffn, "capacity": float(capacity or 0.0), "pad": bool(pad)}
+    if t["capacity"] < 0 or (pad and not t["capacity"]):
+        raise UserError("--capacity-factor must be > 0 (0: dropless), and --pad-to-capacity needs one")
     per = plan.tp * (plan.dp // plan.cp)
     if t["experts"] % t["ep"] or per % t["ep"]:
         raise UserError(f"EP {t['ep']} must divide the experts ({t['experts']}) and TP x DP ({per}): the expert-"
@@ -61,15 +65,16 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
     moe = plan.st.moe
     if moe is None or not target:
         return plan
-    same = (target["experts"], target["top_k"], target["ep"], target["expert_ffn"]) == (
-        moe.experts, moe.top_k, plan.ep, moe.expert_ffn)
+    same = (target["experts"], target["top_k"], target["ep"], target["expert_ffn"], target["capacity"]) == (
+        moe.experts, moe.top_k, plan.ep, moe.expert_ffn, 0.0)
     if same and draw is None:
         return plan
     _refuse(plan, target)
     out = plan.clone()
     fit = plan.routing
     E, k, f, ep = target["experts"], target["top_k"], target["expert_ffn"], target["ep"]
-    expected = fit.expected(E, ep)
+    cf, pad = target.get("capacity", 0.0), target.get("pad", False)
+    expected = fit.expected(E, ep, capacity=cf, pad=pad)
     dp = plan.dp // plan.cp
     received = {(layer, mb): rows for (_, layer, mb), rows in moe.received.items()}   # a layer is on one stage
     drawn: dict = {}
@@ -78,16 +83,17 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
             continue
         base_own = received.get((b.layer, b.mb), 0) / (moe.tokens * moe.top_k)
         if draw is None:
-            own, busiest = expected
+            shares = expected
         else:   # one draw per layer and micro-batch: its backward routes as its forward did
-            own, busiest = drawn.setdefault((b.layer, b.mb), tuple(float(x[0]) for x in fit.draw(draw, E, ep, 1)))
-        _retime_layer(out, b, moe, base_own, own, busiest, E, k, f, ep, dp)
+            shares = drawn.setdefault((b.layer, b.mb), tuple(float(x[0]) for x in fit.draw(draw, E, ep, 1, cf, pad)))
+        _retime_layer(out, b, moe, base_own, shares, E, k, f, ep, dp)
     _retime_expert_grads(out, moe, E, f, ep, dp)
     out.ep = ep
     out.moe_experts, out.moe_top_k, out.moe_expert_ffn = E, k, f
     out.shape = dataclasses.replace(out.shape, ffn=f)
+    drops = f", capacity factor {cf:g}{' padded' if pad else ''}" if cf else ""
     out.notes.append(f"MoE: {moe.experts} -> {E} experts, top-{moe.top_k} -> top-{k}, EP {plan.ep} -> {ep}, expert "
-                     f"FFN {moe.expert_ffn} -> {f}; routing from the base's spread (Dirichlet alpha "
+                     f"FFN {moe.expert_ffn} -> {f}{drops}; routing from the base's spread (Dirichlet alpha "
                      f"{fit.as_dict()['alpha']}, {fit.samples} layer forwards): the traced rank's share "
                      f"{expected[0]:.3f}, its group's busiest {expected[1]:.3f} on average (lumos/transform/moe.py)")
     return out
@@ -134,7 +140,7 @@ def exchange_offsets(plan: Plan) -> dict:
     moe, fit, cost = plan.st.moe, plan.routing, plan.expert_cost
     if moe is None or fit is None or cost is None or plan.ep <= 1:
         return {}
-    own, busiest = fit.expected(moe.experts, plan.ep)
+    own, busiest, sent = fit.expected(moe.experts, plan.ep)
     T, k, h = moe.tokens, moe.top_k, plan.shape.hidden
     dp = plan.dp // plan.cp
     left: dict = {}
@@ -145,7 +151,7 @@ def exchange_offsets(plan: Plan) -> dict:
         backward = b.phase == "backward"
         for i, t in enumerate(parts[0]):
             group = ep_group(int(plan.graph.rank[t]), plan.tp, dp, plan.ep)
-            model = plan.collectives.time_us(CollectiveSpec("all_to_all", max(1.0, busiest) * T * k * h * 2.0, group))
+            model = plan.collectives.time_us(CollectiveSpec("all_to_all", max(sent, busiest) * T * k * h * 2.0, group))
             if i == 1:
                 model += cost.per_row_us(backward) * max(busiest - own, 0.0) * T * k
             left.setdefault((backward, i), []).append(float(plan.graph.dur[t]) - model)
@@ -166,7 +172,8 @@ def expert_samples(plan: Plan) -> list:
     return out
 
 
-def _retime_layer(plan: Plan, b, moe, base_own, own, busiest, E, k, f, ep, dp) -> None:
+def _retime_layer(plan: Plan, b, moe, base_own, shares, E, k, f, ep, dp) -> None:
+    own, busiest, sent = shares
     g, st, comp = plan.graph, plan.st, plan.compute
     T, h = moe.tokens, plan.shape.hidden
     parts = layer_parts(plan, b)
@@ -204,7 +211,7 @@ def _retime_layer(plan: Plan, b, moe, base_own, own, busiest, E, k, f, ep, dp) -
             g.dur[t] = comp.scale(g.dur[t], "gemm", E / moe.experts)
     for i, t in enumerate(exch):
         group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
-        nbytes = max(1.0, busiest) * T * k * h * 2.0
+        nbytes = max(sent, busiest) * T * k * h * 2.0
         st.group[t], st.nbytes[t] = group, nbytes
         g.dur[t] = plan.collectives.time_us(CollectiveSpec("all_to_all", nbytes, group)) \
             + plan.exchange_offsets.get((backward, i), 0.0)

@@ -49,7 +49,7 @@ def test_the_base_reads_as_moe(base):
 def test_ep_change_regroups_and_retimes_the_exchanges(base):
     _, _, plan = base
     out = transform(plan, ep=8)
-    own, busiest = plan.routing.expected(8, 8)
+    own, busiest, _ = plan.routing.expected(8, 8)
     exch = [t for t in np.flatnonzero(out.role == "ep") if out.st.coll[t] == "all_to_all"]
     assert len(exch) == 2 * 2 * 4 * 8   # dispatch and combine, forward and backward, 4 layers, 8 micro-batches
     assert {tuple(out.st.group[t]) for t in exch} == {tuple(range(8)), tuple(range(8, 16))}
@@ -63,11 +63,22 @@ def test_ep_change_regroups_and_retimes_the_exchanges(base):
 def test_the_experts_take_the_fitted_cost_of_the_targets_rows(base):
     _, _, plan = base
     out = transform(plan, top_k=4)
-    cost, (own, _) = plan.expert_cost, plan.routing.expected(8, 4)
+    cost, (own, _, _) = plan.expert_cost, plan.routing.expected(8, 4)
     b = next(b for b in plan.st.blocks if b.kind == "layer" and b.phase == "forward")
     _, gemms, _ = layer_parts(plan, b)   # the base's tasks (a clone keeps their ids)
     want = cost.times_us(False, own * T * 4, 2)
     assert [round(float(out.graph.dur[t]), 6) for t in gemms] == [round(w, 6) for w in want]
+
+
+def test_a_capacity_factor_caps_the_busiest_rank(base):
+    _, _, plan = base
+    dropless = transform(plan, ep=8)
+    capped = transform(plan, ep=8, capacity_factor=1.0)
+    exch = [t for t in np.flatnonzero(dropless.role == "ep") if dropless.st.coll[t] == "all_to_all"]
+    # an expert takes at most its fair share: the busiest rank moves no more than T x k rows
+    assert max(capped.st.nbytes[t] for t in exch) <= T * K * H * 2 + 1e-6 < min(dropless.st.nbytes[t] for t in exch)
+    assert sum(capped.graph.dur[t] for t in exch) < sum(dropless.graph.dur[t] for t in exch)
+    assert any("capacity factor 1" in n for n in capped.notes)
 
 
 def test_dp_change_keeps_the_expert_groups_at_the_new_ranks(base):
@@ -83,6 +94,7 @@ def test_dp_change_keeps_the_expert_groups_at_the_new_ranks(base):
     ({"ep": 3}, "must divide the experts"),
     ({"ep": 1}, "EP 1 puts every expert on every rank"),
     ({"top_k": 9}, "between 1 and 8 experts"),
+    ({"pad_to_capacity": True}, "--pad-to-capacity needs one"),
     ({"tp": 2}, "the base's layers are mixture-of-experts"),
     ({"pp": 4}, "the base's layers are mixture-of-experts"),
     ({"layers": 8}, "the base's layers are mixture-of-experts"),
@@ -123,8 +135,13 @@ def test_fit_routing_solves_the_share_variance():
     v = np.var(list(shares.values()), ddof=1) - (1 - 1 / 4) / (tokens * k)
     assert fit.alpha == pytest.approx((3 / v - 1) / 8)
     assert fit_routing({0: 2000, 1: 2000, 2: 2000}, 1000, 2, 8, 4).alpha == float("inf")   # no spread: balanced
-    own, busiest = fit.draw(np.random.default_rng(0), 16, 4, 500)
+    own, busiest, sent = fit.draw(np.random.default_rng(0), 16, 4, 500)
     assert own.shape == busiest.shape == (500,) and (busiest >= own).all() and abs(own.mean() - 1) < 0.1
+    assert np.allclose(sent, 1.0)   # dropless: every token's k picks leave
+    # a capacity factor of 1: no expert takes more than 1 / 16 of the picks, the rest dropped; padded, all exactly
+    own, busiest, sent = fit.draw(np.random.default_rng(0), 16, 4, 500, capacity=1.0)
+    assert (busiest <= 1.0 + 1e-9).all() and (sent < 1.0).all()
+    assert [x.tolist()[:2] for x in fit.draw(np.random.default_rng(0), 16, 4, 2, 1.5, pad=True)] == [[1.5, 1.5]] * 3
 
 
 def test_fit_expert_cost_recovers_a_line_and_moves_its_intercept_per_expert():

@@ -23,7 +23,8 @@ with logged(smk):
 
     P = smk.params
     KEYS = ("iteration_us", "exposed_compute_us", "overlapped_us", "exposed_comm_us", "other_us")
-    FLAG = {"--ep": "ep", "--experts": "experts", "--top-k": "top_k", "--expert-ffn": "expert_ffn", "--dp": "dp"}
+    FLAG = {"--ep": ("ep", int), "--experts": ("experts", int), "--top-k": ("top_k", int),
+            "--expert-ffn": ("expert_ffn", int), "--dp": ("dp", int), "--capacity-factor": ("capacity_factor", float)}
     tmp = Path(tempfile.mkdtemp(prefix="lumos-moe-"))
 
     def measured(overrides, seed, keep=None):
@@ -38,7 +39,15 @@ with logged(smk):
         return got
 
     def target(flags):
-        return {FLAG[f]: int(v) for f, v in zip(flags[0::2], flags[1::2])}
+        """The predict target of `lumos predict` flags (each with its value, --pad-to-capacity alone)."""
+        flags, out = list(flags), {}
+        if "--pad-to-capacity" in flags:
+            flags.remove("--pad-to-capacity")
+            out["pad_to_capacity"] = True
+        for f, v in zip(flags[0::2], flags[1::2]):
+            key, kind = FLAG[f]
+            out[key] = kind(v)
+        return out
 
     rows = []
     actual = {}
