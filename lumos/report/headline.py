@@ -230,6 +230,24 @@ def schedules(src: Sources) -> Cells:
             "emulated", ("schedules",))
 
 
+def moe(src: Sources) -> Cells:
+    """moe.csv: abs_error_pct (per target, mean over the bases), bases, parts_max_pts; the row `all` (every
+    prediction); the interval row (`covered_pct`, `runs`, predicted_ms as its [lo, hi])."""
+    df = _read(src.tables / "moe.csv")
+    rows = df[~df["target"].isin(["all"]) & ~df["target"].str.startswith("90% interval")]
+    every = df[df["target"] == "all"].iloc[0]
+    iv = df[df["target"].str.startswith("90% interval")]
+    each = ", ".join(f"{r.target} {pct(r.abs_error_pct, 1)}" for r in rows.itertuples())
+    cover = (f"; the 90% interval over routing draws covers {iv['covered_pct'].iloc[0]:.0f}% of "
+             f"{int(iv['runs'].iloc[0])} independent runs" if len(iv) else "")
+    return (f"{ABS_ERROR} {pct(every['abs_error_pct'])} against the mean of the emulated runs over {len(rows)} targets "
+            f"from {int(every['bases'])} bases ({each}); every part within {every['parts_max_pts']:.1f} points of "
+            f"the iteration{cover}",
+            "- (SimAI, Charon and Phantora claim MoE; none predicts an EP, expert or top-k change from a trace of the "
+            "user's own job)",
+            "emulated", ("moe",))
+
+
 def fsdp_cpu(src: Sources) -> Cells:
     """fsdp_cpu_whatif.csv, per target (in the table's order; the direction from its flags' --dp): error_pct
     per base and steps_from (own rows by base; STEPS_POOLED rows, one value where they agree) and
@@ -429,6 +447,8 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
     ("Llama-style what-ifs (GQA, SwiGLU) from Llama 3 8B 2x2x4", llama, "llama"),
     ("Pipeline schedules (interleaved 1F1B) and context parallelism from Llama 3 8B (2x8x4v2, 2x8x4, 2x2x2c2, 2x2x2, "
      "torchtitan 2x1x4)", schedules, "schedules"),
+    ("Mixture-of-experts what-ifs (EP, experts, top-k, expert width, capacity, DP) from Mixtral-style bases",
+     moe, "moe"),
     ("FSDP2 over gloo, real CPU captures (2 ranks <-> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),
