@@ -16,7 +16,7 @@ def test_manifest_content(tiny_run):
     assert m["config"]["model"]["name"] == "tiny"
     assert m["config"]["parallel"] == {"tp": 2, "pp": 2, "dp": 4, "vp": 1, "first_stage_layers": None,
                                        "last_stage_layers": None, "embedding_in_split": False,
-                                       "loss_in_split": False, "cp": 1}
+                                       "loss_in_split": False, "cp": 1, "ep": 1}
     assert m["parallel"] == {"tp": 2, "pp": 2, "dp": 4, "vp": 1, "stage_layers": [2, 2]}
     assert m["ranks"] == [0, 8]                     # tp=0, dp=0 of each stage
     assert m["stage_of_rank"] == {"0": 0, "8": 1}

@@ -76,6 +76,11 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
         sc[f"actual_{part}_ms_mean"] = sc[f"predicted_{part}_ms_mean"] = ms
     sc.loc[0, "predicted_exposed_comm_ms_mean"] = 68.0
     sc.to_csv(tables / "schedules.csv", index=False)
+    # moe: EP 2 |1.0|, top-1 |3.0| -> all 2.0 over 3 bases, parts within 4.5 points; the interval covers 90% of 30
+    pd.DataFrame({"target": ["EP 2", "top-1", "all", "90% interval, the base's configuration"],
+                  "bases": [3, 3, 3, 1], "abs_error_pct": [1.0, 3.0, 2.0, None],
+                  "parts_max_pts": [4.5, 2.0, 4.5, None], "covered_pct": [None, None, None, 90.0],
+                  "runs": [None, None, None, 30]}).to_csv(tables / "moe.csv", index=False)
     # H200 what-ifs: w1, w2 from b0 |1|, |-2| -> mean 1.5, worst 2; from b1 |-3|, |5| -> 4, 5; mbs_2 apart
     h = pd.DataFrame({"target": ["base", "w1", "w1", "w2", "w2", "mbs_2", "mbs_2"],
                       "base": ["b0", "b0", "b1", "b0", "b1", "b0", "b1"],
@@ -176,6 +181,12 @@ EXPECTED = {
         "mean \\|error\\| 0.75% over 2 targets (V 2x8x4v4 1.0%, to 1F1B 2x8x4 0.5%; 3 seeds each); every part within "
         "4.0 points of the iteration (worst: l-2x8x4v4, exposed comm)",
         "- (the paper's predictor knows 1F1B without CP; none of dPRO, vTrain predicts a schedule or CP change from a trace)"),
+    "Mixture-of-experts what-ifs (EP, experts, top-k, expert width, capacity, DP) from Mixtral-style bases": (
+        "mean \\|error\\| 2.00% against the mean of the emulated runs over 2 targets from 3 bases (EP 2 1.0%, top-1 "
+        "3.0%); every part within 4.5 points of the iteration; the 90% interval over routing draws covers 90% of 30 "
+        "independent runs",
+        "- (SimAI, Charon and Phantora claim MoE; none predicts an EP, expert or top-k change from a trace of the "
+        "user's own job)"),
     "FSDP2 over gloo, real CPU captures (2 ranks <-> 1)": (
         "one (2 ranks -> 1) from r0 / r1: +4.00% / +14.00%, all recordings' host work +8.00% (measured steps span "
         "39.0% of their mean); two (1 -> 2 ranks, calibrated on other model sizes) from s0 / s1: -7.00% / +3.00%, "
