@@ -425,9 +425,10 @@ def run(args) -> None:
         problems.append(f"tables differ: {report['tables']['differ']}")
     if problems:
         raise ClusterError("; ".join(problems) + f" (logs in {LOGS})")
+    same = report["tables"]["equal_values"]
     print(f"OK: the tiny profile ran through SLURM, {len(rows)} sbatch allocations all COMPLETED, "
-          f"{len(report['tables']['byte_identical'])} of {len(diffs)} tables byte-identical to the local run's, "
-          f"the rest equal in value")
+          f"{len(report['tables']['byte_identical'])} of {len(diffs)} tables byte-identical to the local run's"
+          + (f", {', '.join(same)} equal in value" if same else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
