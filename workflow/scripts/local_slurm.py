@@ -5,7 +5,8 @@ script is the check that it works against a real scheduler rather than only pars
 Debian's SLURM (slurmctld, slurmd, and slurmdbd over a private MariaDB, so `sacct` answers as on a
 real cluster), runs the tiny profile through `snakemake --workflow-profile workflow/profiles/slurm`
 in a fresh copy of the repository, checks in `sacct` that every job was an `sbatch` allocation that
-completed, and compares the tables with a plain `snakemake --cores 2` run of the same copy.
+completed, and compares the tables with a plain `snakemake --cores 2` run in a second copy.
+`run` needs the executor plugin: `pip install -e '.[slurm]'`.
 
     python workflow/scripts/local_slurm.py install   # apt packages, slurm.conf, slurmdbd.conf, database
     python workflow/scripts/local_slurm.py start     # munged, mariadbd, slurmdbd, slurmctld, slurmd
@@ -13,7 +14,8 @@ completed, and compares the tables with a plain `snakemake --cores 2` run of the
     python workflow/scripts/local_slurm.py stop
 
 Every step is safe to repeat. Everything lives under LUMOS_SLURM_DIR (default /var/tmp/lumos-slurm):
-`logs/` (daemons, each phase, `sacct.tsv`, `run.json`), `state/`, `db/`, `runs/`. Every daemon
+`logs/` (the daemons', each phase's, and per run `run-TIME-{slurm,local}.log`, `sacct-TIME.tsv`,
+`run-TIME.json`), `state/`, `db/`, `runs/TIME/{slurm,local}` (the two copies, kept to inspect). Every daemon
 listens on 127.0.0.1 only. The configs go to /etc/slurm, marked as ours; one that is not is never
 overwritten. Root only (it installs packages and starts daemons).
 """
@@ -372,6 +374,10 @@ def compare_tables(local: Path, slurm: Path) -> dict[str, list[str] | None]:
 
 
 def run(args) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        raise ClusterError("the SLURM executor plugin is not installed: pip install -e '.[slurm]'")
     if node_state() not in ("idle", "mixed"):
         raise ClusterError("the local cluster is not up (sinfo shows no idle node): run `local_slurm.py start`")
     stamp = time.strftime("%Y%m%d-%H%M%S")
