@@ -437,7 +437,7 @@ def structure_report(tables: Sequence[TraceTable], step=None) -> dict:
     return out
 
 
-MOE_WHY = ("DP, --ep, --experts, --top-k, --expert-ffn and hardware speed (lumos/transform/moe.py); "
+MOE_WHY = ("DP, --ep, --experts, --top-k, --expert-ffn, --capacity-factor and hardware speed (lumos/transform/moe.py); "
            "TP, PP, layers, width, sequence and micro-batch changes are refused on MoE layers")
 
 
