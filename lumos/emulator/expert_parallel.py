@@ -147,9 +147,7 @@ class ExpertParallel:
             self._launch_expert_buckets(th, flush)
 
     def _launch_expert_buckets(self, th: Thread, flush: bool) -> None:
-        while self.expert_ready - self.expert_launched >= self.bucket or (
-                flush and self.expert_ready - self.expert_launched > 0):
-            n = min(self.bucket, self.expert_ready - self.expert_launched)
+        for n in self.due_buckets(self.expert_ready, self.expert_launched, flush):
             self.expert_launched += n
             if len(self.edp_group.ranks) > 1:
                 comm = self._comm(self.edp_group, "allreduce", int(n))

@@ -361,10 +361,16 @@ class RankProgram(ExpertParallel, ShardedDataParallel):
             return
         self._launch_buckets(th, flush)
 
+    def due_buckets(self, ready: float, launched: float, flush: bool) -> list[float]:
+        """The parameters of each bucket now full of ready gradients (`flush`: and what is left), in order."""
+        out = []
+        while ready - launched >= self.bucket or (flush and ready - launched > 0):
+            out.append(min(self.bucket, ready - launched))
+            launched += out[-1]
+        return out
+
     def _launch_buckets(self, th: Thread, flush: bool) -> None:
-        while self.ready_params - self.launched_params >= self.bucket or (
-                flush and self.ready_params - self.launched_params > 0):
-            n = min(self.bucket, self.ready_params - self.launched_params)
+        for n in self.due_buckets(self.ready_params, self.launched_params, flush):
             self.launched_params += n
             if self.topo.dp == 1:
                 continue
