@@ -201,7 +201,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
     out = change_cp(out, cp)
-    moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity)   # checked before any change: against the base's DP
+    moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity, dp=dp_only)   # checked before any change: against the base's DP
     out = change_dp(out, dp)
     out = change_moe(out, moe, routing_draw)
     strategy = change_fsdp_strategy(out, fsdp_strategy)

@@ -3,13 +3,15 @@
 Every MoE layer of the base keeps its tasks; what each does is re-timed for the target, layer by layer and
 micro-batch by micro-batch, with the base's own routing unevenness (`lumos.durations.routing`):
 
-- the experts' GEMMs (and their activation) do the target's rows x width: the traced rank's share of the
-  tokens x T x top-k' x FFN', against the base's rows x FFN (the GEMMs' fixed part kept);
+- the experts' GEMMs do the target's rows (the traced rank's share of the tokens x T x top-k') and width over
+  its experts per rank, by a line fitted on the base's own layers (`lumos.durations.experts`; a loop of
+  per-expert GEMMs, without the fit, by rows x width with the fixed part kept), their activation by its bytes;
 - the router's GEMMs and top-k scale with the experts (one logit each), the permutations with top-k;
 - each token exchange (all-to-all) moves over the target's EP group what its busiest rank sends or
-  receives, timed by the base's fitted collective model; the exchange after the experts (the forward's
-  combine, the backward's dispatch) also waits for the group's busiest rank to finish its experts: the
-  traced rank's expert time per share x (busiest share - its own);
+  receives, timed by the base's fitted collective model, plus what the base's exchanges took beyond that
+  model (`exchange_offsets`: the peers' drift); the exchange after the experts (the forward's combine, the
+  backward's dispatch) also waits for the group's busiest rank to finish its experts: the fitted time per
+  row x (busiest share - its own) x T x k';
 - the experts' gradient all-reduces move the rank's target experts over the target's expert data-parallel
   group (TP x DP / EP ranks; none at EP = TP x DP); the all-gather of the token counts takes the new group.
 
@@ -36,9 +38,11 @@ PERMUTE_OPS = ("aten::_moe_permute", "aten::_moe_unpermute", "aten::index_select
 ROUTER_ELEMENTWISE = ("aten::topk", "aten::_softmax_backward_data")
 
 
-def moe_target(plan: Plan, ep=None, experts=None, top_k=None, expert_ffn=None, capacity=None, pad=False) -> dict:
-    """The target's (experts, top_k, ep, expert_ffn, capacity, pad), the base's where not asked; checked. The
-    base is taken as dropless (its experts' rows say what they got, not what was dropped)."""
+def moe_target(plan: Plan, ep=None, experts=None, top_k=None, expert_ffn=None, capacity=None, pad=False,
+               dp: int | None = None) -> dict:
+    """The target's (experts, top_k, ep, expert_ffn, capacity, pad), the base's where not asked; checked against
+    the target's DP (`dp`, default the base's). The base is taken as dropless (its experts' rows say what they
+    got, not what was dropped)."""
     moe = plan.st.moe
     asked = {k: v for k, v in (("--ep", ep), ("--experts", experts), ("--top-k", top_k),
                                ("--expert-ffn", expert_ffn), ("--capacity-factor", capacity),
@@ -52,7 +56,7 @@ def moe_target(plan: Plan, ep=None, experts=None, top_k=None, expert_ffn=None, c
          "expert_ffn": expert_ffn or moe.expert_ffn, "capacity": float(capacity or 0.0), "pad": bool(pad)}
     if t["capacity"] < 0 or (pad and not t["capacity"]):
         raise UserError("--capacity-factor must be > 0 (0: dropless), and --pad-to-capacity needs one")
-    per = plan.tp * (plan.dp // plan.cp)
+    per = plan.tp * (dp or plan.dp // plan.cp)
     if t["experts"] % t["ep"] or per % t["ep"]:
         raise UserError(f"EP {t['ep']} must divide the experts ({t['experts']}) and TP x DP ({per}): the expert-"
                         "parallel ranks are a stage's TP x DP ranks (expert TP 1)")

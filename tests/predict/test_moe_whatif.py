@@ -88,6 +88,9 @@ def test_dp_change_keeps_the_expert_groups_at_the_new_ranks(base):
     edp = {tuple(out.st.group[t]) for t in np.flatnonzero(out.role == "edp")}
     # stage 1's ranks now start at 16 (TP x DP = 16 ranks a stage)
     assert ep == {(0, 1, 2, 3), (16, 17, 18, 19)} and edp == {(0, 4, 8, 12), (16, 20, 24, 28)}
+    # EP checked against the target's DP: 16 experts over the 16 ranks of a stage at DP 16 (two hosts)
+    wide = transform(plan, dp=16, ep=16, experts=16)
+    assert {len(wide.st.group[t]) for t in np.flatnonzero(wide.role == "ep")} == {16}
 
 
 @pytest.mark.parametrize("flags, message", [
