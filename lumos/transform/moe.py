@@ -23,8 +23,6 @@ reduced over.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from lumos.durations import CollectiveSpec
@@ -93,8 +91,8 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
         _retime_layer(out, b, moe, base_own, shares, E, k, f, ep, dp)
     _retime_expert_grads(out, moe, E, f, ep, dp)
     out.ep = ep
-    out.moe_experts, out.moe_top_k, out.moe_expert_ffn = E, k, f
-    out.shape = dataclasses.replace(out.shape, ffn=f)
+    out.moe_experts, out.moe_top_k, out.moe_expert_ffn = E, k, f   # (the shape keeps the base's: a new FFN
+    # there would read as a width change, which rebuilds the layers)
     drops = f", capacity factor {cf:g}{' padded' if pad else ''}" if cf else ""
     out.notes.append(f"MoE: {moe.experts} -> {E} experts, top-{moe.top_k} -> top-{k}, EP {plan.ep} -> {ep}, expert "
                      f"FFN {moe.expert_ffn} -> {f}{drops}; routing from the base's spread (Dirichlet alpha "

@@ -70,6 +70,14 @@ def test_the_experts_take_the_fitted_cost_of_the_targets_rows(base):
     assert [round(float(out.graph.dur[t]), 6) for t in gemms] == [round(w, 6) for w in want]
 
 
+def test_an_expert_width_change_keeps_the_layers(base):
+    """--expert-ffn re-times the experts in place: no rebuild (the base's tasks, and its exchanges, all kept)."""
+    _, _, plan = base
+    out = transform(plan, expert_ffn=7168)
+    assert out.graph.n_tasks == plan.graph.n_tasks and out.shape.ffn == plan.shape.ffn == 14336
+    assert out.moe_expert_ffn == 7168 and int(np.sum(out.role == "ep")) == int(np.sum(plan.role == "ep"))
+
+
 def test_a_capacity_factor_caps_the_busiest_rank(base):
     _, _, plan = base
     dropless = transform(plan, ep=8)
