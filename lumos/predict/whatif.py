@@ -225,6 +225,9 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
             or (split is not None and list(split) != list(plan.stage_layers))):   # a rebuild places it
         refuse_rebucketing(plan, "a PP, layer-count or micro-batch-count change" if chunks == plan.chunks
                            else "a pipeline schedule change")
+        if plan.st.moe is not None:   # every MoE change re-times in place; a rebuild would drop the expert groups
+            raise UserError("this target would rebuild the base's layers, which are mixture-of-experts: their expert "
+                            "groups are not carried by the rebuild's templates (docs/prediction.md, 'Mixture-of-experts')")
         try:
             out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks, split=split)
         except ScheduleError as exc:
