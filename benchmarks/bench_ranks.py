@@ -7,12 +7,16 @@ process's maximum resident set (`/usr/bin/time -v`), wall time perf_counter arou
 emulations are written once into --work (reused when there) and are EMULATED; the times are this machine's.
 
     python benchmarks/bench_ranks.py [--ranks 64,256,1024] [--work /tmp/lumos-bench-ranks] [--csv FILE]
+
+`--csv benchmarks/replay_ranks.csv` writes the rows the README's rank-scaling claim reads (`lumos/report/headline.py`,
+`ranks`). The replay holds every rank's graph at once (it does not stream rank by rank): memory grows with the ranks.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import re
 import subprocess
 import sys
@@ -58,7 +62,7 @@ def main() -> int:
         mb = sum(f.stat().st_size for f in run.glob("rank*.json.gz")) / 1e6
         wall, peak = replay(run)
         rows.append({"ranks": n, "trace_mb_gz": round(mb, 1), "emulate_s": round(em, 1), "replay_s": round(wall, 2),
-                     "peak_mb": round(peak, 1), "replay_s_per_rank": round(wall / n, 4)})
+                     "peak_mb": round(peak, 1), "replay_s_per_rank": round(wall / n, 4), "cpus": os.cpu_count()})
         r = rows[-1]
         print(f"{n:>6} {r['trace_mb_gz']:>9} {r['emulate_s']:>10} {r['replay_s']:>9} {r['peak_mb']:>8} "
               f"{r['replay_s_per_rank']:>9}", flush=True)
