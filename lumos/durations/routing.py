@@ -20,6 +20,7 @@ only the idea that a router's load is a distribution, which the prediction has t
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -54,6 +55,7 @@ class RoutingFit:
         shares = ep * p.reshape(n, ep, experts // ep).sum(axis=2)
         return shares[:, 0], shares.max(axis=1), p.sum(axis=1)
 
+    @functools.lru_cache(maxsize=64)   # a pure function of its arguments: each routing sample asks again
     def expected(self, experts: int, ep: int, n: int = 4000, seed: int = 0, capacity: float = 0.0,
                  pad: bool = False) -> tuple[float, float, float]:
         """E[own], E[busiest], E[sent] (Monte Carlo over `n` draws, fixed seed: the same plan gives the same)."""

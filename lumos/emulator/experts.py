@@ -10,6 +10,15 @@ import numpy as np
 from .kernel_specs import BF16, GROUPED_GEMM, KSpec, MoEStep, OpSpec
 
 
+LAYOUT = {"fwd": "tn", "dgrad": "nn", "wgrad": "nt"}   # cuBLAS layouts of the three kinds of GEMM
+
+
+def _mkn(kind: str, rows, k_in: int, n_out: int) -> tuple:
+    """(m, k, n) of one expert's GEMM of `kind` with `rows` tokens: forward rows x k_in -> n_out, data gradient
+    rows x n_out -> k_in, weight gradient k_in x rows -> n_out (its reduction over the rows)."""
+    return {"fwd": (rows, k_in, n_out), "dgrad": (rows, n_out, k_in), "wgrad": (k_in, rows, n_out)}[kind]
+
+
 class ExpertOps:
     """Methods of `Program` for MoE layers (they use its shapes, GEMM and element-wise builders)."""
 
@@ -51,49 +60,48 @@ class ExpertOps:
     def expert_us(self, tokens: np.ndarray, backward: bool) -> np.ndarray:
         """Noise-free GPU time of the routed experts of each rank of an expert-parallel group (`tokens`: ranks x
         local experts), the same sum as the kernels `expert_ops` launches; what the busiest rank's peers wait."""
-        h, c, f = self.h, 2 if self.gated else 1, self.moe.ffn_hidden
+        f = self.moe.ffn_hidden
         n = np.asarray(tokens, dtype=float)
         live = n > 0
-        shapes = []   # (m, n, k) of KernelCosts.gemm per pass, as arrays over the experts
-        for k_in, n_out in ((f, h), (h, c * f)) if backward else ((h, c * f), (f, h)):
-            if backward:
-                shapes += [(n, k_in, n_out), (k_in, n_out, n)]   # dgrad, wgrad
-            else:
-                shapes.append((n, n_out, k_in))
         total = 0.0
-        for m_, n_, k_ in shapes:
-            t = np.where(live, self.k.gemm_many(np.where(live, m_, 1), n_, np.where(live, k_, 1)), 0.0).sum(axis=1)
+        for kind, k_in, n_out in self._projections(f, backward):   # arrays over the experts, as `gemm` takes them
+            m_, k_, n_ = _mkn(kind, np.where(live, n, 1), k_in, n_out)
+            t = np.where(live, self.k.gemm_many(m_, n_, k_), 0.0).sum(axis=1)
             if self.grouped:
                 t = np.maximum(t - np.maximum(live.sum(axis=1) - 1, 0) * self.k.c.gemm_fixed_us, 0.0)
             total = total + t
-        rows = n.sum(axis=1)
-        act = ((10 if backward else 6) if self.gated else (6 if backward else 4)) * rows * f
-        return total + act / (self.k.hbm * self.k.c.mem_eff) + self.k.c.elem_fixed_us
+        return total + self._act_bytes(n.sum(axis=1), f, backward) / (self.k.hbm * self.k.c.mem_eff) \
+            + self.k.c.elem_fixed_us
+
+    def _projections(self, f: int, backward: bool) -> list:
+        """(kind, k_in, n_out) of an expert MLP's GEMMs in launch order: forward FC1 (gate and up with SwiGLU), FC2;
+        backward FC2's data and weight gradients, then FC1's."""
+        proj = [(self.h, (2 if self.gated else 1) * f), (f, self.h)]
+        if not backward:
+            return [("fwd", k_in, n_out) for k_in, n_out in proj]
+        return [(kind, k_in, n_out) for k_in, n_out in reversed(proj) for kind in ("dgrad", "wgrad")]
+
+    def _act_bytes(self, rows, f: int, backward: bool):
+        """Bytes the experts' activation moves for `rows` tokens (SwiGLU's SiLU x up, or GeLU; backward more)."""
+        return ((10 if backward else 6) if self.gated else (6 if backward else 4)) * rows * f
 
     def _expert_mlp(self, tokens: list, f: int, backward: bool, grouped: bool, op: str) -> list:
-        h, c = self.h, 2 if self.gated else 1
-        total = sum(tokens)
-        proj = [(h, c * f), (f, h)]            # FC1 (gate and up with SwiGLU), FC2
-        act_bytes = (10 if backward else 6) * total * f if self.gated else (6 if backward else 4) * total * f
+        c = 2 if self.gated else 1
+        total, L = sum(tokens), len(tokens)
         act = self.elem("aten::silu_backward" if backward else "aten::silu",
                         ("swiglu_bwd" if backward else "swiglu") if self.gated else
-                        ("gelu_bwd" if backward else "gelu"), ((total, c * f),), act_bytes)
-        passes = []   # (dims of the grouped op, (m, k, n, layout) per expert), in the order the pass runs them
-        L = len(tokens)
-        for k_in, n_out in (reversed(proj) if backward else proj):
-            if backward:   # dgrad, then wgrad
-                passes.append((((total, n_out), (L, n_out, k_in)), [(n, n_out, k_in, "nn") for n in tokens]))
-                passes.append((((k_in, total), (total, n_out)), [(k_in, n, n_out, "nt") for n in tokens]))
-            else:
-                passes.append((((total, k_in), (L, k_in, n_out)), [(n, k_in, n_out, "tn") for n in tokens]))
+                        ("gelu_bwd" if backward else "gelu"), ((total, c * f),), self._act_bytes(total, f, backward))
         out = []
-        for i, (dims, per_expert) in enumerate(passes):
-            live = [g for g in per_expert if min(g[:3]) > 0]   # an expert that got no token runs no GEMM
+        for i, (kind, k_in, n_out) in enumerate(self._projections(f, backward)):
+            m, k, n = _mkn(kind, total, k_in, n_out)
+            dims = ((k_in, total), (total, n_out)) if kind == "wgrad" else ((m, k), (L, k, n))
+            live = [_mkn(kind, r, k_in, n_out) for r in tokens if r > 0]   # an expert with no token: no GEMM
             if grouped:
-                cost = sum(self.k.gemm(m, n, k) for m, k, n, _ in live) - max(len(live) - 1, 0) * self.k.c.gemm_fixed_us
-                out.append(OpSpec(op, dims, (BF16, BF16), (KSpec(GROUPED_GEMM, max(cost, 0.0)),), gemm=True, heavy=True))
+                cost = sum(self.k.gemm(m, n, k) for m, k, n in live) - max(len(live) - 1, 0) * self.k.c.gemm_fixed_us
+                out.append(OpSpec(op, dims, (BF16, BF16), (KSpec(GROUPED_GEMM, max(cost, 0.0)),), gemm=True,
+                                  heavy=True))
             else:
-                out += [self.mm(m, k, n, lay) for m, k, n, lay in live]
+                out += [self.mm(m, k, n, LAYOUT[kind]) for m, k, n in live]
             if i == (1 if backward else 0):
                 out.append(act)   # forward: after FC1; backward: after FC2's dgrad and wgrad
         return out

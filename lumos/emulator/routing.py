@@ -21,6 +21,7 @@ sees the same routing, the backward the forward's, and the draws do not depend o
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -70,6 +71,7 @@ class Routing:
             return rng.permutation(w / w.sum())
         return np.full(e, 1.0 / e)
 
+    @functools.lru_cache(maxsize=256)   # a layer's dispatch, experts and combine (and its backward) ask alike
     def draw(self, group: int, layer: int, microbatch: int) -> Draw:
         m, e = self.moe, self.moe.experts
         choices = self.tokens * m.top_k

@@ -274,7 +274,8 @@ def _moe(m: dict) -> MoEShape | None:
         raise SettingsError("model.moe_pad_to_capacity needs a model.moe_capacity_factor (Megatron's "
                             "--moe-pad-expert-input-to-capacity acts only with --moe-expert-capacity-factor)")
     ffn = int(m.get("moe_ffn_hidden") or m["ffn_hidden"])
-    return MoEShape(experts=experts, top_k=k, ffn_hidden=ffn, shared_ffn_hidden=int(m.get("moe_shared_expert_ffn") or 0),
+    return MoEShape(experts=experts, top_k=k, ffn_hidden=ffn,
+                    shared_ffn_hidden=int(m.get("moe_shared_expert_ffn") or 0),
                     imbalance=imb, imbalance_param=param, capacity_factor=cf, pad_to_capacity=pad)
 
 

@@ -28,7 +28,7 @@ def _ops_in_order(tasks, op_name, op_dims, is_gpu, op_row) -> list:
 def _layer_gemms(ops: list) -> tuple[list, int]:
     """A layer forward's GEMMs as (m, k, n), grouped GEMMs' experts one by one (`ops.expert_gemms`), and
     how many of them (the last ones) came from grouped GEMMs."""
-    gemms, grouped = [], []
+    gemms, grouped, from_grouped = [], [], 0
     for n, d in ops:
         if n in GEMM_OPS and not is_batched(d):
             m = gemm_mkn(n, d)
@@ -37,8 +37,10 @@ def _layer_gemms(ops: list) -> tuple[list, int]:
         elif n in GROUPED_GEMM_OPS and grouped_mkn(d) is not None:
             grouped.append(grouped_mkn(d))
             if len(grouped) == 2:
-                gemms.extend(expert_gemms(*grouped))
-    return gemms, 2 * grouped[0][3] if len(grouped) == 2 else 0
+                experts = expert_gemms(*grouped)
+                gemms.extend(experts)
+                from_grouped = len(experts)
+    return gemms, from_grouped
 
 
 def _all_to_alls(graph: Graph, table: TraceTable, tasks, coll, group, h: int = 0) -> list:

@@ -363,7 +363,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
     if fwd is None:
         raise ShapeError("no layer forward range (layer_{L}/forward/mb{i}) in the base trace")
     gemms, ln, attn, scores = [], None, None, None
-    seen, attn_at, norm, acts, grouped = set(), None, "", set(), []
+    seen, attn_at, norm, acts, grouped, from_grouped = set(), None, "", set(), [], 0
     for t in fwd.tasks:
         n, d = op_name[t], op_dims[t]
         if is_gpu is not None and not is_gpu[t]:
@@ -386,7 +386,9 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
             seen.add(this)
             grouped.append(grouped_mkn(d))
             if len(grouped) == 2:   # an MoE's experts: FC1 and FC2 of every local expert
-                gemms.extend(expert_gemms(*grouped))
+                experts = expert_gemms(*grouped)
+                gemms.extend(experts)
+                from_grouped = len(experts)
         elif (n in LAYER_NORM_OPS or n in RMS_NORM_OPS) and ln is None:
             ln, norm = d, "rmsnorm" if n in RMS_NORM_OPS else "layernorm"
         elif "attention" in low and attn is None:
@@ -421,7 +423,7 @@ def infer_shape(blocks: list, op_name, op_dims, is_gpu=None, op_row=None, paths=
     unfused = scores if scores is not None and scores[0][1] == s and scores[1][2] == s else None
     try:
         got = read_layer(gemms, attn_at, attn, h, set(tp_groups), acts, scores=unfused, batch=b, where=where,
-                         grouped=2 * grouped[0][3] if len(grouped) == 2 else 0)
+                         grouped=from_grouped)
     except ShapeDisagreement as exc:
         raise ShapeError(str(exc)) from None
     if got is None:

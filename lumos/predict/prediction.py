@@ -21,6 +21,7 @@ from lumos.model.recover import summary as structure_summary
 from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
+from lumos.transform.moe import moe_now
 from lumos.transform.plan import Plan
 from lumos.transform.speed import compute_kernels
 
@@ -107,9 +108,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
 
     def run(speed):
         nonlocal waits, mode
-        o = transform(plan, global_batch=options.global_batch, micro_batch=options.micro_batch,
-                      compute_speed=speed, network_speed=options.network_speed,
-                      microbatch_rule=options.microbatch_rule, fsdp_strategy=options.fsdp_strategy, **tgt)
+        o = target_plan(plan, tgt, options, speed)
         if waits is not None and peer_waits == "auto" and not holds_base_tasks(plan, o):
             waits, mode = None, "additive"    # auto: a rebuilt target has no task of the base to anchor to
         if waits is None:
@@ -202,11 +201,17 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     return doc
 
 
+def target_plan(plan: Plan, tgt: dict, options: PredictOptions, compute_speed, **extra) -> Plan:
+    """`transform` of `plan` into the target `tgt` as `options` say, at `compute_speed` (`extra`: a routing draw)."""
+    return transform(plan, global_batch=options.global_batch, micro_batch=options.micro_batch,
+                     compute_speed=compute_speed, network_speed=options.network_speed,
+                     microbatch_rule=options.microbatch_rule, fsdp_strategy=options.fsdp_strategy, **extra, **tgt)
+
+
 def moe_summary(plan: Plan) -> dict:
     """An MoE plan's experts, top-k, EP and expert width (the target's where a transform changed them)."""
-    m = plan.st.moe
-    return {"experts": getattr(plan, "moe_experts", 0) or m.experts, "top_k": getattr(plan, "moe_top_k", 0) or m.top_k,
-            "ep": plan.ep, "expert_ffn": getattr(plan, "moe_expert_ffn", 0) or m.expert_ffn,
+    experts, top_k, ffn = moe_now(plan)
+    return {"experts": experts, "top_k": top_k, "ep": plan.ep, "expert_ffn": ffn,
             "routing": plan.routing.as_dict() if plan.routing is not None else None}
 
 
@@ -221,10 +226,7 @@ def routing_interval(plan: Plan, tgt: dict, options: PredictOptions, compute_spe
     rng = np.random.default_rng(options.seed)
     rows = []
     for i in range(options.samples):
-        o = transform(plan, global_batch=options.global_batch, micro_batch=options.micro_batch,
-                      compute_speed=compute_speed, network_speed=options.network_speed,
-                      microbatch_rule=options.microbatch_rule, fsdp_strategy=options.fsdp_strategy,
-                      routing_draw=rng, **tgt)
+        o = target_plan(plan, tgt, options, compute_speed, routing_draw=rng)
         graph = simulate_plan(o, engine=options.engine)[0]
         model = fitted.model(graph, own=False, instances=o.pairs)
         rows.append(monte_carlo(graph, model, 1, options.seed + i,

@@ -32,7 +32,7 @@ from lumos.transform.cp import change_cp
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
-from lumos.transform.moe import change_moe, exchange_offsets, expert_samples, moe_target
+from lumos.transform.moe import change_moe, exchange_offsets, expert_samples, moe_layer_parts, moe_now, moe_target
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
@@ -96,6 +96,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 chunk_layers=st.chunk_layers, cp=st.cp, ep=st.moe.ep if st.moe is not None else 1,
                 routing=_routing(st))
     if st.moe is not None:   # the experts' cost against their rows, fitted on the base's own MoE layers
+        plan.moe_parts = moe_layer_parts(plan)
         plan.expert_cost = fit_expert_cost(expert_samples(plan), st.moe.experts_local, comp.fixed_us.get("gemm", 0.0))
         plan.exchange_offsets = exchange_offsets(plan)
     return plan
@@ -201,7 +202,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
     out = change_cp(out, cp)
-    moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity, dp=dp_only)   # checked before any change: against the base's DP
+    # checked before any change, against the target's DP
+    moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity, dp=dp_only)
     out = change_dp(out, dp)
     out = change_moe(out, moe, routing_draw)
     strategy = change_fsdp_strategy(out, fsdp_strategy)
@@ -227,7 +229,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
                            else "a pipeline schedule change")
         if plan.st.moe is not None:   # every MoE change re-times in place; a rebuild would drop the expert groups
             raise UserError("this target would rebuild the base's layers, which are mixture-of-experts: their expert "
-                            "groups are not carried by the rebuild's templates (docs/prediction.md, 'Mixture-of-experts')")
+                            "groups are not carried by the rebuild's templates (docs/prediction.md, "
+                            "'Mixture-of-experts')")
         try:
             out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks, split=split)
         except ScheduleError as exc:
@@ -325,9 +328,8 @@ def moe_shape(plan: Plan, ep: int | None = None, dp: int | None = None):
     if m is None:
         return plan.shape
     ep, dp = ep or plan.ep, dp or plan.dp // plan.cp
-    experts = plan.moe_experts or m.experts
-    return dataclasses.replace(plan.shape, ffn=plan.moe_expert_ffn or m.expert_ffn, moe_experts=experts,
-                               moe_local=experts // ep, moe_top_k=plan.moe_top_k or m.top_k,
+    experts, top_k, ffn = moe_now(plan)
+    return dataclasses.replace(plan.shape, ffn=ffn, moe_experts=experts, moe_local=experts // ep, moe_top_k=top_k,
                                moe_shared_ffn=m.shared_expert_ffn, moe_edp=max(plan.tp * dp // ep, 1))
 
 

@@ -80,15 +80,14 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
     dp = plan.dp // plan.cp
     received = {(layer, mb): rows for (_, layer, mb), rows in moe.received.items()}   # a layer is on one stage
     drawn: dict = {}
-    for b in out.st.blocks:
-        if b.kind != "layer":
-            continue
+    for i, parts in plan.moe_parts.items():   # the base's blocks, in the same order in every target
+        b = out.st.blocks[i]
         base_own = received.get((b.layer, b.mb), 0) / (moe.tokens * moe.top_k)
         if draw is None:
             shares = expected
         else:   # one draw per layer and micro-batch: its backward routes as its forward did
             shares = drawn.setdefault((b.layer, b.mb), tuple(float(x[0]) for x in fit.draw(draw, E, ep, 1, cf, pad)))
-        _retime_layer(out, b, moe, base_own, shares, E, k, f, ep, dp)
+        _retime_layer(out, b, parts, moe, base_own, shares, E, k, f, ep, dp)
     _retime_expert_grads(out, moe, E, f, ep, dp)
     out.ep = ep
     out.moe_experts, out.moe_top_k, out.moe_expert_ffn = E, k, f   # (the shape keeps the base's: a new FFN
@@ -99,6 +98,12 @@ def change_moe(plan: Plan, target: dict, draw: np.random.Generator | None = None
                      f"{fit.as_dict()['alpha']}, {fit.samples} layer forwards): the traced rank's share "
                      f"{expected[0]:.3f}, its group's busiest {expected[1]:.3f} on average (lumos/transform/moe.py)")
     return out
+
+
+def moe_now(plan: Plan) -> tuple[int, int, int]:
+    """(experts, top-k, expert FFN) of an MoE plan: the target's where `change_moe` set them, else the base's."""
+    m = plan.st.moe
+    return plan.moe_experts or m.experts, plan.moe_top_k or m.top_k, plan.moe_expert_ffn or m.expert_ffn
 
 
 def _refuse(plan: Plan, target: dict) -> None:
@@ -134,6 +139,27 @@ def layer_parts(plan: Plan, b) -> tuple | None:
     return exch, gemms, [t for t in span if t not in set(gemms)]
 
 
+def moe_layer_parts(plan: Plan) -> dict:
+    """Block index -> `layer_parts` of every MoE layer block of a base, read once (a target keeps the base's
+    blocks, in their order, and their tasks)."""
+    out = {}
+    for i, b in enumerate(plan.st.blocks):
+        parts = layer_parts(plan, b) if b.kind == "layer" else None
+        if parts is not None:
+            out[i] = parts
+    return out
+
+
+def exchange_us(plan: Plan, group: tuple, shares: tuple, T: int, k: int, h: int, per_row: float,
+                after_experts: bool) -> tuple[float, float]:
+    """(transfer, wait) of one token exchange as this module models it: the busiest rank's tokens (sent or
+    received) over the fitted collective model and, after the experts, the wait for the busiest rank's experts
+    (`per_row` us per row x the rows it had beyond the traced rank's)."""
+    own, busiest, sent = shares
+    transfer = plan.collectives.time_us(CollectiveSpec("all_to_all", max(sent, busiest) * T * k * h * 2.0, group))
+    return transfer, per_row * max(busiest - own, 0.0) * T * k if after_experts else 0.0
+
+
 def exchange_offsets(plan: Plan) -> dict:
     """(backward, which exchange of the pass) -> what the base's exchanges took beyond this module's model of
     them, on average over its layers: the transfer of the busiest rank's tokens and, after the experts, the
@@ -142,21 +168,16 @@ def exchange_offsets(plan: Plan) -> dict:
     moe, fit, cost = plan.st.moe, plan.routing, plan.expert_cost
     if moe is None or fit is None or cost is None or plan.ep <= 1:
         return {}
-    own, busiest, sent = fit.expected(moe.experts, plan.ep)
+    shares = fit.expected(moe.experts, plan.ep)
     T, k, h = moe.tokens, moe.top_k, plan.shape.hidden
     dp = plan.dp // plan.cp
     left: dict = {}
-    for b in plan.st.blocks:
-        parts = layer_parts(plan, b) if b.kind == "layer" else None
-        if parts is None:
-            continue
+    for b, parts in ((plan.st.blocks[i], p) for i, p in plan.moe_parts.items()):
         backward = b.phase == "backward"
         for i, t in enumerate(parts[0]):
             group = ep_group(int(plan.graph.rank[t]), plan.tp, dp, plan.ep)
-            model = plan.collectives.time_us(CollectiveSpec("all_to_all", max(sent, busiest) * T * k * h * 2.0, group))
-            if i == 1:
-                model += cost.per_row_us(backward) * max(busiest - own, 0.0) * T * k
-            left.setdefault((backward, i), []).append(float(plan.graph.dur[t]) - model)
+            transfer, wait = exchange_us(plan, group, shares, T, k, h, cost.per_row_us(backward), i == 1)
+            left.setdefault((backward, i), []).append(float(plan.graph.dur[t]) - (transfer + wait))
     return {key: float(np.mean(v)) for key, v in left.items()}
 
 
@@ -165,22 +186,18 @@ def expert_samples(plan: Plan) -> list:
     `durations.experts.fit_expert_cost`: the rows its experts got (the layer forward's), the GEMMs between
     its two exchanges."""
     moe, out = plan.st.moe, []
-    for b in plan.st.blocks:
-        parts = layer_parts(plan, b) if b.kind == "layer" else None
+    for b, parts in ((plan.st.blocks[i], p) for i, p in plan.moe_parts.items()):
         rows = moe.received.get((b.rank, b.layer, b.mb))
-        if parts is None or rows is None or not parts[1]:
+        if rows is None or not parts[1]:
             continue
         out.append((b.phase == "backward", float(rows), [float(plan.graph.dur[t]) for t in parts[1]]))
     return out
 
 
-def _retime_layer(plan: Plan, b, moe, base_own, shares, E, k, f, ep, dp) -> None:
-    own, busiest, sent = shares
+def _retime_layer(plan: Plan, b, parts, moe, base_own, shares, E, k, f, ep, dp) -> None:
+    own = shares[0]
     g, st, comp = plan.graph, plan.st, plan.compute
     T, h = moe.tokens, plan.shape.hidden
-    parts = layer_parts(plan, b)
-    if parts is None:
-        return
     exch, gemms, others = parts
     backward = b.phase == "backward"
     rows, base_rows = own * T * k, base_own * T * moe.top_k
@@ -197,35 +214,34 @@ def _retime_layer(plan: Plan, b, moe, base_own, shares, E, k, f, ep, dp) -> None
         old = sum(float(g.dur[t]) for t in gemms)
         for t in gemms:
             g.dur[t] = comp.scale(g.dur[t], "gemm", ratio)
-        per_row = (sum(float(g.dur[t]) for t in gemms) - 0.0) / max(rows, 1e-9) if old else 0.0
+        per_row = sum(float(g.dur[t]) for t in gemms) / max(rows, 1e-9) if old else 0.0
     act = rows * f / max(base_rows * moe.expert_ffn, 1e-9)
     for t in others:   # the experts' activation (and any element-wise work between the exchanges)
         g.dur[t] = comp.scale(g.dur[t], "elementwise", act)
     for t in b.tasks.tolist():
-        if g.kind[t] != TaskKind.GPU or g.comm[t] or plan.role[t] is not None:
+        if g.kind[t] != TaskKind.GPU:
             continue
         op, dims = str(st.op_name[t]), st.op_dims[t]
-        if op.startswith(PERMUTE_OPS):
+        if plan.role[t] == "ep" and st.coll[t] != "all_to_all":   # the token counts' all-gather: a count per
+            old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])   # expert and rank, over the new group
+            group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
+            new = CollectiveSpec(st.coll[t], st.nbytes[t] * (E * ep) / (moe.experts * len(old.group)), group)
+            g.dur[t] = plan.collectives.retime(g.dur[t], old, new)
+            st.group[t], st.nbytes[t] = group, new.nbytes
+        elif g.comm[t] or plan.role[t] is not None:
+            continue
+        elif op.startswith(PERMUTE_OPS):
             g.dur[t] = comp.scale(g.dur[t], "elementwise", k / moe.top_k)
         elif op in ROUTER_ELEMENTWISE:
             g.dur[t] = comp.scale(g.dur[t], "elementwise", E / moe.experts)
         elif op in GEMM_OPS and _is_router(gemm_mkn(op, dims), T, h, moe.experts):
             g.dur[t] = comp.scale(g.dur[t], "gemm", E / moe.experts)
-    for i, t in enumerate(exch):
+    for i, t in enumerate(exch):   # the second exchange follows the experts: it also waits for the busiest's
         group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
-        nbytes = max(sent, busiest) * T * k * h * 2.0
-        st.group[t], st.nbytes[t] = group, nbytes
-        g.dur[t] = plan.collectives.time_us(CollectiveSpec("all_to_all", nbytes, group)) \
-            + plan.exchange_offsets.get((backward, i), 0.0)
-        if i == 1:   # after the experts: the group waits for its busiest rank's
-            g.dur[t] += per_row * max(busiest - own, 0.0) * T * k
-    for t in b.tasks.tolist():   # the token counts' all-gather: the new group, a count per expert and rank
-        if plan.role[t] == "ep" and st.coll[t] != "all_to_all":
-            old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-            group = ep_group(int(g.rank[t]), plan.tp, dp, ep)
-            new = CollectiveSpec(st.coll[t], st.nbytes[t] * (E * ep) / (moe.experts * len(old.group)), group)
-            g.dur[t] = plan.collectives.retime(g.dur[t], old, new)
-            st.group[t], st.nbytes[t] = group, new.nbytes
+        transfer, wait = exchange_us(plan, group, shares, T, k, h, per_row, i == 1)
+        st.group[t], st.nbytes[t] = group, max(shares[2], shares[1]) * T * k * h * 2.0
+        g.dur[t] = transfer + plan.exchange_offsets.get((backward, i), 0.0)
+        g.dur[t] += wait
 
 
 def _is_router(mkn, T: int, h: int, E: int) -> bool:

@@ -59,6 +59,7 @@ class Plan:
     routing: object = None      # an MoE base's routing unevenness (lumos.durations.routing.RoutingFit)
     expert_cost: object = None  # its experts' GEMMs against their rows (lumos.durations.experts.ExpertCost)
     exchange_offsets: dict = field(default_factory=dict)   # its exchanges' time beyond the model (transform/moe.py)
+    moe_parts: dict = field(default_factory=dict)   # block index -> its MoE layer's exchanges and experts' tasks
     moe_experts: int = 0        # an MoE target's experts, top-k and expert width (0: the base's, `st.moe`)
     moe_top_k: int = 0
     moe_expert_ffn: int = 0
