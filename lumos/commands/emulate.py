@@ -36,6 +36,10 @@ def register(subparsers) -> None:
                    help="--realism: write every emulated vs measured row here")
     p.add_argument("--datasets", metavar="LIST", help="--realism: comma-separated, of fig1,fig7,vtrain_single,"
                                                             "sc21_table1,sc21_table2,korthikanti_2022")
+    p.add_argument("--nccl-tests", action="store_true",
+                   help="instead of an iteration, write what NVIDIA's nccl-tests would print on the emulated "
+                        "cluster (all_reduce_perf, all_gather_perf, reduce_scatter_perf, sendrecv_perf over one "
+                        "host's 2, 4, 8 GPUs and 2 and 4 hosts) into out=DIR, for `lumos predict --nccl-tests`")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
     p.set_defaults(func=run, exit_without_teardown=True)
 
@@ -73,6 +77,16 @@ def run(args: argparse.Namespace) -> int:
         raise
     if not cfg.get("out"):
         raise UserError("missing out=DIR (where to write rank{R}.json.gz and manifest.json)")
+    if args.nccl_tests:
+        from lumos.emulator.nccl_tests import write_sweeps
+
+        try:
+            written = write_sweeps(cfg, cfg.out)
+        except SettingsError as exc:
+            raise UserError(str(exc)) from None
+        if not args.quiet:
+            print(f"{len(written)} emulated nccl-tests outputs in {cfg.out} (cluster {cfg.cluster.name})")
+        return 0
     from lumos.emulator.emulate import emulate_config, write_result
 
     try:

@@ -129,6 +129,11 @@ def add_cluster_flag(p: argparse.ArgumentParser) -> None:
                    help=f"cluster profile (config/predict/clusters/NAME.yaml; default {DEFAULT_CLUSTER}): times "
                         "the collectives a target needs and the base has none of (a one-GPU base's TP "
                         "all-reduces, gradient buckets, pipeline sends) and network levels the base never used")
+    p.add_argument("--nccl-tests", nargs="+", metavar="LOG", default=(),
+                   help="output of NVIDIA's nccl-tests (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                        "sendrecv_perf, alltoall_perf) run on the target cluster: the levels the base has no "
+                        "collective on are fitted on it instead of the profile's figures "
+                        "(lumos/durations/nccl_tests.py)")
 
 
 def add_memory_flags(p: argparse.ArgumentParser) -> None:
@@ -174,7 +179,7 @@ def predict_options(args):
                           memory=memory_overrides(args), step=args.step, gemm_efficiency=args.gemm_efficiency,
                           host=args.host, kernels=args.kernels, contention=args.contention, clocks=args.clocks,
                           peer_waits=args.peer_waits, engine=args.engine, samples=args.samples, seed=args.seed,
-                          cluster=args.cluster)
+                          cluster=args.cluster, nccl_tests=tuple(args.nccl_tests))
 
 
 # The last base run this process loaded, and its plans: a pipeline job that predicts many targets from

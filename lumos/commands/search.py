@@ -62,7 +62,7 @@ def run(args) -> int:
     try:
         rows = search(tables, args.gpus, args.micro_batch, args.global_batch, memory=memory_overrides(args),
                       exact=args.exact, workers=args.workers, cluster=args.cluster, vps=args.vp,
-                      cps=args.cp)
+                      cps=args.cp, nccl_tests=tuple(args.nccl_tests))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     shown = rows if args.top is None else [r for r in rows if r["fits"]][:args.top]

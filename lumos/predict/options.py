@@ -35,7 +35,7 @@ STEP_MODES = ("median", "step")
 GEMM_EFFICIENCIES = ("waves", "flops")
 ENGINES = ("auto", "reference", "compiled")
 # the options `base_plan` reads: predictions that agree on these can share one fitted plan
-PLAN_FIELDS = ("step", "gemm_efficiency", "host", "kernels", "contention", "cluster")
+PLAN_FIELDS = ("step", "gemm_efficiency", "host", "kernels", "contention", "cluster", "nccl_tests")
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,9 @@ class PredictOptions:
     # the cluster profile (config/predict/clusters/NAME.yaml; None: the default, h100_roce): what a topology
     # level the base has no collective on, and every collective a target needs and the base lacks, are timed by
     cluster: str | None = None
+    # nccl-tests output files measured on the target cluster (`lumos.durations.nccl_tests`): the levels the
+    # base has no collective on are fitted on them instead of taken from the profile; (): none
+    nccl_tests: tuple[str, ...] = ()
 
     # --- how the target is replayed ---
     # the sustained-clock model of the base's GPU (`lumos.durations.clocks`): recorded (the clock a
@@ -111,6 +114,7 @@ class PredictOptions:
         _one_of("engine", self.engine, ENGINES)
         if self.cluster is not None:
             cluster_path(self.cluster)     # a ValueError naming the known profiles
+        object.__setattr__(self, "nccl_tests", tuple(str(p) for p in self.nccl_tests))
         if self.memory is not None:   # a copy: a caller's later change to its dict does not reach these
             object.__setattr__(self, "memory", dict(self.memory))
 

@@ -123,18 +123,19 @@ def whole_seq(base) -> int:
 def search(tables, gpus: int, micro_batches: list[int] | None = None, global_batch: int | None = None,
            memory: dict | None = None, progress: bool = True, exact: bool = False,
            workers: int | None = None, cluster: str | None = None, vps: list[int] | None = None,
-           cps: list[int] | None = None) -> list[dict]:
+           cps: list[int] | None = None, nccl_tests: tuple = ()) -> list[dict]:
     """Predicted iteration time and memory of every candidate (micro-batch sizes: default the base's);
     fitting ones ranked fastest first. `workers` processes (default: every core) share the work by
     (TP, micro-batch size); the result does not depend on their number. Memory is judged against the
     base's own GPU (`device_memory`: its trace's deviceProperties, else the profile's; `memory` may give it).
-    `cluster`: the cluster profile the collectives a one-GPU base lacks are timed by (default h100_roce)."""
+    `cluster`: the cluster profile the collectives a one-GPU base lacks are timed by (default h100_roce), or
+    `nccl_tests`: nccl-tests output of the cluster (`lumos.durations.nccl_tests`)."""
     if not on_device(tables):
         raise ValueError(f"{tables[0].path}: a CPU-only trace (no GPU kernel): lumos search ranks layouts of GPUs, "
                          "and a layout's TP, DP and micro-batch size re-time GPU kernels and device collectives, "
                          "which this base has none of")
     memory, _ = device_memory(tables, memory)
-    base = base_plan(tables, PredictOptions(cluster=cluster))
+    base = base_plan(tables, PredictOptions(cluster=cluster, nccl_tests=tuple(nccl_tests)))
     micro_batches = micro_batches or [base.shape.micro_batch]
     cands = candidates(base, gpus, micro_batches, global_batch, vps, cps)
     settings = {s: memory_settings(base, _strategy_memory(memory, s))

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from lumos.durations import CollectiveSpec, ComputeSpec, fit_alpha_beta, fit_compute
+from lumos.durations.nccl_tests import read_nccl_tests
 from lumos.durations.collectives import cluster_path, level_of, load_profile
 from lumos.durations.contention import NO_CONTENTION, base_shares, fit_contention
 from lumos.errors import UserError
@@ -72,7 +73,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     slowdown = alone_under_comm(graph, st, found) if options.contention == "fit" else NO_CONTENTION
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
-    coll_model = fit_alpha_beta(samples, profile)
+    coll_model = fit_alpha_beta(samples, profile, reference=_cluster_measured(options, profile))
     host_ops = not np.any(graph.kind == TaskKind.GPU)    # a CPU capture: its ops (and gaps inside them) compute
     kind = TaskKind.CPU if host_ops else TaskKind.GPU
     work = np.flatnonzero((graph.kind == kind) & ~graph.comm & (st.op_dims != None))  # noqa: E711
@@ -346,6 +347,15 @@ def layout_memory(shape, pp: int, dp: int, layers: int, microbatches: int, setti
 def dp_flavours(tables: Sequence[TraceTable], step=None) -> dict:
     """rank -> the DP flavour of its iteration (`dp_flavour.find_dp_flavour`), read once per base."""
     return {t.rank: find_dp_flavour(t, step) for t in tables}
+
+
+def _cluster_measured(options: PredictOptions, profile: dict):
+    """The alpha-beta model of the target cluster's nccl-tests logs (`options.nccl_tests`), or None."""
+    if not options.nccl_tests:
+        return None
+    gph = int(profile.get("gpus_per_host", 8))
+    samples, _said = read_nccl_tests(options.nccl_tests, gph)
+    return fit_alpha_beta(samples, profile, sweep=True)
 
 
 def _dp_hint(graph, tables: Sequence[TraceTable], flavours: dict) -> int:

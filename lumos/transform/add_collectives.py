@@ -118,7 +118,11 @@ def add_collectives(plan: Plan, kinds: tuple, tp: int, pp: int, dp: int, profile
     _promote_group_of_one(out, tp, pp)
     out.inserted = tuple(sorted(set(out.inserted) | set(kinds)))
     name = profile.get("name", "the default cluster profile")
-    out.notes.append(f"inserted (the base has none): {'; '.join(said)}; timed by {name}'s alpha-beta model "
+    src = plan.collectives.source
+    measured = [lv.replace("_", "-") for lv in ("intra_host", "inter_host") if src.get(lv, "").startswith("nccl-tests")]
+    timed = (f"the alpha-beta model fitted on the nccl-tests logs ({', '.join(measured)}; {name}'s figures elsewhere)"
+             if measured else f"{name}'s alpha-beta model")
+    out.notes.append(f"inserted (the base has none): {'; '.join(said)}; timed by {timed} "
                      "(docs/prediction.md, \"From one GPU to a cluster\")")
     return out
 

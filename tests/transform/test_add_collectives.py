@@ -150,3 +150,44 @@ def test_search_says_what_memory_it_judges_against(runs, capsys):
     assert lumos_main(["search", str(runs[(1, 1, 1)]), "--gpus", "2", "--workers", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("  memory per GPU judged against 79.2 GiB (trace: NVIDIA H100 80GB HBM3 deviceProperties")
+
+
+@pytest.fixture(scope="module")
+def nccl_logs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nccl_tests")
+    assert lumos_main(["emulate", "--nccl-tests", "model=tiny", f"out={out}", "--quiet"]) == 0
+    return tuple(sorted(str(p) for p in out.iterdir()))
+
+
+# the tiny runs are host-bound ("other" is 90% of the iteration), so the iteration's error stays that of the
+# profile's route; what the nccl-tests logs move is the communication: exposed + overlapped, predicted against
+# emulated, measured here (quiet emulation) with the logs / with the profile's figures. Only where the layout has
+# no pipeline: there "exposed communication" is mostly the schedule's waiting, not the collectives.
+@pytest.mark.parametrize("layout, with_logs, with_profile", [((2, 1, 1), 0.63, -71.12), ((1, 1, 2), 0.0, -40.74)])
+def test_the_clusters_nccl_tests_time_the_added_collectives(runs, one, nccl_logs, layout, with_logs, with_profile):
+    tp, pp, dp = layout
+    tables, actual = load_run(runs[(1, 1, 1)]), load_run(runs[layout])
+    options = PredictOptions(nccl_tests=nccl_logs)
+
+    def comm_error(doc):
+        p, a = doc["predicted"], doc["measured"]
+        return 100.0 * ((p["exposed_comm_us"] + p["overlapped_us"]) / (a["exposed_comm_us"] + a["overlapped_us"]) - 1)
+
+    measured = predict(tables, {"tp": tp, "pp": pp, "dp": dp}, options, plan=base_plan(tables, options),
+                       actual_tables=actual)
+    profiled = predict(tables, {"tp": tp, "pp": pp, "dp": dp}, PredictOptions(), plan=one, actual_tables=actual)
+    assert comm_error(measured) == pytest.approx(with_logs, abs=0.1)
+    assert comm_error(profiled) == pytest.approx(with_profile, abs=0.1)
+    assert any("timed by the alpha-beta model fitted on the nccl-tests logs (intra-host, inter-host; h100_roce's "
+               "figures elsewhere)" in n for n in measured["notes"])
+
+
+def test_search_from_a_one_gpu_base_with_the_clusters_nccl_tests(runs, nccl_logs):
+    tables = load_run(runs[(1, 1, 1)])
+    by = {}
+    for logs in ((), nccl_logs):
+        rows = search(tables, 2, progress=False, workers=1, nccl_tests=logs)
+        by[bool(logs)] = {(r["tp"], r["pp"], r["dp"]): r["iteration_us"] for r in rows}
+    assert by[True].keys() == by[False].keys() == {(1, 1, 2), (1, 2, 1), (2, 1, 1)}
+    # the emulated cluster's collectives are slower than the profile's figures at these sizes
+    assert by[True][(1, 1, 2)] > by[False][(1, 1, 2)] and by[True][(2, 1, 1)] > by[False][(2, 1, 1)]

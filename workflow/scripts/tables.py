@@ -49,7 +49,8 @@ with logged(smk):
         df = T.prediction_table(data[name])
         title = ("Your own run, scaled (emulated): the scale-out and TP targets predicted from a single-GPU and a "
                  "single-host base of the same model, micro-batch and sequence (the collectives the base lacks added "
-                 "by `lumos predict` and timed by the h100_roce cluster profile), beside the same targets from the "
+                 "by `lumos predict` and timed by the h100_roce cluster profile, or, `+ nccl-tests`, fitted on the emulated "
+                 "cluster's nccl-tests output), beside the same targets from the "
                  "multi-stage base, each against its emulated actual, mean over seeds")
     elif name == "llama":
         df = T.prediction_table(data[name])
