@@ -73,7 +73,7 @@ class RankProgram(ExpertParallel, ShardedDataParallel):
         self.p2p_split = s.tp if (sched.p2p_scatter_gather and s.tp > 1 and self.act_elems % s.tp == 0) else 1
         self.grad_bytes = s.knobs.comm.grad_dtype_bytes
         tr = s.training
-        self.recompute = tr.recompute == "full"
+        self.recompute = tr.recompute != "none"
         self.after_backward = tr.dp_allreduce == "after_backward"
         self.bucket = (tr.after_backward_bucket_mparams if self.after_backward else s.knobs.comm.bucket_mparams) * 1e6
         self.root_params = (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
@@ -308,9 +308,9 @@ class RankProgram(ExpertParallel, ShardedDataParallel):
             name = range_name(self._layers(blk), "backward", i)
             fwd, bwd = self._steps(blk)
             self._moe_at = (blk[0], i)
-            if self.recompute:   # checkpointed layer: its forward re-runs inside its backward
+            if self.recompute:   # checkpointed layer: its forward (or SelectiveAC's share) re-runs inside its backward
                 self.ann_begin(th, name)
-                self._annotated(th, range_name(self._layers(blk), "recompute", i), fwd)
+                self._annotated(th, range_name(self._layers(blk), "recompute", i), self._recomputed(blk))
                 self.run_steps(th, bwd)
                 self.op_end(th)
             else:
@@ -338,7 +338,14 @@ class RankProgram(ExpertParallel, ShardedDataParallel):
         """(forward, backward) steps of a block of layers: one layer's, or the block's stacked."""
         if blk[1] == self.p.layers_per_block:
             return self.p.layer_fwd, self.p.layer_bwd
-        return self.p.stacked(blk[1])
+        return self.p.stacked(blk[1])[:2]
+
+    def _recomputed(self, blk: tuple) -> tuple:
+        """What a checkpointed block's backward re-runs of its forward (`Program.layer_recompute`)."""
+        if blk[1] == self.p.layers_per_block:
+            return self.p.layer_recompute
+        stacked = self.p.stacked(blk[1])
+        return stacked[2] if len(stacked) > 2 else stacked[0]
 
     @staticmethod
     def _span(blk: tuple) -> str:

@@ -106,13 +106,17 @@ TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": 
                     "attention": "flash", "dp_sharding": "none", "cp_form": "allgather",
                     "moe_dispatcher": "alltoall", "moe_grouped_gemm": True}
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
+# none; full: every layer's forward re-run in its backward (Megatron's --recompute-granularity full, torchtitan's
+# FullAC); selective_op: torchtitan's SelectiveAC, the forward's outputs of attention and of every other matmul
+# kept, the rest re-run (torchtitan/distributed/activation_checkpoint.py, `SelectiveAC._get_custom_policy`)
+RECOMPUTE = ("none", "full", "selective_op")
 MOE_IMBALANCE = ("uniform", "dirichlet", "zipf")
 
 
 def _training(c: dict) -> dict:
     t = {**TRAINING_DEFAULT, **{k: v for k, v in (c.get("training") or {}).items() if k != "emulator"}}
-    if t["recompute"] not in ("none", "full"):
-        raise SettingsError(f"training.recompute must be 'none' or 'full', got {t['recompute']!r}")
+    if t["recompute"] not in RECOMPUTE:
+        raise SettingsError(f"training.recompute must be one of {', '.join(RECOMPUTE)}, got {t['recompute']!r}")
     if t["dp_allreduce"] not in ("bucketed", "after_backward"):
         raise SettingsError(f"training.dp_allreduce must be 'bucketed' or 'after_backward', got {t['dp_allreduce']!r}")
     if t["attention"] not in ("flash", "unfused"):
@@ -295,6 +299,9 @@ def _check_ep(shape: ModelShape, ep: int, tp: int, dp: int, cp: int, training: d
                             f"stage's TP x DP ranks) and model.moe_num_experts={moe.experts}")
     if cp > 1:
         raise SettingsError("mixture-of-experts with parallel.cp > 1 is not emulated")
+    if training["recompute"] == "selective_op":
+        raise SettingsError("mixture-of-experts with training.recompute=selective_op is not emulated (which of the "
+                            "router's and experts' outputs torchtitan's SelectiveAC keeps is not modelled)")
     if training["dp_sharding"] != "none":
         raise SettingsError(f"mixture-of-experts with training.dp_sharding={training['dp_sharding']} is not emulated "
                             "(the experts' gradients are all-reduced over the expert data-parallel group)")
