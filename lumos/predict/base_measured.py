@@ -18,7 +18,8 @@ from lumos.trace.steps import select_step
 __all__ = ["measured_base", "measured_host_base", "format_base"]
 
 # what, of the target, keeps it the base's own layout (`predict`'s doc: target vs base_config)
-_LAYOUT = ("tp", "pp", "dp", "layers", "hidden", "ffn", "kv_heads", "seq", "micro_batch", "dp_sharding")
+_LAYOUT = ("tp", "pp", "vp", "dp", "cp", "layers", "hidden", "ffn", "kv_heads", "seq", "micro_batch", "dp_sharding",
+           "ep", "experts", "top_k", "expert_ffn")
 
 
 def _measured(tables: Sequence[TraceTable], step, own_steps: list, medians: list) -> dict:
@@ -49,9 +50,11 @@ def _medians(doc: dict) -> list:
     return [what for what, mode in modes if mode == "median"]
 
 
-def _unchanged(doc: dict) -> bool:
+def _unchanged(doc: dict, plan) -> bool:
+    """Whether the prediction asked for the base as it ran (then its replay is the unchanged one)."""
     t, b, hw = doc["target"], doc["base_config"], doc.get("hardware", {})
     return (all(t.get(k) == b.get(k) for k in _LAYOUT) and doc["microbatches"] == b.get("microbatches")
+            and list(t.get("stage_layers", plan.stage_layers)) == list(plan.stage_layers)
             and hw.get("compute_speed", 1.0) == 1.0 and hw.get("network_speed", 1.0) == 1.0)
 
 
@@ -62,7 +65,7 @@ def measured_base(tables: Sequence[TraceTable], plan, options, doc: dict) -> dic
 
     medians = [m for m in _medians(doc) if not (m == "kernels" and cpu_only(plan))]   # a CPU-only base has none
     out = _measured(stages, options.step, _own_steps(doc), medians)
-    if _unchanged(doc):
+    if _unchanged(doc, plan):
         out["replayed_unchanged_us"] = doc["predicted"]["iteration_us"]
         return out
     key = ("replayed_unchanged", options.clocks, options.peer_waits, options.engine)

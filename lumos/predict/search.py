@@ -41,7 +41,8 @@ from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import STRATEGIES, reachable
 from lumos.transform.micro_batch_size import change_micro_batch
-from lumos.transform.schedule import ScheduleError, check_interleaved, stage_split
+from lumos.transform.schedule import (ScheduleError, accounted_chunks, accounted_ends, check_interleaved,
+                                     stage_split)
 from lumos.transform.tp import change_tp, tp_misfits
 
 from .device_memory import device_memory, on_device
@@ -100,8 +101,12 @@ def candidates(base, gpus: int, micro_batches: list[int], global_batch: int | No
                     continue
                 for vp in sorted({v if pp > 1 else 1 for v in vps}):
                     own = pp == base.pp and vp == base.chunks and bool(base.chunk_layers)   # the base's own chunks
+                    ends = accounted_ends(base.chunk_layers) if base.chunk_layers and not own and pp > 1 else None
                     try:
-                        check_interleaved(pp, vp, m, None if own else stage_split(pp, base.layers, base.stage_layers))
+                        if ends:    # the embedding and loss in the split, as the base (`whatif._end_chunks`)
+                            accounted_chunks(base.layers, pp, vp, *ends)
+                        check_interleaved(pp, vp, m, None if own or ends else
+                                          stage_split(pp, base.layers, base.stage_layers))
                     except ScheduleError:
                         continue
                     for strategy in strategies:

@@ -36,7 +36,8 @@ from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.moe import change_moe, exchange_offsets, expert_samples, moe_layer_parts, moe_now, moe_target
 from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
-from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
+from lumos.transform.schedule import (ScheduleError, accounted_chunks, accounted_ends, layers_per_stage, split_layers,
+                                     stage_split)
 from lumos.transform.sequence import change_seq
 from lumos.transform.speed import change_speed, compute_mask
 from lumos.transform.tp import change_tp
@@ -233,7 +234,8 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
                             "groups are not carried by the rebuild's templates (docs/prediction.md, "
                             "'Mixture-of-experts')")
         try:
-            out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks, split=split)
+            sizes = _end_chunks(plan, pp, layers, chunks) if split is None else None
+            out = rebuild(out, pp=pp, layers=layers, microbatches=m, chunks=chunks, split=split, sizes=sizes)
         except ScheduleError as exc:
             asked = f"--vp {chunks}" if vp else f"the base's {chunks} model chunks per stage (--vp 1: 1F1B)"
             raise UserError(f"{asked} at pp {pp}, {layers} layers, {m} micro-batches: {exc}") from None
@@ -243,10 +245,25 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
         if split is not None:
             out.notes.append("layers per stage " + "/".join(map(str, split)) + " (--first-stage-layers / "
                              "--last-stage-layers)")
+        elif sizes is not None:
+            out.notes.append("chunks as the base lays them out, its embedding and loss each in a layer's place (Megatron's "
+                             "account_for_embedding/loss_in_pipeline_split): layers per chunk "
+                             + " | ".join("/".join(map(str, c)) for c in sizes))
         elif layers % pp and (pp != plan.pp or layers != plan.layers):
             out.notes.append(f"layers split unevenly over {pp} stages: "
                              + "/".join(map(str, layers_per_stage(pp, layers))))
     return out
+
+
+def _end_chunks(plan: Plan, pp: int, layers: int, chunks: int):
+    """Per stage the layers of each chunk where the base's first and last chunks hold a layer fewer (the embedding
+    and the loss in the split, Llama 3's layout) and the target changes its pipeline: the same rule at the
+    target's stages and chunks (`schedule.accounted_chunks`); None where the base is not laid out so or keeps its
+    own pipeline."""
+    ends = accounted_ends(plan.chunk_layers) if plan.chunk_layers else None
+    if ends is None or (pp == plan.pp and layers == plan.layers and chunks == plan.chunks) or pp < 2:
+        return None
+    return accounted_chunks(layers, pp, chunks, *ends)
 
 
 def refuse_moe_rebuild(plan: Plan, tp, pp, layers, hidden, ffn, kv_heads, seq, vp, cp, micro_batch, first, last) -> None:

@@ -111,19 +111,25 @@ class _Builder:
 
 
 def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
-            microbatches: int | None = None, chunks: int | None = None, split=None) -> Plan:
+            microbatches: int | None = None, chunks: int | None = None, split=None, sizes=None) -> Plan:
     """A plan for `pp` stages, `layers` layers and `microbatches` per iteration, from `plan`'s blocks;
     `chunks` model chunks per stage (interleaved 1F1B when > 1), `split` the layers of each stage (default:
-    the base's where the stages and layers are the base's, else as even as they go)."""
+    the base's where the stages and layers are the base's, else as even as they go), or `sizes` the layers of
+    each stage's chunks (`schedule.accounted_chunks`)."""
     pp = pp or plan.pp
     layers = layers or plan.layers
     m = microbatches or plan.microbatches
     chunks = chunks or plan.chunks
+    if sizes is not None:
+        split = [sum(c) for c in sizes]
     if split is None:
         split = stage_split(pp, layers, plan.stage_layers)
     if len(split) != pp or sum(split) != layers:
         raise ValueError(f"a split of {'/'.join(map(str, split))} layers is not {layers} layers over {pp} stages")
-    if chunks == plan.chunks and plan.chunk_layers and list(split) == list(plan.stage_layers):
+    if sizes is not None:
+        check_interleaved(pp, chunks, m)
+        sizes = [list(c) for c in sizes]
+    elif chunks == plan.chunks and plan.chunk_layers and list(split) == list(plan.stage_layers):
         sizes = [list(c) for c in plan.chunk_layers]     # the base's own chunks (Llama 3's empty end chunks)
         check_interleaved(pp, chunks, m)
     else:

@@ -148,6 +148,40 @@ def check_interleaved(pp: int, chunks: int, microbatches: int, split=None) -> No
                             f"{microbatches} micro-batches per iteration is not a multiple of {pp}")
 
 
+def accounted_ends(chunk_layers) -> tuple[int, int] | None:
+    """(embedding, loss): 1 where a chunked base's first chunk of the first stage / last chunk of the last
+    stage holds one layer fewer than every other chunk, as Megatron-Core builds them when the embedding / the
+    output and loss take a layer's place in the split (`account_for_embedding_in_pipeline_split`,
+    `..._loss_in_...`: Llama 3 405B's layout); None where the chunks are not laid out so."""
+    sizes = [list(c) for c in chunk_layers]
+    if len(sizes) < 2:
+        return None
+    inner = {n for s, cs in enumerate(sizes) for c, n in enumerate(cs)
+             if (s, c) not in ((0, 0), (len(sizes) - 1, len(cs) - 1))}
+    if len(inner) != 1:
+        return None
+    k = inner.pop()
+    ends = (k - sizes[0][0], k - sizes[-1][-1])
+    return ends if set(ends) <= {0, 1} and any(ends) else None
+
+
+def accounted_chunks(layers: int, pp: int, chunks: int, embedding: int, loss: int) -> list[list[int]]:
+    """Per stage, the layers of each chunk when the embedding and the loss each take a layer's place in the
+    split (megatron/core/transformer/transformer_block.py, `get_num_layers_to_build`): layers + embedding + loss
+    over pp x chunks virtual stages, one fewer on the first (embedding) and the last (loss)."""
+    slots = layers + embedding + loss
+    if slots % (pp * chunks):
+        raise ScheduleError(f"the base's embedding and loss each take a layer's place in the split (its first and last "
+                            f"chunks hold one layer fewer): {layers} layers + {embedding + loss} do not split evenly "
+                            f"over {pp} stages x {chunks} chunks (--first-stage-layers / --last-stage-layers set a "
+                            "split of your own)")
+    k = slots // (pp * chunks)
+    out = [[k] * chunks for _ in range(pp)]
+    out[0][0] -= embedding
+    out[-1][-1] -= loss
+    return out
+
+
 def split_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
     """Layers of each stage: `first` / `last` on the end stages where given (Megatron-Core's
     num_layers_in_first/last_pipeline_stage), the rest over the others, the earlier ones taking any remainder."""

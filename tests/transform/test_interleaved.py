@@ -181,9 +181,38 @@ def test_llama3s_layout_is_read_and_kept(tmp_path):
         [[], [3]], [[0], [4]], [[1], [5]], [[2], []]]
     doc = predict(load_run(runs[1]), {"dp": 2}, actual_tables=load_run(runs[2]), actual_manifest=read_manifest(runs[2]))
     assert abs(doc["error_pct"]) < 4.0
-    # four chunks per stage would be cut evenly from each stage's layers, which 1 / 2 / 2 / 1 are not
-    with pytest.raises(UserError, match="--vp 4 at pp 4, 6 layers, 8 micro-batches: .*stage 0 holds 1"):
+    # a schedule change keeps the base's rule, embedding and loss in the split: 8 slots do not make 4 x 4 chunks
+    with pytest.raises(UserError, match="--vp 4 at pp 4, 6 layers, 8 micro-batches: the base's embedding and loss "
+                                        r"each take a layer's place .* 6 layers \+ 2 do not split evenly over 4 stages x 4"):
         transform(plan, vp=4)
+
+
+def test_llama3s_layout_kept_by_a_schedule_change(tmp_path):
+    """From a Llama 3 layout (14 layers of Llama 3 8B at sequence 1,024, embedding and loss in the split, PP 4 x
+    V 2: chunks 1/2 | 2/2 | 2/2 | 2/1) to 1F1B: Megatron lays 16 slots over 4 stages as 3 / 4 / 4 / 3 layers; the
+    emulated run with the same switches is the actual (EMULATED). Cut evenly, 14 layers would be 4 / 4 / 3 / 3.
+    (With chunks of one layer, 6 layers, the same change misses by +35%: the exchanges dominate; note of
+    2026-12-07, interleaved pipelines.)"""
+    common = ["model=llama3_8b", "model.num_layers=14", "model.seq_length=1024", "parallel.tp=1", "parallel.pp=4",
+              "parallel.dp=1", "parallel.embedding_in_split=true", "parallel.loss_in_split=true",
+              "model.microbatch_rule=fixed", "model.num_microbatches=8", *QUIET]
+    runs = {}
+    for vp in (2, 1):
+        runs[vp] = tmp_path / f"vp{vp}"
+        write_result(emulate([*common, f"parallel.vp={vp}"], progress=False), runs[vp])
+    doc = predict(load_run(runs[2]), {"vp": 1}, actual_tables=load_run(runs[1]), actual_manifest=read_manifest(runs[1]))
+    assert doc["target"]["stage_layers"] == [3, 4, 4, 3]
+    assert any("embedding and loss each in a layer's place" in n and "layers per chunk 3 | 4 | 4 | 3" in n
+               for n in doc["notes"])
+    assert abs(doc["error_pct"]) < 2.0, doc["error_pct"]
+    # the base's own replay, not the target's: a schedule change is a change (it was read as none)
+    from lumos.predict.base_measured import measured_base
+    from lumos.predict.options import PredictOptions
+
+    base = load_run(runs[2])
+    m = measured_base(base, base_plan(base), PredictOptions(), doc)
+    assert m["replayed_unchanged_us"] == pytest.approx(m["iteration_us"], rel=1e-6)
+    assert abs(m["replayed_unchanged_us"] / doc["predicted"]["iteration_us"] - 1) > 0.1
 
 
 def test_uneven_end_stages_as_a_what_if(tmp_path):
