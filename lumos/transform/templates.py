@@ -104,6 +104,17 @@ class Templates:
             self.step_lead[key] = self.lead_lag[j]
             self.step_handoff_binds[key] = self.handoff_binds[j]
         self.interior_lag = {ph: float(np.median(v)) for ph, v in interior.items()}
+        # a base whose every step held one block of a phase (interleaved chunks of one layer) has no sample of the
+        # host time between two layers of a step; a target that runs several per step (fewer chunks) would
+        # otherwise enter each on its template's own lead, the whole step's host time: the host time between two
+        # ops inside its layers stands in for it
+        for ph in ("forward", "backward"):
+            if ph not in self.interior_lag:
+                inner = [self.edges[i][0][3][self.edges[i][0][2] == _INTRA] for i, bl in enumerate(st.blocks)
+                         if bl.kind == "layer" and bl.phase == ph]
+                inner = np.concatenate(inner) if inner else np.empty(0)
+                if len(inner):
+                    self.interior_lag[ph] = float(np.median(inner))
         # step leads of stages that replicate a base stage's role (middle stages, extra micro-batches):
         # the base's value for that micro-batch unless it is an outlier among the base's micro-batches
         # of the same (rank, phase, lead pattern) -- a one-off host stall -- which a replica replaces
