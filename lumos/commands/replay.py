@@ -37,9 +37,9 @@ import sys
 from pathlib import Path
 
 from lumos.analysis import COMPONENTS
-from lumos.analysis.ablation import (attach_metrics, reference_for, replay_dpro_tables, replay_variant,
-                                     run_metrics)
-from lumos.analysis.replay import ITERATION_KINDS, RunReplay, measured_breakdown, replayed_breakdown
+from lumos.analysis.ablation import attach_metrics, run_metrics
+from lumos.analysis.replay import ITERATION_KINDS, RunReplay
+from lumos.analysis.run_stream import RankStream
 from lumos.analysis.transfer import DURATION_KINDS
 from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
@@ -47,6 +47,7 @@ from lumos.sim import SimulationError
 from lumos.trace import load_run
 from lumos.trace.comm_kernels import rule_counts_line
 
+from .replay_ranks import rank_stages, replay_ranks, write_out
 from .flags import ENGINE_HELP, FORMAT_HELP, fraction, non_negative_float, non_negative_int, output_path
 from .output import emit
 
@@ -131,27 +132,15 @@ def run(args) -> int:
     _check_variant_args(args, classes)
     if args.out:
         _check_out(args)
-    tables = load_run(args.path, ranks_from_files=args.ranks_from_files)
-    try:
-        if args.simulator == "dpro":
-            result = replay_dpro_tables(tables, step=args.step)
-        else:
-            result = replay_variant(tables, step=args.step, edge_classes=classes,
-                                    gap_threshold_us=args.gap_threshold_us, drop_random=args.drop_random,
-                                    seed=args.seed, engine=args.engine)
-    except SimulationError as exc:
-        what = "the ablated graph" if args.drop or args.drop_random else "the graph"
-        raise UserError(f"{what} cannot be replayed: {exc}") from None
-    _refuse_empty(result, tables)
-    if args.iteration != "step" and args.simulator == "lumos":
-        for r in result.ranks:
-            r.measured = measured_breakdown(r.graph, args.iteration)
-            r.replayed = replayed_breakdown(r.graph, r.schedule, args.iteration)
-    lumos_graphs = {r.rank: r.graph for r in result.ranks} if args.simulator == "lumos" else {}
-    refs = {t.rank: reference_for(t, args.step, lumos_graphs.get(t.rank)) for t in tables}
-    metrics, per_rank = run_metrics(result, refs)
-    if args.out:
-        _write_out(Path(args.out), result, tables, refs, args.path)
+    # --joint, --structure and --samples read every rank together: those ranks are held; a plain
+    # replay streams them, one rank's trace and graph in memory at a time (lumos.analysis.run_stream)
+    held = load_run(args.path, ranks_from_files=args.ranks_from_files) \
+        if args.joint or args.structure or args.samples else None
+    stream = RankStream(args.path, rank_stages(args, classes), ranks_from_files=args.ranks_from_files, tables=held)
+    figures, kept = replay_ranks(stream, Path(args.out) if args.out else None, args.path, keep=bool(args.samples))
+    tables = stream.shells   # every rank's table (without its events where streamed), in rank order
+    result = RunReplay(figures)
+    metrics, per_rank = run_metrics(result)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.ranks_from_files:
         doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
@@ -163,7 +152,7 @@ def run(args) -> int:
         doc["rank_notes"] = rank_notes
     if args.joint:
         doc["joint"] = _joint(args, tables, classes)
-    interval_lines = _intervals(args, doc, result, tables)
+    interval_lines = _intervals(args, doc, RunReplay(kept), tables)
     if args.structure:
         from lumos.predict.whatif import structure_report   # only here: the what-if layer is not needed
         doc["structure"] = structure_report(tables, step=args.step)
@@ -231,7 +220,7 @@ def run_chakra(args) -> int:
         raise UserError(f"the graph cannot be replayed: {exc}") from None
     metrics, per_rank = run_metrics(result, refs)
     if args.out:
-        _write_out(Path(args.out), result, [])
+        write_out(Path(args.out), ((None, r, refs[r.rank]) for r in result.ranks), len(result.ranks), args.path)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
@@ -248,21 +237,6 @@ def _intervals(args, doc: dict, result: RunReplay, tables) -> list[str]:
     from lumos.analysis.uncertainty import attach_intervals
     return attach_intervals(doc, result.ranks, tables, args.samples, args.seed, iteration=args.iteration,
                             engine="reference" if args.engine == "reference" else "compiled")
-
-
-def _refuse_empty(result: RunReplay, tables) -> None:
-    """A rank replayed with no task at all is an error, not a row of zeros. The Lumos graph
-    refuses an empty step itself (EmptyStepError); this catches what a simulator that
-    models less (the dPRO baseline has no CPU threads) finds empty."""
-    from lumos.trace.errors import format_counts
-    by_rank = {t.rank: t for t in tables}
-    for r in result.ranks:
-        s = r.graph.summary
-        if s["tasks"] == 0:
-            t = by_rank[r.rank]
-            what = "the dPRO-style baseline (GPU ops only)" if s.get("simulator") == "dpro" else "the graph"
-            raise UserError(f"{t.path}: {what} finds no task in step {s['step']}; events by category: "
-                            f"{format_counts(t.category_counts())}")
 
 
 def _joint(args, tables, classes) -> dict:
@@ -295,32 +269,10 @@ def _check_out(args) -> None:
                         "(a trace file there is read as one of its ranks)")
 
 
-def _write_out(out: Path, result: RunReplay, tables, refs: dict, source: str) -> None:
-    """One rank: its replayed timeline in the file. Several ranks: one merged timeline (every rank
-    measured and replayed, critical paths marked) in a .json/.json.gz file, else one replayed
-    timeline per rank in the directory."""
-    from lumos.report.merged_timeline import (is_merged_path, measured_side, replayed_side,
-                                              write_merged_timeline)
-    from lumos.report.timeline import write_timeline
-
-    by_rank = {t.rank: t for t in tables}
-    if len(result.ranks) > 1 and is_merged_path(out):
-        pairs = ((measured_side(r.rank, refs[r.rank].graph, refs[r.rank].path, by_rank.get(r.rank)),
-                  replayed_side(r, by_rank.get(r.rank))) for r in result.ranks)
-        write_merged_timeline(out, pairs, source=str(source))
-        return
-    if len(result.ranks) == 1:
-        r = result.ranks[0]
-        write_timeline(out, r.graph, r.schedule.start, r.schedule.end, by_rank.get(r.rank))
-        return
-    for r in result.ranks:
-        write_timeline(out / f"rank{r.rank}.json.gz", r.graph, r.schedule.start, r.schedule.end, by_rank.get(r.rank))
-
-
 def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> str:
     lines = []
     for r in result.ranks:
-        s = r.graph.summary
+        s = r.summary
         who = "dPRO-style baseline, " if s.get("simulator") == "dpro" else ""
         lines.append(f"{path} rank {r.rank} step {s['step']}: {who}{s['tasks']} tasks "
                      f"({s['cpu_tasks']} CPU, {s['gpu_tasks']} GPU, {s['carry_in_gpu_ops']} carried in), "
