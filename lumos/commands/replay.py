@@ -39,6 +39,7 @@ from pathlib import Path
 from lumos.analysis import COMPONENTS
 from lumos.analysis.ablation import attach_metrics, run_metrics
 from lumos.analysis.replay import ITERATION_KINDS, RunReplay
+from lumos.analysis.run_replay import JointParts
 from lumos.analysis.run_stream import RankStream
 from lumos.analysis.transfer import DURATION_KINDS
 from lumos.errors import UserError
@@ -117,6 +118,8 @@ def edge_classes_from(args) -> frozenset:
 def _check_variant_args(args, classes: frozenset) -> None:
     if args.samples and args.simulator != "lumos":
         raise UserError("--samples N (N > 0) samples the Lumos replay; not with --simulator dpro")
+    if args.joint and (args.simulator != "lumos" or args.drop_random):
+        raise UserError("--joint replays the Lumos graph; it does not combine with --simulator dpro or --drop-random")
     if args.simulator == "dpro" and (classes != ALL_EDGE_CLASSES or args.drop_random > 0
                                      or args.gap_threshold_us != DEFAULT_GAP_THRESHOLD_US):
         raise UserError("--drop, --drop-random and --gap-threshold-us change the Lumos graph; "
@@ -132,11 +135,13 @@ def run(args) -> int:
     _check_variant_args(args, classes)
     if args.out:
         _check_out(args)
-    # --joint, --structure and --samples read every rank together: those ranks are held; a plain
-    # replay streams them, one rank's trace and graph in memory at a time (lumos.analysis.run_stream)
-    held = load_run(args.path, ranks_from_files=args.ranks_from_files) \
-        if args.joint or args.structure or args.samples else None
-    stream = RankStream(args.path, rank_stages(args, classes), ranks_from_files=args.ranks_from_files, tables=held)
+    # --structure and --samples read every rank's trace together: those are held; otherwise the ranks are
+    # streamed, one rank's trace in memory at a time (lumos.analysis.run_stream); --joint keeps each
+    # rank's graph and communication calls (JointParts) for the run graph
+    held = load_run(args.path, ranks_from_files=args.ranks_from_files) if args.structure or args.samples else None
+    joint = JointParts(cross_rank=EdgeClass.CROSS_RANK in classes) if args.joint else None
+    stream = RankStream(args.path, rank_stages(args, classes, joint), ranks_from_files=args.ranks_from_files,
+                        tables=held)
     figures, kept = replay_ranks(stream, Path(args.out) if args.out else None, args.path, keep=bool(args.samples))
     tables = stream.shells   # every rank's table (without its events where streamed), in rank order
     result = RunReplay(figures)
@@ -151,7 +156,7 @@ def run(args) -> int:
     if rank_notes:
         doc["rank_notes"] = rank_notes
     if args.joint:
-        doc["joint"] = _joint(args, tables, classes)
+        doc["joint"] = _joint(args, joint, tables)
     interval_lines = _intervals(args, doc, RunReplay(kept), tables)
     if args.structure:
         from lumos.predict.whatif import structure_report   # only here: the what-if layer is not needed
@@ -239,15 +244,13 @@ def _intervals(args, doc: dict, result: RunReplay, tables) -> list[str]:
                             engine="reference" if args.engine == "reference" else "compiled")
 
 
-def _joint(args, tables, classes) -> dict:
-    """The run as one graph (lumos.analysis.run_replay); per-rank entries dropped for brevity."""
-    from lumos.analysis.run_replay import replay_run_graph
+def _joint(args, parts: JointParts, tables) -> dict:
+    """The run as one graph (lumos.analysis.run_replay), joined from the ranks' graphs kept as they
+    streamed; per-rank entries dropped for brevity."""
+    from lumos.analysis.run_replay import replay_joined
 
-    if args.simulator != "lumos" or args.drop_random:
-        raise UserError("--joint replays the Lumos graph; it does not combine with --simulator dpro or --drop-random")
     try:
-        joint = replay_run_graph(tables, step=args.step, engine=args.engine, edge_classes=classes,
-                                 gap_threshold_us=args.gap_threshold_us)
+        joint = replay_joined(parts.graph(tables), engine=args.engine)
     except SimulationError as exc:
         raise UserError(f"the joint graph cannot be replayed: {exc}") from None
     joint.pop("ranks", None)

@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 
 from lumos.analysis.ablation import Reference, reference_for, rank_metrics, replay_dpro_tables, replay_variant
 from lumos.analysis.replay import RankReplay
+from lumos.analysis.run_replay import JointParts
 from lumos.analysis.run_stream import RankFigures, RankStream
 from lumos.errors import UserError
 from lumos.sim import SimulationError
@@ -27,9 +28,10 @@ from lumos.trace import TraceTable
 __all__ = ["rank_stages", "replay_ranks", "write_out"]
 
 
-def rank_stages(args, classes: frozenset) -> list:
-    """The stages `RankStream` runs on each rank: replay, refuse an empty one, score.
-    The state they leave: (RankReplay, Reference, RankFigures)."""
+def rank_stages(args, classes: frozenset, joint: JointParts | None = None) -> list:
+    """The stages `RankStream` runs on each rank: replay, refuse an empty one, score, and (`joint`)
+    keep its graph and communication calls for the joint replay. The state they leave:
+    (RankReplay, Reference, RankFigures)."""
     lumos = args.simulator == "lumos"
 
     def replay(table: TraceTable, _) -> RankReplay:
@@ -51,7 +53,11 @@ def rank_stages(args, classes: frozenset) -> list:
         ref = reference_for(table, args.step, r.graph if lumos else None)
         return r, ref, RankFigures(r.rank, r.graph.summary, r.measured, r.replayed, rank_metrics(ref, r))
 
-    return [replay, not_empty, score]
+    def keep(table: TraceTable, state):
+        joint.add(state[0].graph, table)   # the Lumos graph of the rank: build_run_graph's (no random drop)
+        return state
+
+    return [replay, not_empty, score] + ([keep] if joint is not None else [])
 
 
 def refuse_empty(r: RankReplay, table: TraceTable) -> None:

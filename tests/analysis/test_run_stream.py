@@ -11,16 +11,20 @@ import json
 import shutil
 import weakref
 
+import numpy as np
 import pytest
 
 from lumos.analysis.ablation import (attach_metrics, reference_for, replay_dpro_tables, replay_variant,
                                      run_metrics)
+from lumos.analysis.run_replay import replay_run_graph
 from lumos.analysis.run_stream import RankStream
 from lumos.cli import main
 from lumos.commands.replay import format_table
 from lumos.report.merged_timeline import measured_side, replayed_side, write_merged_timeline
 from lumos.report.timeline import write_timeline
 from lumos.trace import TraceError, load_run
+from lumos.graph import EdgeClass
+from lumos.graph.run_graph import build_run_graph, rendezvous_links
 from lumos.trace.run import stream_order
 
 from ..conftest import DLRM, ROOT
@@ -184,3 +188,29 @@ def test_out_files_are_the_brute_force_ones_when_names_do_not_say_ranks(tiny16, 
         assert (tmp_path / "per_rank" / f"rank{r.rank}.json.gz").read_bytes() == \
             (tmp_path / "want_rank.json.gz").read_bytes()
     assert sorted(p.name for p in (tmp_path / "per_rank").iterdir()) == sorted(f"rank{r}.json.gz" for r in range(6))
+
+
+@pytest.mark.parametrize("run", ["tiny16", "hosts", *SHIPPED], ids=lambda p: getattr(p, "name", p))
+def test_streamed_joint_replay_is_the_brute_force_one(tiny16, tmp_path, capsys, run):
+    """--joint keeps each rank's graph and calls as the ranks stream (JointParts), not their traces;
+    the run graph joined from them replays as the one built from every trace held."""
+    if run == "hosts":   # names that say no rank: the ranks stream out of order, the run graph is in rank order
+        run = _copy(tiny16, tmp_path / "hosts", rename=lambda n: f"host{(7 * int(n[4:-8])) % 16}.json.gz",
+                    ranks=range(8))
+    elif run == "tiny16":
+        run = tiny16
+    want = replay_run_graph(load_run(run))
+    want.pop("ranks")
+    assert replay_json(capsys, run, "--joint")["joint"] == json.loads(json.dumps(want))
+    assert (want["rendezvous"] > 0) == ("cpu" not in str(run))   # the CPU captures' gloo calls launch no kernel
+
+
+def test_rendezvous_links_are_the_rendezvous_tasks_edges(tiny16):
+    """Read from the names of the few virtual sources, the same pairs as from every edge's name."""
+    g = build_run_graph(load_run(tiny16))
+    e = np.flatnonzero(g.cls == EdgeClass.CROSS_RANK)
+    names = g.name[g.src[e]].astype(str)
+    e = e[(g.event[g.src[e]] < 0) & (names != "") & np.char.startswith(names, "rendezvous")]
+    r, k = rendezvous_links(g)
+    assert len(r) == len(e) == 800
+    assert np.array_equal(r, g.src[e]) and np.array_equal(k, g.dst[e])
