@@ -1,13 +1,15 @@
 """A run of many ranks replayed rank by rank, one rank's trace and graph in memory at a time.
 
-`lumos replay RUN_DIR` replays each rank on its own graph (no edge joins two ranks; `--joint` is the
-replay that does): a rank's figures need nothing of another rank's trace. So the ranks are
-streamed: each file is read, the caller's stages run on it (build the graph, replay it, score it),
-what the report needs of it is kept (`RankFigures`: the graph's summary, two breakdowns, the
-metrics; a few KB) and the trace, the graph and the schedule are dropped before the next file is
-read. What is held across ranks is those figures and each file's table without its events
-(`shell`: path, rank, metadata), so the peak memory is one rank's whatever the number of ranks
-(docs/performance.md, "Replay of many ranks").
+`lumos replay RUN_DIR` replays each rank on its own graph (no edge joins two ranks): a rank's
+figures need nothing of another rank's trace. So the ranks are streamed: each file is read, the
+caller's stages run on it (build the graph, replay it, score it), what the report needs of it is
+kept (`RankFigures`: the graph's summary, two breakdowns, the metrics; a few KB) and the trace,
+the graph and the schedule are dropped before the next file is read. What is held across ranks is
+those figures and each file's table without its events (`shell`: path, rank, and of its metadata
+only where the rank came from), so the peak memory is about one rank's whatever the number of
+ranks. `--joint`, which does join the ranks, keeps each rank's graph and communication calls
+(`lumos.analysis.run_replay.JointParts`) but not its trace (docs/performance.md, "Replay of many
+ranks").
 
 Files are read in the order of the ranks their names say (`lumos.trace.run.stream_order`), so
 that ranks usually come in rank order; a consumer that must write them in rank order (the merged

@@ -8,7 +8,9 @@ per-component L1 error and critical-path precision/recall (`metrics` in JSON).
 
 A directory is replayed as the ranks of one run only if its files say they
 are (`lumos.trace.run`); `--ranks-from-files` takes each file as its own rank
-in file-name order instead. What the tool decided for the user (a default step
+in file-name order instead. Its ranks are streamed, one rank's trace and graph
+in memory at a time (`lumos.analysis.run_stream`, `replay_ranks.py`); `--structure`
+and `--samples` read every rank's trace together, so they hold them all. What the tool decided for the user (a default step
 that skips a stub, where the CPU tasks came from, ranks taken from file
 order), GPU ops with no launch call in the trace (kept on their streams, not tied
 to the host) and device events it does not model are printed under the rank's line
