@@ -91,9 +91,10 @@ def rank_metrics(ref: Reference, replay: RankReplay) -> dict:
     return out
 
 
-def run_metrics(run: RunReplay, refs: dict[int, Reference]) -> tuple[dict, dict[int, dict]]:
-    """(run-level metrics, metrics per rank); run level = the critical rank's."""
-    per_rank = {r.rank: rank_metrics(refs[r.rank], r) for r in run.ranks}
+def run_metrics(run: RunReplay, refs: dict[int, Reference] | None = None) -> tuple[dict, dict[int, dict]]:
+    """(run-level metrics, metrics per rank); run level = the critical rank's. Without `refs`, the
+    ranks are `RankFigures` that were scored as they were replayed (their `metrics`)."""
+    per_rank = {r.rank: r.metrics if refs is None else rank_metrics(refs[r.rank], r) for r in run.ranks}
     crit = run.critical.rank
     top = dict(per_rank[crit])
     if len(run.ranks) > 1:

@@ -32,6 +32,10 @@ class RankReplay:
     replayed: Breakdown
 
     @property
+    def summary(self) -> dict:
+        return self.graph.summary
+
+    @property
     def error_pct(self) -> float | None:
         return relative_error_pct(self.replayed.iteration_us, self.measured.iteration_us)
 
@@ -42,7 +46,9 @@ class RankReplay:
 
 @dataclass
 class RunReplay:
-    ranks: list[RankReplay] = field(default_factory=list)
+    """Every rank's replay: `RankReplay`s, or the `RankFigures` a streamed replay keeps of them
+    (`lumos.analysis.run_stream`); both have a rank, a summary and two breakdowns."""
+    ranks: list = field(default_factory=list)
 
     @property
     def critical(self) -> RankReplay:

@@ -14,13 +14,14 @@ from typing import Sequence
 import numpy as np
 
 from lumos.graph.model import EdgeClass, Graph, TaskKind
-from lumos.graph.run_graph import build_run_graph, rendezvous_links
+from lumos.graph.run_graph import build_run_graph, comm_calls, join_ranks, rendezvous_links
 from lumos.sim import simulate
 from lumos.trace import TraceTable
 
 from .breakdown import breakdown, relative_error_pct
 
-__all__ = ["RunBreakdown", "critical_rank", "occupancy", "measured_times", "run_breakdown", "replay_run_graph"]
+__all__ = ["RunBreakdown", "critical_rank", "occupancy", "measured_times", "run_breakdown", "replay_run_graph",
+           "replay_joined", "JointParts"]
 
 
 @dataclass
@@ -97,7 +98,12 @@ def replay_run_graph(tables: Sequence[TraceTable], step=None, engine: str = "aut
     JSON shape as `lumos replay` for several ranks: the critical rank's figures
     at the top, per-rank figures under "ranks".
     """
-    graph = build_run_graph(tables, step=step, **kw)
+    return replay_joined(build_run_graph(tables, step=step, **kw), engine=engine)
+
+
+def replay_joined(graph: Graph, engine: str = "auto") -> dict:
+    """`replay_run_graph` of a run graph already built (`build_run_graph`, or `join_ranks` over ranks
+    streamed one at a time)."""
     sched = simulate(graph, engine=engine)
     measured = run_breakdown(graph, graph.ts, graph.end, measured=True)
     replayed = run_breakdown(graph, sched.start, sched.end)
@@ -114,3 +120,25 @@ def replay_run_graph(tables: Sequence[TraceTable], step=None, engine: str = "aut
             "comm_ops": {str(r): n for r, n in graph.summary.get("comm_ops", {}).items()},
             "unmatched_comm": {str(r): by for r, by in graph.summary.get("unmatched_comm", {}).items()},
             "ranks": ranks}
+
+
+class JointParts:
+    """What a joint replay keeps of each rank while the ranks are streamed (`lumos.analysis.run_stream`):
+    its graph (arrays) and its communication calls, not its trace. `graph(tables)` joins them as
+    `build_run_graph` does, in rank order, with the world sizes of the run's settled `tables`."""
+
+    def __init__(self, cross_rank: bool = True):
+        self.cross_rank = cross_rank
+        self.parts: list[tuple[int, Graph, list | None]] = []
+
+    def add(self, graph: Graph, table: TraceTable) -> None:
+        """`graph`: the rank's graph as `build_run_graph` builds it (the same classes and threshold)."""
+        self.parts.append((int(table.rank), graph, comm_calls(graph, table) if self.cross_rank else None))
+
+    def graph(self, tables: Sequence[TraceTable]) -> Graph:
+        """The run graph; the parts are handed over (and freed once concatenated)."""
+        parts, self.parts = sorted(self.parts, key=lambda p: p[0]), []
+        calls = {r: c for r, _, c in parts} if self.cross_rank else None
+        ranks, graphs = [r for r, _, _ in parts], [g for _, g, _ in parts]
+        del parts
+        return join_ranks(graphs, ranks, calls, {int(t.world_size) for t in tables}, consume=True)

@@ -8,7 +8,9 @@ per-component L1 error and critical-path precision/recall (`metrics` in JSON).
 
 A directory is replayed as the ranks of one run only if its files say they
 are (`lumos.trace.run`); `--ranks-from-files` takes each file as its own rank
-in file-name order instead. What the tool decided for the user (a default step
+in file-name order instead. Its ranks are streamed, one rank's trace and graph
+in memory at a time (`lumos.analysis.run_stream`, `replay_ranks.py`); `--structure`
+and `--samples` read every rank's trace together, so they hold them all. What the tool decided for the user (a default step
 that skips a stub, where the CPU tasks came from, ranks taken from file
 order), GPU ops with no launch call in the trace (kept on their streams, not tied
 to the host) and device events it does not model are printed under the rank's line
@@ -37,9 +39,10 @@ import sys
 from pathlib import Path
 
 from lumos.analysis import COMPONENTS
-from lumos.analysis.ablation import (attach_metrics, reference_for, replay_dpro_tables, replay_variant,
-                                     run_metrics)
-from lumos.analysis.replay import ITERATION_KINDS, RunReplay, measured_breakdown, replayed_breakdown
+from lumos.analysis.ablation import attach_metrics, run_metrics
+from lumos.analysis.replay import ITERATION_KINDS, RunReplay
+from lumos.analysis.run_replay import JointParts
+from lumos.analysis.run_stream import RankStream
 from lumos.analysis.transfer import DURATION_KINDS
 from lumos.errors import UserError
 from lumos.graph import ALL_EDGE_CLASSES, DEFAULT_GAP_THRESHOLD_US, EdgeClass
@@ -47,6 +50,7 @@ from lumos.sim import SimulationError
 from lumos.trace import load_run
 from lumos.trace.comm_kernels import rule_counts_line
 
+from .replay_ranks import rank_stages, replay_ranks, write_out
 from .flags import ENGINE_HELP, FORMAT_HELP, fraction, non_negative_float, non_negative_int, output_path
 from .output import emit
 
@@ -116,6 +120,8 @@ def edge_classes_from(args) -> frozenset:
 def _check_variant_args(args, classes: frozenset) -> None:
     if args.samples and args.simulator != "lumos":
         raise UserError("--samples N (N > 0) samples the Lumos replay; not with --simulator dpro")
+    if args.joint and (args.simulator != "lumos" or args.drop_random):
+        raise UserError("--joint replays the Lumos graph; it does not combine with --simulator dpro or --drop-random")
     if args.simulator == "dpro" and (classes != ALL_EDGE_CLASSES or args.drop_random > 0
                                      or args.gap_threshold_us != DEFAULT_GAP_THRESHOLD_US):
         raise UserError("--drop, --drop-random and --gap-threshold-us change the Lumos graph; "
@@ -131,27 +137,17 @@ def run(args) -> int:
     _check_variant_args(args, classes)
     if args.out:
         _check_out(args)
-    tables = load_run(args.path, ranks_from_files=args.ranks_from_files)
-    try:
-        if args.simulator == "dpro":
-            result = replay_dpro_tables(tables, step=args.step)
-        else:
-            result = replay_variant(tables, step=args.step, edge_classes=classes,
-                                    gap_threshold_us=args.gap_threshold_us, drop_random=args.drop_random,
-                                    seed=args.seed, engine=args.engine)
-    except SimulationError as exc:
-        what = "the ablated graph" if args.drop or args.drop_random else "the graph"
-        raise UserError(f"{what} cannot be replayed: {exc}") from None
-    _refuse_empty(result, tables)
-    if args.iteration != "step" and args.simulator == "lumos":
-        for r in result.ranks:
-            r.measured = measured_breakdown(r.graph, args.iteration)
-            r.replayed = replayed_breakdown(r.graph, r.schedule, args.iteration)
-    lumos_graphs = {r.rank: r.graph for r in result.ranks} if args.simulator == "lumos" else {}
-    refs = {t.rank: reference_for(t, args.step, lumos_graphs.get(t.rank)) for t in tables}
-    metrics, per_rank = run_metrics(result, refs)
-    if args.out:
-        _write_out(Path(args.out), result, tables, refs, args.path)
+    # --structure and --samples read every rank's trace together: those are held; otherwise the ranks are
+    # streamed, one rank's trace in memory at a time (lumos.analysis.run_stream); --joint keeps each
+    # rank's graph and communication calls (JointParts) for the run graph
+    held = load_run(args.path, ranks_from_files=args.ranks_from_files) if args.structure or args.samples else None
+    joint = JointParts(cross_rank=EdgeClass.CROSS_RANK in classes) if args.joint else None
+    stream = RankStream(args.path, rank_stages(args, classes, joint), ranks_from_files=args.ranks_from_files,
+                        tables=held)
+    figures, kept = replay_ranks(stream, Path(args.out) if args.out else None, args.path, keep=bool(args.samples))
+    tables = stream.shells   # every rank's table (without its events where streamed), in rank order
+    result = RunReplay(figures)
+    metrics, per_rank = run_metrics(result)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.ranks_from_files:
         doc["ranks_from_files"] = {str(t.rank): Path(t.path).name for t in tables}
@@ -162,8 +158,8 @@ def run(args) -> int:
     if rank_notes:
         doc["rank_notes"] = rank_notes
     if args.joint:
-        doc["joint"] = _joint(args, tables, classes)
-    interval_lines = _intervals(args, doc, result, tables)
+        doc["joint"] = _joint(args, joint, tables)
+    interval_lines = _intervals(args, doc, RunReplay(kept), tables)
     if args.structure:
         from lumos.predict.whatif import structure_report   # only here: the what-if layer is not needed
         doc["structure"] = structure_report(tables, step=args.step)
@@ -231,7 +227,7 @@ def run_chakra(args) -> int:
         raise UserError(f"the graph cannot be replayed: {exc}") from None
     metrics, per_rank = run_metrics(result, refs)
     if args.out:
-        _write_out(Path(args.out), result, [])
+        write_out(Path(args.out), ((None, r, refs[r.rank]) for r in result.ranks), len(result.ranks), args.path)
     doc = attach_metrics(result.as_dict(), metrics, per_rank)
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
@@ -250,30 +246,13 @@ def _intervals(args, doc: dict, result: RunReplay, tables) -> list[str]:
                             engine="reference" if args.engine == "reference" else "compiled")
 
 
-def _refuse_empty(result: RunReplay, tables) -> None:
-    """A rank replayed with no task at all is an error, not a row of zeros. The Lumos graph
-    refuses an empty step itself (EmptyStepError); this catches what a simulator that
-    models less (the dPRO baseline has no CPU threads) finds empty."""
-    from lumos.trace.errors import format_counts
-    by_rank = {t.rank: t for t in tables}
-    for r in result.ranks:
-        s = r.graph.summary
-        if s["tasks"] == 0:
-            t = by_rank[r.rank]
-            what = "the dPRO-style baseline (GPU ops only)" if s.get("simulator") == "dpro" else "the graph"
-            raise UserError(f"{t.path}: {what} finds no task in step {s['step']}; events by category: "
-                            f"{format_counts(t.category_counts())}")
+def _joint(args, parts: JointParts, tables) -> dict:
+    """The run as one graph (lumos.analysis.run_replay), joined from the ranks' graphs kept as they
+    streamed; per-rank entries dropped for brevity."""
+    from lumos.analysis.run_replay import replay_joined
 
-
-def _joint(args, tables, classes) -> dict:
-    """The run as one graph (lumos.analysis.run_replay); per-rank entries dropped for brevity."""
-    from lumos.analysis.run_replay import replay_run_graph
-
-    if args.simulator != "lumos" or args.drop_random:
-        raise UserError("--joint replays the Lumos graph; it does not combine with --simulator dpro or --drop-random")
     try:
-        joint = replay_run_graph(tables, step=args.step, engine=args.engine, edge_classes=classes,
-                                 gap_threshold_us=args.gap_threshold_us)
+        joint = replay_joined(parts.graph(tables), engine=args.engine)
     except SimulationError as exc:
         raise UserError(f"the joint graph cannot be replayed: {exc}") from None
     joint.pop("ranks", None)
@@ -295,32 +274,10 @@ def _check_out(args) -> None:
                         "(a trace file there is read as one of its ranks)")
 
 
-def _write_out(out: Path, result: RunReplay, tables, refs: dict, source: str) -> None:
-    """One rank: its replayed timeline in the file. Several ranks: one merged timeline (every rank
-    measured and replayed, critical paths marked) in a .json/.json.gz file, else one replayed
-    timeline per rank in the directory."""
-    from lumos.report.merged_timeline import (is_merged_path, measured_side, replayed_side,
-                                              write_merged_timeline)
-    from lumos.report.timeline import write_timeline
-
-    by_rank = {t.rank: t for t in tables}
-    if len(result.ranks) > 1 and is_merged_path(out):
-        pairs = ((measured_side(r.rank, refs[r.rank].graph, refs[r.rank].path, by_rank.get(r.rank)),
-                  replayed_side(r, by_rank.get(r.rank))) for r in result.ranks)
-        write_merged_timeline(out, pairs, source=str(source))
-        return
-    if len(result.ranks) == 1:
-        r = result.ranks[0]
-        write_timeline(out, r.graph, r.schedule.start, r.schedule.end, by_rank.get(r.rank))
-        return
-    for r in result.ranks:
-        write_timeline(out / f"rank{r.rank}.json.gz", r.graph, r.schedule.start, r.schedule.end, by_rank.get(r.rank))
-
-
 def format_table(result: RunReplay, path: str, metrics: dict | None = None) -> str:
     lines = []
     for r in result.ranks:
-        s = r.graph.summary
+        s = r.summary
         who = "dPRO-style baseline, " if s.get("simulator") == "dpro" else ""
         lines.append(f"{path} rank {r.rank} step {s['step']}: {who}{s['tasks']} tasks "
                      f"({s['cpu_tasks']} CPU, {s['gpu_tasks']} GPU, {s['carry_in_gpu_ops']} carried in), "

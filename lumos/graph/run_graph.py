@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from lumos.lean_numpy import unique
 from lumos.trace import TraceTable
 from lumos.trace.collectives import P2P_KINDS, Call, classify_rows
 from lumos.trace.comm_kernels import OWN_PROTOCOL
@@ -154,15 +155,30 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
     if steps:
         graphs = [with_step_medians(g, steps[t.rank], host=host_medians, kernels=kernel_medians)
                   for g, t in zip(graphs, tables)]
+    calls = ({int(t.rank): comm_calls(g, t) for g, t in zip(graphs, tables)}
+             if EdgeClass.CROSS_RANK in frozenset(EdgeClass(c) for c in edge_classes) else None)
+    return join_ranks(graphs, [int(t.rank) for t in tables], calls, {int(t.world_size) for t in tables},
+                      steps=steps)
+
+
+def join_ranks(graphs: list[Graph], ranks: Sequence[int], calls: dict[int, list[tuple[int, Call]]] | None,
+               worlds: set[int], steps: dict | None = None, consume: bool = False) -> Graph:
+    """The run graph of per-rank graphs (`ranks[i]` is `graphs[i]`'s rank, in that order): concatenated,
+    then, where `calls` is given (rank -> `comm_calls` of its graph, task ids the rank's own), its
+    communication ops matched and joined by rendezvous. `worlds`: the world sizes the ranks' files
+    say. The second half of `build_run_graph`, apart so that a replay that streams the ranks
+    (`lumos.analysis.run_stream`) keeps only each rank's graph and calls, not its trace. `consume`:
+    empty `graphs` once they are concatenated, so that they can be freed before the join goes on."""
     run, offsets = concat_graphs(graphs)
+    if consume:
+        graphs.clear()
     if steps:
         run.summary["profiled_steps"] = {r: h for r, h in steps.items() if h.n_steps >= 2}
-    if EdgeClass.CROSS_RANK not in frozenset(EdgeClass(c) for c in edge_classes):
+    if calls is None:
         return run
-    calls = {int(t.rank): comm_calls(g, t, int(off)) for g, t, off in zip(graphs, tables, offsets)}
-    worlds = {int(t.world_size) for t in tables}
+    calls = {r: [(t + int(off), c) for t, c in calls[r]] for r, off in zip(ranks, offsets)}
     ops, unmatched = resolve_ops(calls, worlds.pop() if len(worlds) == 1 else None)
-    groups = match_ops(ops, [t.rank for t in tables])
+    groups = match_ops(ops, list(ranks))
     matched = set(np.concatenate([np.asarray(g, np.int64) for g in groups]).tolist()) if groups else set()
     for op in ops:
         if op.task not in matched:
@@ -180,7 +196,12 @@ def build_run_graph(tables: Sequence[TraceTable], step=None, ranks: Iterable[int
 def rendezvous_links(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(rendezvous task, member task) pairs: the CROSS_RANK edges out of rendezvous tasks."""
     e = np.flatnonzero(graph.cls == EdgeClass.CROSS_RANK)
-    virtual = graph.event[graph.src[e]] < 0
-    virtual &= graph.name[graph.src[e]].astype(str) != ""
-    e = e[virtual & np.char.startswith(graph.name[graph.src[e]].astype(str), "rendezvous")]
+    src = graph.src[e]
+    virtual = graph.event[src] < 0
+    # the names of the few distinct virtual sources, not one fixed-width string per edge: a run's
+    # longest kernel name times its cross-rank edges is hundreds of MB at a few hundred ranks
+    cand = unique(src[virtual])
+    named = np.fromiter((isinstance(n, str) and n.startswith("rendezvous") for n in graph.name[cand].tolist()),
+                        bool, count=len(cand))
+    e = e[virtual & np.isin(src, cand[named])]
     return graph.src[e], graph.dst[e]

@@ -408,13 +408,14 @@ def scale(src: Sources) -> Cells:
 
 def ranks(src: Sources) -> Cells:
     """benchmarks/replay_ranks.csv (`python benchmarks/bench_ranks.py --csv FILE`, committed): ranks, trace_mb_gz,
-    replay_s, peak_mb, replay_s_per_rank, one row per run (every rank written), cpus."""
+    replay_s, peak_mb (MiB: the maximum resident set), replay_s_per_rank, one row per run (every rank written), cpus."""
     df = _read(src.ranks)
-    ours = ", ".join(f"{int(r.ranks):,} ranks ({r.trace_mb_gz:.0f} MB gzipped) {r.replay_s:.1f} s, {r.peak_mb / 1024:.2f} GiB"
+    ours = ", ".join(f"{int(r.ranks):,} ranks ({r.trace_mb_gz:.0f} MB gzipped) {r.replay_s:.1f} s, {r.peak_mb:,.0f} MiB peak"
                      for r in df.itertuples())
     per = df["replay_s_per_rank"]
-    return (f"`lumos replay` of every rank's trace: {ours}; {per.min():.3f}-{per.max():.3f} s per rank (time and memory "
-            "grow linearly: every rank's graph is held at once)",
+    return (f"`lumos replay` of every rank's trace: {ours}; {per.min():.3f}-{per.max():.3f} s per rank (time grows "
+            "linearly; memory stays about one rank's: the ranks are streamed, each read, replayed and dropped "
+            "before the next)",
             "- (HTA users report 950 GB of RAM for 200 GB of traces; none measured at 1,024 ranks)",
             f"emulated, timed on this machine ({int(df['cpus'].iloc[0])} CPU cores, whole processes)", (str(src.ranks),))
 

@@ -218,3 +218,4 @@ def write_merged_timeline(path: str | os.PathLike, ranks: Iterable[tuple[Side, S
 def _chunks(ranks: Iterable[tuple[Side, Side]]) -> Iterator[list[dict]]:
     for measured, replayed in ranks:
         yield side_events(measured) + side_events(replayed)
+        del measured, replayed   # before the next pair is asked for: a loop variable would hold them

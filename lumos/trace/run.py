@@ -85,21 +85,35 @@ def rank_clash(tables: list[TraceTable]) -> str | None:
     return None
 
 
+def run_files(path: str | os.PathLike) -> list[Path]:
+    """The trace files of `path`: the file itself, or a directory's .json/.json.gz files in name order."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(path, "no such file or directory")
+    if path.is_file():
+        return [path]
+    files = trace_files(path)
+    if not files:
+        raise TraceError(path, "directory holds no .json or .json.gz trace")
+    return files
+
+
 def load_run(path: str | os.PathLike, ranks_from_files: bool = False) -> list[TraceTable]:
     """Load a file (one rank) or a directory (one file per rank; rank from distributedInfo).
 
     A directory whose files are not the ranks of one run raises TraceError,
     unless `ranks_from_files`: then file k (in name order) is rank k of len(files).
     """
-    path = Path(path)
-    if not path.exists():
-        raise TraceError(path, "no such file or directory")
-    if path.is_file():
-        return [load_trace(path)]
-    files = trace_files(path)
-    if not files:
-        raise TraceError(path, "directory holds no .json or .json.gz trace")
-    tables = [load_trace(f) for f in files]
+    tables = [load_trace(f) for f in run_files(path)]
+    return settle_ranks(path, tables, ranks_from_files)
+
+
+def settle_ranks(path: str | os.PathLike, tables: list[TraceTable], ranks_from_files: bool = False) -> list[TraceTable]:
+    """The tables of `path`'s files (in file-name order) as the ranks of one run, sorted by rank; a
+    TraceError where a directory's files are not (`rank_clash`). Tables that are shells (their
+    events dropped, `lumos.analysis.run_stream`) are settled the same way."""
+    if Path(path).is_file():
+        return tables
     if ranks_from_files:
         for i, t in enumerate(tables):
             t.metadata["rank_from_file_order"] = True
@@ -111,6 +125,33 @@ def load_run(path: str | os.PathLike, ranks_from_files: bool = False) -> list[Tr
             raise TraceError(path, f"the files are not ranks of one run: {clash}; {HINT}")
         _ranks_from_names(tables)
     return sorted(tables, key=lambda t: t.rank)
+
+
+def rank_as_loaded(table: TraceTable, index: int, n_files: int, ranks_from_files: bool = False) -> bool:
+    """Give `table`, file `index` of a directory's `n_files`, the rank `settle_ranks` will give it,
+    from this file alone (its distributedInfo, else its name; with `ranks_from_files` its place);
+    False where no rank can be read from it (the run is then refused once every file is read)."""
+    if ranks_from_files:
+        table.metadata["rank_from_file_order"] = True
+        table.rank, table.world_size = index, n_files
+        return True
+    if n_files < 2 or _rank_info(table)[0] is not None:
+        return True
+    said = file_rank(Path(table.path).name)
+    if said is None:
+        return False
+    table.rank = said
+    return True
+
+
+def stream_order(files: list[Path], ranks_from_files: bool = False) -> list[int]:
+    """The order to read `files` in so that their ranks most likely come in rank order: by the rank
+    each name says (`file_rank`), names that say none after, in name order (file-name order with
+    `ranks_from_files`). distributedInfo, read only with the events, can still say otherwise."""
+    if ranks_from_files:
+        return list(range(len(files)))
+    said = [file_rank(f.name) for f in files]
+    return sorted(range(len(files)), key=lambda i: (said[i] is None, said[i] or 0, i))
 
 
 def _ranks_from_names(tables: list[TraceTable]) -> None:

@@ -66,5 +66,6 @@ def write_trace_chunks(path: str | os.PathLike, chunks: Iterable[Iterable[Mappin
             fh.write(b"," if count else b"")
             fh.write(body[1:-1])   # the array's elements, without its brackets
             count += len(events)
+            del chunk, events, body   # before the next chunk is made
         fh.write(b"]}")
     return count

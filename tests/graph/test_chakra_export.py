@@ -165,6 +165,17 @@ def test_replay_refuses_what_needs_a_kineto_trace(exported, capsys):
     assert "is a Chakra trace" in capsys.readouterr().err
 
 
+def test_replay_of_the_export_writes_its_timelines(exported, tmp_path, capsys):
+    """--out on a Chakra run: one merged timeline, or a timeline per rank (a TypeError before)."""
+    _, _, out, _, graphs, _ = exported
+    assert lumos_main(["replay", str(out), "--out", str(tmp_path / "merged.json.gz")]) == 0
+    merged = load_run(tmp_path / "merged.json.gz")[0]
+    assert set(merged.pid.tolist()) == {2 * r + k for r in graphs for k in (1, 2)}   # measured and replayed
+    assert lumos_main(["replay", str(out), "--out", str(tmp_path / "per_rank")]) == 0
+    assert sorted(p.name for p in (tmp_path / "per_rank").iterdir()) == sorted(f"rank{r}.json.gz" for r in graphs)
+    capsys.readouterr()
+
+
 def _foreign(path: Path, rank: int) -> None:
     """A Chakra trace as another tool writes it (no lumos_* attributes), two ranks alike:
 

@@ -101,13 +101,14 @@ def add_rendezvous(graph: Graph, groups: list[list[int]], set_durations: bool = 
     new_src, new_dst, new_lag = [], [], []
     r_ts = np.zeros(m)
     r_release = np.full(m, -np.inf)
+    end = graph.end   # once: the property computes it over every task of the run
     for j, members in enumerate(groups):
         r = n0 + j
         members = np.asarray(members, dtype=np.int64)
         latest = float(graph.ts[members].max())
         r_ts[j] = latest
         if set_durations:
-            dur[members] = np.maximum(graph.end[members] - latest, 0.0)
+            dur[members] = np.maximum(end[members] - latest, 0.0)
         rel = graph.release[members]
         if np.any(np.isfinite(rel)):
             r_release[j] = float(rel[np.isfinite(rel)].max())
