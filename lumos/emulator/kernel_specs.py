@@ -68,6 +68,16 @@ class CPComm:
 
 
 @dataclass(frozen=True)
+class CPRing:
+    """Context parallelism's ring form inside a layer (`training.cp_form: ring`): the rank's attention over its
+    CP group in CP steps, each step's flash-attention kernel beside the p2p exchange of the next key/value chunk
+    (backward: of the key/value chunk and the gradients gathered so far), run by the rank
+    (`lumos/emulator/ring_attention.py`)."""
+    backward: bool = False
+    layers: int = 1                     # consecutive layers it stands for (granularity=stage)
+
+
+@dataclass(frozen=True)
 class MoEStep:
     """A part of a mixture-of-experts MLP whose work depends on where the router sent the tokens, timed by
     the rank for each layer and micro-batch (`lumos/emulator/routing.py`): `dispatch` (tokens to their

@@ -12,8 +12,9 @@ from dataclasses import replace
 
 from .costs import KernelCosts
 from .experts import ExpertOps
-from .kernel_specs import (BF16, GROUPED_GEMM, CPComm, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait,  # noqa: F401
-                           folded)
+from .kernel_specs import (BF16, GROUPED_GEMM, CPComm, CPRing, KSpec, MoEStep, OpSpec, TPAllReduce,  # noqa: F401
+                           TPWait, folded)
+from .ring_attention import RingOps
 
 
 def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
@@ -97,7 +98,7 @@ def coarse_granularity(settings) -> bool:
     return granularity_level(settings) != "fine"
 
 
-class Program(ExpertOps):
+class Program(ExpertOps, RingOps):
     """Op lists for one pipeline stage of the configured model (shared by every rank of the stage)."""
 
     def __init__(self, settings, costs: KernelCosts):
@@ -106,6 +107,8 @@ class Program(ExpertOps):
         # the whole sequence's keys and values, gathered from the context-parallel group
         self.cp = max(int(getattr(settings, "cp", 1)), 1)
         self.s_full = m.seq_length
+        # the ring form (training.cp_form: ring): attention in cp steps over the CP group (`ring_attention.py`)
+        self.ring = self.cp > 1 and getattr(settings.training, "cp_form", "allgather") == "ring"
         self.s, self.b, self.h, self.f = m.seq_length // self.cp, m.micro_batch_size, m.hidden, m.ffn_hidden
         self.t = settings.tp
         self.heads, self.d, self.v = m.num_heads, m.head_dim, m.vocab_size
@@ -210,8 +213,7 @@ class Program(ExpertOps):
             self.mm(T, h, qkv, "tn"),
             self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
             *self._rope(),
-            *self._cp_gather(),
-            *self._attention_fwd(b, s, a, d),
+            *([CPRing()] if self.ring else (*self._cp_gather(), *self._attention_fwd(b, s, a, d))),
             self.mm(T, q, h, "tn"),
             TPAllReduce(T * h),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
@@ -243,9 +245,8 @@ class Program(ExpertOps):
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
             self.mm(T, h, q, "nn"),                                        # proj dgrad
             self.mm(h, T, q, "nt", dims=((h, T), (T, q))),                 # proj wgrad
-            *self._cp_gather(),
-            *self._attention_bwd(b, s, a, d),
-            *self._cp_scatter(),
+            *([CPRing(backward=True)] if self.ring else
+              (*self._cp_gather(), *self._attention_bwd(b, s, a, d), *self._cp_scatter())),
             *self._rope(backward=True),
             self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
             self.mm(T, qkv, h, "nn"),                                      # QKV dgrad
@@ -408,7 +409,7 @@ class Program(ExpertOps):
         for st in steps:
             if isinstance(st, CPComm):   # blocking: its time adds to the block's, wherever it sits
                 cp.append(replace(st, repeat=n * st.repeat))
-            elif isinstance(st, MoEStep):   # the same: timed per layer by the rank, after the block's compute
+            elif isinstance(st, (MoEStep, CPRing)):   # the same: run by the rank, after the block's compute
                 cp.append(replace(st, layers=n * st.layers))
             elif isinstance(st, OpSpec):
                 first = first or st

@@ -106,6 +106,7 @@ TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": 
                     "attention": "flash", "dp_sharding": "none", "cp_form": "allgather",
                     "moe_dispatcher": "alltoall", "moe_grouped_gemm": True}
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
+CP_FORMS = ("allgather", "ring")
 MOE_IMBALANCE = ("uniform", "dirichlet", "zipf")
 
 
@@ -122,9 +123,9 @@ def _training(c: dict) -> dict:
     if t["dp_sharding"] != "none" and t["dp_allreduce"] != "bucketed":
         raise SettingsError(f"training.dp_sharding={t['dp_sharding']} reduces the gradients as the backward makes "
                             "them; it takes no dp_allreduce=after_backward")
-    if t["cp_form"] != "allgather":
-        raise SettingsError(f"training.cp_form {t['cp_form']!r} is not emulated (only allgather: Llama 3's all-gather "
-                            "of keys and values; the ring form of Megatron / torchtitan is not)")
+    if t["cp_form"] not in CP_FORMS:
+        raise SettingsError(f"training.cp_form must be one of {', '.join(CP_FORMS)}, got {t['cp_form']!r} (allgather: "
+                            "Llama 3's all-gather of keys and values; ring: Megatron / Transformer Engine's p2p ring)")
     if t["moe_dispatcher"] not in MOE_DISPATCHERS:
         raise SettingsError(f"training.moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, "
                             f"got {t['moe_dispatcher']!r}")
