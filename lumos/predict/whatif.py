@@ -33,7 +33,7 @@ from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.moe import change_moe, exchange_offsets, expert_samples, moe_layer_parts, moe_now, moe_target
-from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
+from lumos.transform.plan import Plan, comm_roles, cp_form, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import ScheduleError, layers_per_stage, split_layers, stage_split
 from lumos.transform.sequence import change_seq
@@ -93,7 +93,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
                 profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers,
-                chunk_layers=st.chunk_layers, cp=st.cp, ep=st.moe.ep if st.moe is not None else 1,
+                chunk_layers=st.chunk_layers, cp=st.cp, cp_form=cp_form(st, role), ep=st.moe.ep if st.moe is not None else 1,
                 routing=_routing(st))
     if st.moe is not None:   # the experts' cost against their rows, fitted on the base's own MoE layers
         plan.moe_parts = moe_layer_parts(plan)
