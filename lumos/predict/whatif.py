@@ -9,6 +9,7 @@ which sits above this layer.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ from lumos.trace import TraceTable
 from lumos.trace.table import devices
 from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.cp import change_cp
+from lumos.transform.cp_ring import pair_groups
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
@@ -69,6 +71,8 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
     st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
+    if cp_form(st, role) == "ring":   # each exchange timed on the pair it runs between, not the CP group it names
+        pair_groups(SimpleNamespace(graph=graph, st=st, role=role))
     slowdown = alone_under_comm(graph, st, found) if options.contention == "fit" else NO_CONTENTION
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
@@ -201,7 +205,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
-    out = change_cp(out, cp)
+    out = change_cp(out, cp, dp)
     # checked before any change, against the target's DP
     moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity, dp=dp_only)
     out = change_dp(out, dp)

@@ -57,9 +57,9 @@ def refuse_cp_form(plan: Plan, cp: int | None, form: str | None) -> None:
                         f"form and does not predict one form from the other (emulate the {form} form for a base)")
 
 
-def change_cp(plan: Plan, cp: int | None) -> Plan:
+def change_cp(plan: Plan, cp: int | None, dp: int | None = None) -> Plan:
     """`plan` at `cp` context-parallel ranks per sequence (`Plan.dp` stays DP x CP of the base: the caller
-    changes it to DP x cp)."""
+    changes it to DP x cp, `dp`: the target's, where a ring's pairs of neighbours sit)."""
     if cp is None or cp == plan.cp:
         return plan
     sh = plan.shape
@@ -73,7 +73,7 @@ def change_cp(plan: Plan, cp: int | None) -> Plan:
     local = whole // cp
     params = parameter_shapes(plan.st.op_name, plan.st.op_dims)
     if plan.cp_form == "ring":
-        return _change_ring(plan, cp, local, params)
+        return _change_ring(plan, cp, local, params, dp or plan.dp // plan.cp * cp)
     out = reshape_micro_batches(plan, local / sh.seq, lambda op, d: _keys_kept(op, d, rewrite_seq(
         op, d, sh.micro_batch, sh.seq, local, params, heads_per_rank=sh.heads // sh.tp)))
     g, st = out.graph, out.st
@@ -93,13 +93,13 @@ def change_cp(plan: Plan, cp: int | None) -> Plan:
     return out
 
 
-def _change_ring(plan: Plan, cp: int, local: int, params) -> Plan:
+def _change_ring(plan: Plan, cp: int, local: int, params, dp: int) -> Plan:
     """A ring base at `cp`: its rings re-stepped and re-timed (`cp_ring.py`), the rest of each layer as above."""
     sh = plan.shape
     out, compute, exchanges = change_cp_ring(plan, cp)
     out = reshape_micro_batches(out, local / sh.seq, lambda op, d: rewrite_seq(
         op, d, sh.micro_batch, sh.seq, local, params, heads_per_rank=sh.heads // sh.tp), keep=compute)
-    ring_scale(out, compute, exchanges, plan.cp / cp, cp)
+    ring_scale(out, compute, exchanges, plan.cp / cp, cp, dp)
     out.shape = dataclasses.replace(sh, seq=local)
     out.st.shape = out.shape
     out.st.cp = out.cp = cp

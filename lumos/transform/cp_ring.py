@@ -141,7 +141,39 @@ def _ring(plan, lay, bi, cpu, ops, xchg, run) -> _Ring:
     return _Ring(block=bi, backward="backward" in ops[run[0]], steps=steps, after=after)
 
 
-def change_cp_ring(plan: Plan, cp: int) -> tuple[Plan, set, set]:
+def directions(plan, rings: list[_Ring], lay: _Layout) -> dict:
+    """Exchange kernel -> +1 where it runs to or from the next rank of the ring, -1 the previous: TE sends the
+    forward's chunks to the next rank (and receives from the previous), the backward's the other way."""
+    out = {}
+    for ring in rings:
+        for s in ring.steps:
+            for c in s.xchg:
+                for k in lay.launches.get(c, ()):
+                    if plan.role[k] == "cp":
+                        out[k] = (1 if plan.st.coll[k] == "send" else -1) * (-1 if ring.backward else 1)
+    return out
+
+
+def ring_pair(rank: int, sign: int, cp: int, tp: int) -> tuple:
+    """The ranks one exchange of `rank`, its stage's first rank (the one a plan holds: first in its CP group, in
+    Megatron's order TP, CP, DP), runs between at CP `cp`: it and its next (`sign` +1) or previous (-1) ring
+    neighbour, `tp` or (cp - 1) x `tp` ranks on."""
+    return (rank, rank + (tp if sign > 0 or cp == 2 else (cp - 1) * tp))
+
+
+def pair_groups(plan) -> None:
+    """Each ring exchange's group, in place, as the pair of neighbours it runs between (ProcessGroupNCCL's
+    point-to-point communicator; the trace names the CP group): a ring whose group spans hosts crosses them on one
+    of its pairs only, and a rank's send and receive then cross, or share a NIC, each on its own."""
+    lay = _Layout(plan)
+    g, st = plan.graph, plan.st
+    for k, sign in directions(plan, find_rings(plan, lay), lay).items():
+        ring, rank = tuple(sorted(st.group[k])), int(g.rank[k])
+        peer = ring[(ring.index(rank) + sign) % len(ring)]
+        st.group[k] = tuple(sorted((rank, peer)))
+
+
+def change_cp_ring(plan: Plan, cp: int) -> tuple[Plan, set, dict]:
     """`plan` (a ring base) with each ring at `cp` steps, before re-timing: the plan, the ring's compute kernels
     and its exchanges (kept and copied, task ids of the new plan); the steps dropped run at no time."""
     lay = _Layout(plan)
@@ -158,23 +190,28 @@ def change_cp_ring(plan: Plan, cp: int) -> tuple[Plan, set, set]:
     g2, st2 = out.graph, out.st
     for new, tmpl in copies.items():
         st2.op_dims[new] = plan.st.op_dims[tmpl]
+        if plan.role[tmpl] == "cp":   # a copied exchange transfers without the wait its template had for its peer
+            g2.dur[new] = out.collectives.time_us(CollectiveSpec(st2.coll[new], st2.nbytes[new], st2.group[new]))
     _restream(g2, order_of)
     z = np.fromiter(zero, np.int64, len(zero))
     g2.dur[z] = 0.0
-    compute, exchanges = set(), set()
+    compute = set()
+    exchanges = directions(plan, rings, lay)
     for ring in rings:
         for s in ring.steps:
             for c in s.calls:
-                for k in lay.launches.get(c, ()):
-                    (exchanges if plan.role[k] == "cp" else compute).add(k)
+                compute.update(k for k in lay.launches.get(c, ()) if plan.role[k] != "cp")
     for new, tmpl in copies.items():
         if g2.kind[new] == _GPU:
-            (exchanges if plan.role[tmpl] == "cp" else compute).add(new)
+            if plan.role[tmpl] == "cp":
+                exchanges[new] = exchanges[tmpl]
+            else:
+                compute.add(new)
     for t in doubled:
         old = CollectiveSpec(st2.coll[t], st2.nbytes[t], st2.group[t])
         st2.nbytes[t] *= 2
         g2.dur[t] = out.collectives.retime(g2.dur[t], old, CollectiveSpec(st2.coll[t], st2.nbytes[t], st2.group[t]))
-    return out, compute - zero, exchanges - zero
+    return out, compute - zero, {k: v for k, v in exchanges.items() if k not in zero}
 
 
 def _new_order(plan, ring: _Ring, cp: int, grow: Growth, copies: dict, doubled: set, zero: set, lay) -> list:
@@ -334,9 +371,11 @@ def _restream(g, order_of: dict) -> None:
         g.stream_pos[order] = np.arange(len(order), dtype=g.stream_pos.dtype)
 
 
-def ring_scale(plan: Plan, compute: set, exchanges: set, ratio: float, cp: int) -> None:
-    """Re-time the ring's kernels in place: sequence dims x `ratio` (CP / CP'), exchanges x `ratio` bytes over `cp`
-    ranks TP apart."""
+def ring_scale(plan: Plan, compute: set, exchanges: dict, ratio: float, cp: int, dp: int) -> None:
+    """Re-time the ring's kernels in place: sequence dims x `ratio` (CP / CP'), exchanges (kernel -> its direction)
+    x `ratio` bytes between the stage's first rank at the target's `dp` (DP x CP) ranks per stage and its neighbour
+    on a ring of `cp` (a transform in place keeps the base's rank numbers; the hosts a pair spans are the
+    target's)."""
     from .shapes import reshape_tasks
 
     def rewrite(op, dims):
@@ -352,12 +391,12 @@ def ring_scale(plan: Plan, compute: set, exchanges: set, ratio: float, cp: int) 
 
     reshape_tasks(plan, sorted(compute), rewrite)
     g, st = plan.graph, plan.st
-    for t in sorted(exchanges):
+    for t, sign in sorted(exchanges.items()):
         old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
-        first = min(st.group[t])
         st.nbytes[t] *= ratio
-        st.group[t] = tuple(first + c * plan.tp for c in range(cp))
+        first = int(g.rank[t]) // (plan.tp * plan.dp) * plan.tp * dp     # the stage's first rank in the target
+        st.group[t] = ring_pair(first, sign, cp, plan.tp)
         g.dur[t] = plan.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
 
 
-__all__ = ["change_cp_ring", "ring_scale", "find_rings"]
+__all__ = ["change_cp_ring", "ring_scale", "find_rings", "pair_groups", "ring_pair"]

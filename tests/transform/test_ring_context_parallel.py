@@ -33,10 +33,11 @@ def runs(tmp_path_factory):
 
 
 def _ring_tasks(plan):
-    """(kind, bytes, group size) of every CP exchange, counted."""
+    """(kind, bytes, how far apart the pair of ranks it runs between is) of every CP exchange, counted (a transform
+    in place keeps the base's rank numbers)."""
     st = plan.st
-    return Counter((str(st.coll[t]), float(st.nbytes[t]), len(st.group[t])) for t in np.flatnonzero(plan.role == "cp")
-                   if plan.graph.dur[t] > 0)
+    return Counter((str(st.coll[t]), float(st.nbytes[t]), st.group[t][1] - st.group[t][0])
+                   for t in np.flatnonzero(plan.role == "cp") if plan.graph.dur[t] > 0)
 
 
 def test_a_ring_base_is_read_as_one(runs):
@@ -48,7 +49,15 @@ def test_a_ring_base_is_read_as_one(runs):
                                                                ("recv", "pp")}
     # 2 layers per stage x 4 micro-batches, forward 1 exchange and backward 2 per layer: sends and receives alike
     assert roles[("send", "cp")] == roles[("recv", "cp")] == 2 * 4 * 3 * 2
-
+    # each timed on the pair it runs between (the trace names the CP group): stage 0's rank 0 and its neighbour 2
+    assert {plan.st.group[t] for t in np.flatnonzero((plan.role == "cp") & (plan.graph.rank == 0))} == {(0, 2)}
+    four = base_plan(load_run(runs[4]))
+    st = four.st
+    pairs = {(str(st.coll[t]), st.blocks[st.task_block[t]].phase, st.group[t])
+             for t in np.flatnonzero((four.role == "cp") & (four.graph.rank == 0))}
+    # forward: send to the next rank (2), receive from the previous (6); backward the other way
+    assert pairs == {("send", "forward", (0, 2)), ("recv", "forward", (0, 6)), ("send", "backward", (0, 6)),
+                     ("recv", "backward", (0, 2))}
 
 def test_the_ring_is_re_stepped_as_the_emulator_runs_it(runs):
     """CP 2 -> 4: every layer's ring gets two more steps; the exchanges' kinds, bytes and group sizes are then
