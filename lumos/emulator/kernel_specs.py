@@ -92,3 +92,6 @@ class MoEStep:
 GROUPED_GEMM = ("void cutlass::Kernel<cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
                 "128x128_32x4_tn_align8> >(cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
                 "128x128_32x4_tn_align8>::Params)")
+# a flash-attention forward and backward kernel (Dao's flash-attn 2, as PyTorch's SDPA launches it)
+FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_fwd_params)"
+FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from .costs import KernelCosts
 from .experts import ExpertOps
-from .kernel_specs import (BF16, GROUPED_GEMM, CPComm, CPRing, KSpec, MoEStep, OpSpec, TPAllReduce,  # noqa: F401
-                           TPWait, folded)
+from .kernel_specs import (BF16, FLASH_BWD, FLASH_FWD, GROUPED_GEMM, CPComm, CPRing, KSpec, MoEStep,  # noqa: F401
+                           OpSpec, TPAllReduce, TPWait, folded)
 from .ring_attention import RingOps
 
 
@@ -62,8 +62,6 @@ SOFTMAX = "void (anonymous namespace)::scaled_masked_softmax_warp_forward<c10::B
 SOFTMAX_BWD = "void (anonymous namespace)::scaled_masked_softmax_warp_backward<c10::BFloat16, c10::BFloat16, float, 10>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int, int)"
 DROPOUT = "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState)"
 DROPOUT_BWD = "void at::native::(anonymous namespace)::masked_scale_kernel<bool, c10::BFloat16, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)"
-FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_fwd_params)"
-FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"
 
 
 LEVELS = ("fine", "coarse", "segment", "stage")

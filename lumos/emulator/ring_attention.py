@@ -3,9 +3,10 @@
 Modelled on Transformer Engine's `AttnFuncWithCPAndKVP2P` (Megatron-Core's default `--cp-comm-type p2p`;
 transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, read at d0067d0:
 `flash_attn_p2p_communicate`, `cp_p2p_fwd_prepare_qkv`, `cp_p2p_bwd_prepare_qkv`, the forward's and the
-backward's step loops). PyTorch's ring attention, which torchtitan uses (torch/distributed/tensor/experimental/
+backward's step loops). PyTorch's context parallelism, which torchtitan uses (torch/distributed/tensor/experimental/
 _context_parallel/_attention.py: `_templated_ring_attention`, `_templated_ring_attention_backward`,
-`_is_causal_behavior`), runs the same steps over the same load-balanced sections.
+`_is_causal_behavior`), runs the same steps over the same load-balanced sections; it passes the key/value chunks
+around the ring with rotate method `alltoall` (its default, `allgather`, gathers them once) and the gradients always.
 
 Each rank holds two of the sequence's 2 CP chunks of c = s / (2 CP) tokens, chunk r and 2 CP - 1 - r (the
 causal load balance), as its queries and its own keys and values. Forward, step i (0 .. CP-1): the attention
@@ -38,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .engine import CP_RECV_STREAM, CP_STREAM, Thread
-from .kernel_specs import BF16, CPRing, KSpec, OpSpec, folded
+from .kernel_specs import BF16, FLASH_BWD, FLASH_FWD, CPRing, KSpec, OpSpec, folded
 
 LSE_CORRECTION = "triton_poi_fused_flash_attn_fwd_softmax_lse_correction_0"
 OUT_CORRECTION = "triton_poi_fused_flash_attn_fwd_out_correction_0"
@@ -110,7 +111,6 @@ class RingOps:
 
     @staticmethod
     def _ring_kernel(backward: bool) -> str:
-        from .program import FLASH_BWD, FLASH_FWD
         return FLASH_BWD if backward else FLASH_FWD
 
     def _queries(self, i: int, r: int, c: int) -> int:

@@ -104,3 +104,21 @@ def test_the_other_form_is_refused(runs, capsys):
     assert "the base ran the ring form" in capsys.readouterr().err
     assert lumos_main(["predict", str(runs[1]), "--cp", "2", "--cp-form", "ring"]) == 2
     assert "the base ran no context parallelism" in capsys.readouterr().err
+
+
+def test_a_recomputed_backward_holds_two_rings(tmp_path):
+    """training.recompute=full: each backward block re-runs the forward ring before its own; both are re-stepped."""
+    runs = {}
+    for cp in (2, 4):
+        runs[cp] = tmp_path / f"cp{cp}"
+        write_result(emulate(["model=llama3_8b", "model.num_layers=4", "parallel.tp=2", "parallel.pp=2",
+                              "parallel.dp=1", f"parallel.cp={cp}", "training.cp_form=ring", "training.recompute=full",
+                              *QUIET], progress=False), runs[cp])
+    out = transform(base_plan(load_run(runs[2])), cp=4)
+    g, st = out.graph, out.st
+    bwd = next(b for b in st.blocks if b.kind == "layer" and b.phase == "backward")
+    ops = Counter(str(st.op_name[t]) for t in bwd.tasks if g.kind[t] == int(TaskKind.GPU))
+    assert ops["aten::_flash_attention_forward"] == ops["aten::_flash_attention_backward"] == 4
+    assert _ring_tasks(out) == _ring_tasks(base_plan(load_run(runs[4])))
+    doc = predict(load_run(runs[2]), {"cp": 4}, actual_tables=load_run(runs[4]), actual_manifest=read_manifest(runs[4]))
+    assert abs(doc["error_pct"]) < 3.0, doc["error_pct"]
