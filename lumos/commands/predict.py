@@ -10,6 +10,7 @@ from pathlib import Path
 from lumos import collector
 from lumos.analysis import COMPONENTS
 from lumos.errors import UserError
+from lumos.transform.cp import refuse_cp_form
 from lumos.transform.dp_sharding import STRATEGIES
 from lumos.predict.micro_batch_count import MICROBATCH_RULES
 
@@ -33,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="key/value heads of grouped-query attention (must divide the query heads)")
     p.add_argument("--cp", type=positive_int, default=None,
                    help="context-parallel ranks per sequence (from a base that ran with context parallelism)")
+    p.add_argument("--cp-form", choices=("allgather", "ring"), default=None,
+                   help="the target's form of context parallelism: the base's own (Llama 3's all-gather, or the "
+                        "p2p ring); the other form is refused (lumos/transform/cp.py)")
     p.add_argument("--ep", type=positive_int, default=None,
                    help="expert-parallel ranks of an MoE base's layers (divides the experts and TP x DP; "
                         "lumos/transform/moe.py)")
@@ -231,6 +235,7 @@ def _run(args) -> int:
         if args.dp is not None and (args.dp_calibration or _one_rank_fsdp_base(args)):
             return _run_from_one_rank(args, options)
         base, plan = _base_and_plan(args.base, options, args.recordings)
+        refuse_cp_form(plan, args.cp, args.cp_form)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     actual = load_run(args.actual) if args.actual else None

@@ -141,7 +141,7 @@ def _emulate_config(cfg: DictConfig, progress: bool | None) -> EmulationResult:
         rec = Recorder(r, r % s.cluster.gpus_per_host, 10000 + r)
         dev = Device(env, r, float(slowness[r]), s.knobs, rand, rec, fabric,
                      sharded=s.training.dp_sharding in ("fsdp", "fsdp_grad_op"), ring=s.vp > 1, cp=s.cp > 1,
-                     moe=s.model.moe is not None)
+                     moe=s.model.moe is not None, cp_ring=s.cp > 1 and s.training.cp_form == "ring")
         rp = RankProgram(emu, r, dev, rand, rec, program, bar.update)
         env.process(rp.run())
         recorders[r] = rec

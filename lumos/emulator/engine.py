@@ -16,7 +16,9 @@ import numpy as np
 COMPUTE, COMM, WAIT = 0, 1, 2
 MP_STREAM = 36   # the model-parallel group's NCCL stream, only with schedule.grad_norm_group: model_parallel
 AG_STREAM = 40   # FSDP's all-gather stream, only with training.dp_sharding: fsdp
-CP_STREAM = 44   # the context-parallel group's NCCL stream, only with parallel.cp > 1
+CP_STREAM = 44   # the context-parallel group's NCCL stream, only with parallel.cp > 1 (the ring form: its sends)
+CP_RECV_STREAM = 46   # the ring form's receives (training.cp_form: ring)
+P2P_KINDS = ("pp", "cpp")   # groups of two whose calls are sends and receives (a pipeline's, a CP ring's pairs)
 EP_STREAM = 48   # the expert-parallel dispatch and combine (NCCL or DeepEP kernels), only with an MoE model
 
 
@@ -144,7 +146,7 @@ class Device:
     STREAMS = (7, 20, 24, 28, 32)
 
     def __init__(self, env, rank, slowness, knobs, rand, recorder, fabric, sharded: bool = False,
-                 ring: bool = False, cp: bool = False, moe: bool = False):
+                 ring: bool = False, cp: bool = False, moe: bool = False, cp_ring: bool = False):
         self.env, self.rank, self.slowness = env, rank, slowness
         self.jitter = knobs.compute.jitter_sigma
         self.comm_slowdown = knobs.compute.comm_slowdown   # SM share an active NCCL kernel takes
@@ -153,7 +155,7 @@ class Device:
         self.busy = 0.0           # compute time so far: peers drift apart only while computing
         sids = self.STREAMS + ((MP_STREAM,) if knobs.schedule.grad_norm_group == "model_parallel" else ()) \
             + ((AG_STREAM,) if sharded else ()) + ((29, 33) if ring else ()) + ((CP_STREAM,) if cp else ()) \
-            + ((EP_STREAM,) if moe else ())
+            + ((EP_STREAM,) if moe else ()) + ((CP_RECV_STREAM,) if cp_ring else ())
         # (29, 33: rank.SEND_BWD_S, RECV_BWD_S)
         self.streams = {sid: Stream(self, sid) for sid in sids}
 
@@ -206,7 +208,7 @@ class Fabric:
 
     def _ratio(self, g, ref: int, virtual: np.ndarray) -> np.ndarray:
         """How much slower each virtual peer is than `ref` (DP peers: their whole replica's pace)."""
-        if g.kind == "pp":   # the virtual end of a send/recv pair depends on the call
+        if g.kind in P2P_KINDS:   # the virtual end of a send/recv pair depends on the call
             key = (g.key, ref, tuple(virtual.tolist()))
         else:
             key = (g.key, ref)
@@ -221,7 +223,7 @@ class Fabric:
         m = self.pending.get(comm.key)
         if m is None:
             g = comm.group
-            if g.kind == "pp":
+            if g.kind in P2P_KINDS:
                 expected = sum(1 for r in (comm.src, comm.dst) if r in self.emulated)
             else:
                 expected = len(g.real)
@@ -237,7 +239,7 @@ class Fabric:
         g = comm.group
         t_real, ref, ready, busy = max(m.arrivals)
         t_sync = t_real
-        if g.kind == "pp":
+        if g.kind in P2P_KINDS:
             virtual = [r for r in (comm.src, comm.dst) if r not in self.emulated]
             virtual = np.array(virtual, dtype=np.int64)
         else:

@@ -68,6 +68,16 @@ class CPComm:
 
 
 @dataclass(frozen=True)
+class CPRing:
+    """Context parallelism's ring form inside a layer (`training.cp_form: ring`): the rank's attention over its
+    CP group in CP steps, each step's flash-attention kernel beside the p2p exchange of the next key/value chunk
+    (backward: of the key/value chunk and the gradients gathered so far), run by the rank
+    (`lumos/emulator/ring_attention.py`)."""
+    backward: bool = False
+    layers: int = 1                     # consecutive layers it stands for (granularity=stage)
+
+
+@dataclass(frozen=True)
 class MoEStep:
     """A part of a mixture-of-experts MLP whose work depends on where the router sent the tokens, timed by
     the rank for each layer and micro-batch (`lumos/emulator/routing.py`): `dispatch` (tokens to their
@@ -82,3 +92,6 @@ class MoEStep:
 GROUPED_GEMM = ("void cutlass::Kernel<cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
                 "128x128_32x4_tn_align8> >(cutlass::gemm::kernel::GemmGrouped<cutlass_sm80_bf16_s16816gemm_grouped_"
                 "128x128_32x4_tn_align8>::Params)")
+# a flash-attention forward and backward kernel (Dao's flash-attn 2, as PyTorch's SDPA launches it)
+FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_fwd_params)"
+FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"

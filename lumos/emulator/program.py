@@ -12,8 +12,9 @@ from dataclasses import replace
 
 from .costs import KernelCosts
 from .experts import ExpertOps
-from .kernel_specs import (BF16, GROUPED_GEMM, CPComm, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait,  # noqa: F401
-                           folded)
+from .kernel_specs import (BF16, FLASH_BWD, FLASH_FWD, GROUPED_GEMM, CPComm, CPRing, KSpec, MoEStep,  # noqa: F401
+                           OpSpec, TPAllReduce, TPWait, folded)
+from .ring_attention import RingOps
 
 
 def _gemm_name(m: int, n: int, layout: str, arch: str = "hopper") -> str:
@@ -61,8 +62,6 @@ SOFTMAX = "void (anonymous namespace)::scaled_masked_softmax_warp_forward<c10::B
 SOFTMAX_BWD = "void (anonymous namespace)::scaled_masked_softmax_warp_backward<c10::BFloat16, c10::BFloat16, float, 10>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int, int)"
 DROPOUT = "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState)"
 DROPOUT_BWD = "void at::native::(anonymous namespace)::masked_scale_kernel<bool, c10::BFloat16, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)"
-FLASH_FWD = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_fwd_params)"
-FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, true, false, false, false, true, true, false, false>(Flash_bwd_params)"
 
 
 LEVELS = ("fine", "coarse", "segment", "stage")
@@ -117,7 +116,7 @@ def coarse_granularity(settings) -> bool:
     return granularity_level(settings) != "fine"
 
 
-class Program(ExpertOps):
+class Program(ExpertOps, RingOps):
     """Op lists for one pipeline stage of the configured model (shared by every rank of the stage)."""
 
     def __init__(self, settings, costs: KernelCosts):
@@ -126,6 +125,8 @@ class Program(ExpertOps):
         # the whole sequence's keys and values, gathered from the context-parallel group
         self.cp = max(int(getattr(settings, "cp", 1)), 1)
         self.s_full = m.seq_length
+        # the ring form (training.cp_form: ring): attention in cp steps over the CP group (`ring_attention.py`)
+        self.ring = self.cp > 1 and getattr(settings.training, "cp_form", "allgather") == "ring"
         self.s, self.b, self.h, self.f = m.seq_length // self.cp, m.micro_batch_size, m.hidden, m.ffn_hidden
         self.t = settings.tp
         self.heads, self.d, self.v = m.num_heads, m.head_dim, m.vocab_size
@@ -237,8 +238,7 @@ class Program(ExpertOps):
             self.mm(T, h, qkv, "tn"),
             self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
             *self._rope(),
-            *self._cp_gather(),
-            *self._attention_fwd(b, s, a, d),
+            *([CPRing()] if self.ring else (*self._cp_gather(), *self._attention_fwd(b, s, a, d))),
             self.mm(T, q, h, "tn"),
             TPAllReduce(T * h),
             self.elem("aten::add", "bda", ((s, b, h), (s, b, h)), 6 * T * h),
@@ -270,9 +270,8 @@ class Program(ExpertOps):
             self.elem("aten::mul", "mul", ((s, b, h), (s, b, h)), 6 * T * h),
             self.mm(T, h, q, "nn"),                                        # proj dgrad
             self.mm(h, T, q, "nt", dims=((h, T), (T, q))),                 # proj wgrad
-            *self._cp_gather(),
-            *self._attention_bwd(b, s, a, d),
-            *self._cp_scatter(),
+            *([CPRing(backward=True)] if self.ring else
+              (*self._cp_gather(), *self._attention_bwd(b, s, a, d), *self._cp_scatter())),
             *self._rope(backward=True),
             self.elem("aten::copy_", "copy", ((s, b, qkv),), 4 * T * qkv),
             self.mm(T, qkv, h, "nn"),                                      # QKV dgrad
@@ -435,7 +434,7 @@ class Program(ExpertOps):
         for st in steps:
             if isinstance(st, CPComm):   # blocking: its time adds to the block's, wherever it sits
                 cp.append(replace(st, repeat=n * st.repeat))
-            elif isinstance(st, MoEStep):   # the same: timed per layer by the rank, after the block's compute
+            elif isinstance(st, (MoEStep, CPRing)):   # the same: run by the rank, after the block's compute
                 cp.append(replace(st, layers=n * st.layers))
             elif isinstance(st, OpSpec):
                 first = first or st

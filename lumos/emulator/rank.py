@@ -12,9 +12,10 @@ from __future__ import annotations
 from lumos.trace.annotation import EMBEDDING, HEAD, layer_block, range_name
 
 from .engine import Thread, COMM, COMPUTE, CP_STREAM, MP_STREAM, WAIT, Comm, Item
-from .program import BF16, CPComm, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait
+from .program import BF16, CPComm, CPRing, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait
 from .expert_parallel import ExpertParallel
 from .fsdp_rank import ShardedDataParallel
+from .ring_attention import RingAttention
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
 # interleaved 1F1B: a batch sends (and receives) both ways at once; the backward direction's p2p gets its own
@@ -37,7 +38,7 @@ def _chunks(sizes, stage: int, per_block: int) -> list[list[tuple]]:
     return out
 
 
-class RankProgram(ExpertParallel, ShardedDataParallel):
+class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
     def __init__(self, emu, rank: int, device, rand, recorder, program, progress):
         self.emu, self.rank, self.dev, self.rand, self.rec = emu, rank, device, rand, recorder
         self.env = device.env
@@ -258,6 +259,8 @@ class RankProgram(ExpertParallel, ShardedDataParallel):
                 self._wait_op(th, [self._comm_op(th, CP_STREAM, comm, name)])
             elif isinstance(st, MoEStep):
                 self._moe_step(th, st)
+            elif isinstance(st, CPRing):
+                self._cp_ring(th, st)
 
     def _annotated(self, th: Thread, name: str, steps) -> None:
         self.ann_begin(th, name)

@@ -23,7 +23,7 @@ CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 
 STREAM_NAMES = {7: "compute", 20: "nccl tp", 24: "nccl dp", 28: "nccl pp send", 32: "nccl pp recv"}
 # named only where used (interleaved 1F1B: `rank.SEND_BWD_S`; context parallelism: `engine.CP_STREAM`)
 RING_STREAM_NAMES = {29: "nccl pp send (backward)", 33: "nccl pp recv (backward)", 44: "nccl cp",
-                     48: "expert parallel"}
+                     46: "nccl cp recv", 48: "expert parallel"}
 
 
 class Recorder:

@@ -110,6 +110,7 @@ MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 # FullAC); selective_op: torchtitan's SelectiveAC, the forward's outputs of attention and of every other matmul
 # kept, the rest re-run (torchtitan/distributed/activation_checkpoint.py, `SelectiveAC._get_custom_policy`)
 RECOMPUTE = ("none", "full", "selective_op")
+CP_FORMS = ("allgather", "ring")
 MOE_IMBALANCE = ("uniform", "dirichlet", "zipf")
 
 
@@ -126,9 +127,9 @@ def _training(c: dict) -> dict:
     if t["dp_sharding"] != "none" and t["dp_allreduce"] != "bucketed":
         raise SettingsError(f"training.dp_sharding={t['dp_sharding']} reduces the gradients as the backward makes "
                             "them; it takes no dp_allreduce=after_backward")
-    if t["cp_form"] != "allgather":
-        raise SettingsError(f"training.cp_form {t['cp_form']!r} is not emulated (only allgather: Llama 3's all-gather "
-                            "of keys and values; the ring form of Megatron / torchtitan is not)")
+    if t["cp_form"] not in CP_FORMS:
+        raise SettingsError(f"training.cp_form must be one of {', '.join(CP_FORMS)}, got {t['cp_form']!r} (allgather: "
+                            "Llama 3's all-gather of keys and values; ring: Megatron / Transformer Engine's p2p ring)")
     if t["moe_dispatcher"] not in MOE_DISPATCHERS:
         raise SettingsError(f"training.moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, "
                             f"got {t['moe_dispatcher']!r}")

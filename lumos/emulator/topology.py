@@ -123,6 +123,13 @@ class Topology:
             + self.dp * self.tp
         return self._make("cp", ("cp", s, first, t), ranks, base + (s * (self.dp // self.cp) + first // self.cp) * self.tp + t)
 
+    def cp_channel(self, rank: int, peer: int) -> Group:
+        """The 2-rank communicator of a context-parallel ring's neighbours (ProcessGroupNCCL's point-to-point
+        communicator of the pair; the trace names the CP group the call was made on). Never listed in
+        `pg_config`."""
+        lo, hi = min(rank, peer), max(rank, peer)
+        return self._make("cpp", ("cpp", lo, hi), (lo, hi), -1)
+
     def _after_cp(self) -> int:
         """First group number after the context-parallel groups (an upper bound of theirs)."""
         return 2 + self.pp * self.dp + self.pp * self.tp + self.dp * self.tp * max(self.pp - 1, 1) + self.dp \
@@ -166,6 +173,8 @@ class Topology:
         h = self.host(rank)
         stage = self.coords(rank)[0]
         other = None
+        if g.kind == "cpp":
+            return self._ring_copies_on_host(h, stage)
         if g.kind == "pp":
             other = self.coords(g.ranks[0] if g.ranks[1] == rank else g.ranks[1])[0]
         em = set(self.emulated)
@@ -176,6 +185,21 @@ class Topology:
                 continue
             n += 1
             n_em += q in em
+        return n, n_em
+
+    def _ring_copies_on_host(self, h: int, stage: int) -> tuple[int, int]:
+        """Of a context-parallel ring: the ranks of `stage` on host `h` whose next ring neighbour is on another
+        host (each ring step, every CP group sends at once), and how many of them are emulated."""
+        em = set(self.emulated)
+        n = n_em = 0
+        for q in range(h * self.gph, min((h + 1) * self.gph, self.world)):
+            s, d, t = self.coords(q)
+            if s != stage:
+                continue
+            first = d - d % self.cp
+            if self.host(self.rank(s, first + (d - first + 1) % self.cp, t)) != h:
+                n += 1
+                n_em += q in em
         return n, n_em
 
     def pg_config(self, rank: int) -> list[dict]:

@@ -7,14 +7,17 @@ import numpy as np
 
 
 CP_COLLECTIVES = ("allgather", "reduce_scatter")
+CP_RING = ("send", "recv")   # the ring form's exchanges (Transformer Engine's AttnFuncWithCPAndKVP2P)
 
 
 def is_cp_collective(kind, group, block_kind: str, tp: int) -> bool:
     """A context-parallel collective: an all-gather (of keys and values) or reduce-scatter (of their gradients)
     inside a transformer layer over ranks TP apart (Megatron's order TP, CP, DP: a layer's own all-gathers
-    under sequence parallelism are over the TP group, FSDP's gathers sit outside the layers)."""
+    under sequence parallelism are over the TP group, FSDP's gathers sit outside the layers), or, in the ring
+    form, a send or receive of a key/value chunk inside a layer, named on the CP group (a pipeline's sends sit
+    between the layers)."""
     g = sorted(group or ())
-    return (kind in CP_COLLECTIVES and block_kind == "layer" and len(g) > 1
+    return (kind in CP_COLLECTIVES + CP_RING and block_kind == "layer" and len(g) > 1
             and all(b - a == tp for a, b in zip(g, g[1:])))
 
 

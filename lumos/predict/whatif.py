@@ -9,6 +9,7 @@ which sits above this layer.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
@@ -30,11 +31,12 @@ from lumos.trace import TraceTable
 from lumos.trace.table import devices
 from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.cp import change_cp
+from lumos.transform.cp_ring import pair_groups
 from lumos.transform.dp import change_dp
 from lumos.transform.dp_sharding import change_fsdp_strategy
 from lumos.transform.micro_batch_size import change_micro_batch
 from lumos.transform.moe import change_moe, exchange_offsets, expert_samples, moe_layer_parts, moe_now, moe_target
-from lumos.transform.plan import Plan, comm_roles, refuse_rebucketing
+from lumos.transform.plan import Plan, comm_roles, cp_form, refuse_rebucketing
 from lumos.transform.rebuild import rebuild
 from lumos.transform.schedule import (ScheduleError, accounted_chunks, accounted_ends, layers_per_stage, split_layers,
                                      stage_split)
@@ -71,6 +73,8 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     st = find_structure(graph, found, dp_hint=_dp_hint(graph, tables, flavours))
     st.recovery = [h.as_dict() for h in how]
     role = comm_roles(st)
+    if cp_form(st, role) == "ring":   # each exchange timed on the pair it runs between, not the CP group it names
+        pair_groups(SimpleNamespace(graph=graph, st=st, role=role))
     slowdown = alone_under_comm(graph, st, found) if options.contention == "fit" else NO_CONTENTION
     samples = [(CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]), graph.dur[t])
                for t in np.flatnonzero(st.coll != None) if st.group[t]]  # noqa: E711
@@ -95,7 +99,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
                 profiled_steps=graph.summary.get("profiled_steps", {}), host_draw=host == "median", sharding=sharding,
                 base_crossing=crossing_kinds(st, role, coll_model.gpus_per_host), contention=slowdown,
                 profile=profile, host_gaps=gaps, chunks=st.chunks, stage_layers=st.stage_layers,
-                chunk_layers=st.chunk_layers, cp=st.cp, ep=st.moe.ep if st.moe is not None else 1,
+                chunk_layers=st.chunk_layers, cp=st.cp, cp_form=cp_form(st, role), ep=st.moe.ep if st.moe is not None else 1,
                 routing=_routing(st))
     if st.moe is not None:   # the experts' cost against their rows, fitted on the base's own MoE layers
         plan.moe_parts = moe_layer_parts(plan)
@@ -203,7 +207,7 @@ def transform(plan: Plan, tp: int | None = None, pp: int | None = None, dp: int 
     out = change_tp(out, tp)
     out = change_micro_batch(out, micro_batch)
     out = change_seq(out, seq)
-    out = change_cp(out, cp)
+    out = change_cp(out, cp, dp)
     # checked before any change, against the target's DP
     moe = moe_target(out, ep, experts, top_k, expert_ffn, capacity_factor, pad_to_capacity, dp=dp_only)
     out = change_dp(out, dp)

@@ -47,10 +47,11 @@ def change_micro_batch(plan: Plan, micro_batch: int | None) -> Plan:
     return out
 
 
-def reshape_micro_batches(plan: Plan, ratio: float, rewrite) -> Plan:
+def reshape_micro_batches(plan: Plan, ratio: float, rewrite, keep=()) -> Plan:
     """A copy of `plan` whose per-micro-batch work takes the Input Dims `rewrite(op, dims)` gives, re-timed
     (its ops, and a CPU capture's gaps inside them), and whose TP and PP messages are `ratio` times as large:
-    what a change of the tokens per micro-batch (its size, or the sequence length) does."""
+    what a change of the tokens per micro-batch (its size, or the sequence length) does. `keep`: tasks left as
+    they are (a ring's kernels, which `cp_ring` re-times)."""
     out = plan.clone()
     g, st = out.graph, out.st
     in_mb = block_mask(st, PER_MICRO_BATCH)
@@ -59,6 +60,9 @@ def reshape_micro_batches(plan: Plan, ratio: float, rewrite) -> Plan:
         old = CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t])
         st.nbytes[t] *= ratio
         g.dur[t] = out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t], st.group[t]))
-    reshape_tasks(out, np.flatnonzero(in_mb & ~is_coll).tolist(), rewrite)
+    tasks = np.flatnonzero(in_mb & ~is_coll)
+    if len(keep):
+        tasks = tasks[~np.isin(tasks, np.fromiter(keep, np.int64, len(keep)))]
+    reshape_tasks(out, tasks.tolist(), rewrite)
     reshape_gaps(out, rewrite, in_mb[g.dst])
     return out

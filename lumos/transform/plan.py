@@ -55,6 +55,7 @@ class Plan:
     stage_layers: tuple = ()    # layers of each stage (empty: split as `schedule.layers_per_stage` does)
     chunk_layers: tuple = ()    # per stage, the layers of each chunk (empty: each stage's split evenly)
     cp: int = 1                 # context-parallel ranks per sequence; `dp` counts them (the gradients' group)
+    cp_form: str = "allgather"  # the base's: Llama 3's all-gather of keys and values, or the p2p ring (`cp_ring.py`)
     ep: int = 1                 # expert-parallel ranks of an MoE run (`st.moe`: what the base's MoE layers are)
     routing: object = None      # an MoE base's routing unevenness (lumos.durations.routing.RoutingFit)
     expert_cost: object = None  # its experts' GEMMs against their rows (lumos.durations.experts.ExpertCost)
@@ -147,8 +148,10 @@ def comm_roles(st: RunStructure) -> np.ndarray:
     for t in np.flatnonzero(st.coll != None):  # noqa: E711
         g = st.group[t] or ()
         kind = st.blocks[st.task_block[t]].kind if st.task_block[t] >= 0 else ""
-        if st.coll[t] in ("send", "recv"):
+        if st.coll[t] in ("send", "recv") and not _ring_exchange(st, g, kind, st.coll[t]):
             role[t] = "pp"
+        elif st.coll[t] in ("send", "recv"):
+            role[t] = "cp"      # a ring's exchange of a key/value chunk (on its CP group, or timed on its pair)
         elif ep > 1 and kind == "layer" and len(g) == ep and tuple(sorted(g)) == ep_group(min(g), st.tp, st.dp, ep):
             role[t] = "ep"      # an MoE layer's token exchange (and its counts' all-gather)
         elif moe is not None and kind == "dp" and len(g) > 1 and len(g) != st.dp \
@@ -166,6 +169,21 @@ def comm_roles(st: RunStructure) -> np.ndarray:
         else:
             role[t] = "other"
     return role
+
+
+def _ring_exchange(st: RunStructure, g: tuple, block_kind: str, kind: str) -> bool:
+    """A send or receive of context parallelism's ring: inside a layer, on the CP group as the trace names it, or on
+    the pair of ring neighbours it runs between (`cp_ring.pair_groups`), ranks TP apart within one CP group."""
+    if st.cp < 2 or block_kind != "layer":
+        return False
+    if len(g) == st.cp and is_cp_collective(kind, g, block_kind, st.tp):
+        return True
+    return len(g) == 2 and (g[1] - g[0]) % st.tp == 0 and 0 < g[1] - g[0] < st.tp * st.cp
+
+
+def cp_form(st: RunStructure, role: np.ndarray) -> str:
+    """The base's form of context parallelism: `ring` where its CP exchanges are sends and receives."""
+    return "ring" if np.any((role == "cp") & np.isin(st.coll.astype(str), ("send", "recv"))) else "allgather"
 
 
 def block_mask(st: RunStructure, kinds) -> np.ndarray:

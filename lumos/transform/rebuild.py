@@ -414,6 +414,8 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         role = plan.role[t]
         if role == "tp":
             group[k] = tuple(range(rank, rank + plan.tp))
+        elif role == "cp" and coll[k] in ("send", "recv"):   # a ring's exchange: the stage rank and its neighbour
+            group[k] = (rank, rank + group[k][1] - group[k][0])
         elif role == "cp":      # the stage rank's context-parallel peers, TP apart
             group[k] = tuple(rank + c * plan.tp for c in range(plan.cp))
         elif role == "dp":     # a gradient bucket's all-reduce, or a sharded base's gather / reduce-scatter

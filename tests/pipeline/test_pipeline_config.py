@@ -40,6 +40,14 @@ def test_a_torchtitan_run_is_named_with_its_stack():
     assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x1x8-torchtitan")) == ["--tp", "2", "--pp", "1", "--dp", "8"]
 
 
+def test_a_ring_cp_run_is_named_with_its_form():
+    run = pc.parse_run("llama3_8b-2x2x2c2-ring")
+    assert (run.cp, run.training, run.name, run.gpus) == (2, "ring", "llama3_8b-2x2x2c2-ring", 16)
+    assert run.emulate_overrides()[4:] == ["parallel.cp=2", "training.cp_form=ring"]
+    # to a run without context parallelism (whose form does not matter): --cp 1
+    assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x2x2")) == ["--tp", "2", "--pp", "2", "--dp", "2", "--cp", "1"]
+
+
 def test_override_keys():
     assert pc.override_key("+model.hidden=1") == "model.hidden"
     assert pc.override_root("~trace") == "trace"
