@@ -106,8 +106,8 @@ def recomputed_by_selective_ac(steps: list) -> list:
             mms += 1
             if mms % 2:
                 continue
-        elif isinstance(st, OpSpec) and st.heavy:   # attention (flash, or the unfused bmm's), saved
-            continue
+        elif (isinstance(st, OpSpec) and st.heavy) or isinstance(st, CPRing):   # attention (flash, the unfused
+            continue                                                              # bmm's, a CP ring's), saved
         out.append(st)
     return out
 
