@@ -110,14 +110,19 @@ def wait_deps(graph: Graph) -> list[tuple[int, int]]:
     return out
 
 
-def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> list[Node]:
+def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True, tasks=None,
+                edge_ids: bool = False) -> list[Node]:
     """One Chakra node per task (id = task index), with its dependencies and attributes.
     `comm`: task -> `chakra_comm.CommNode` for the kernels exported as communication; `ours`: with
-    the `lumos_*` attributes of the round trip (without: what ASTRA-sim reads, and nothing else)."""
+    the `lumos_*` attributes of the round trip (without: what ASTRA-sim reads, and nothing else).
+    `tasks`: only these tasks (one rank's of a graph of several, `chakra_joint`): a dependency on a
+    task outside them is left out of `data_deps` / `ctrl_deps` (ASTRA-sim resolves them in the file)
+    and kept in the `lumos_in_*` lists; `edge_ids`: each in-edge's index too (`lumos_in_edge`)."""
     comm = comm or {}
     n = graph.n_tasks
     order = np.argsort(graph.dst, kind="stable")
     bounds = np.searchsorted(graph.dst[order], np.arange(n + 1))
+    mine = np.ones(n, bool) if tasks is None else np.isin(np.arange(n), tasks)
     extra: dict[int, list[int]] = {}
     for src, dst in wait_deps(graph):
         extra.setdefault(dst, []).append(src)
@@ -125,12 +130,13 @@ def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> li
     gap = host_gaps(graph)
     nodes = []
     cols = {a: getattr(graph, f) for a, (_, f, _) in LUMOS_ATTRS.items()}
-    for i in range(n):
+    for i in (range(n) if tasks is None else np.asarray(tasks).tolist()):
         e = order[bounds[i]:bounds[i + 1]]
         ctrl, data = [], []
         for s, is_ctrl in zip(graph.src[e].tolist(), ctrl_cls[e].tolist()):
-            (ctrl if is_ctrl else data).append(s)
-        data = list(dict.fromkeys(data + extra.get(i, [])))
+            if mine[s]:
+                (ctrl if is_ctrl else data).append(s)
+        data = list(dict.fromkeys(data + [s for s in extra.get(i, []) if mine[s]]))
         seen = set(data)
         ctrl = [s for s in dict.fromkeys(ctrl) if s not in seen]
         cpu = graph.kind[i] == TaskKind.CPU
@@ -150,6 +156,8 @@ def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> li
             attr["lumos_in_lag_us"] = ("double_list", graph.lag[e].astype(float).tolist())
             if graph.inferred[e].any():
                 attr["lumos_in_inferred"] = ("bool_list", graph.inferred[e].tolist())
+            if edge_ids:
+                attr["lumos_in_edge"] = ("int64_list", e.tolist())
         nodes.append(Node(id=i, name=str(graph.name[i]), type=ntype, ctrl_deps=ctrl, data_deps=data,
                           start_time_micros=_micros(graph.ts[i] - gap[i]),
                           duration_micros=_micros(graph.dur[i] + gap[i]), attr=attr))
@@ -179,6 +187,8 @@ def graph_metadata(graph: Graph, rank: int) -> Metadata:
 
 
 def _plain(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
     if hasattr(x, "item"):
         return x.item()
     if isinstance(x, (set, frozenset, tuple)):
@@ -200,6 +210,7 @@ class ExportSummary:
     bytes: int = 0
     ranks: list[int] = field(default_factory=list)
     world_size: int | None = None
+    virtual: int = 0                 # tasks of no rank (a joint graph's rendezvous), in the first file's metadata
 
     @property
     def missing_ranks(self) -> list[int]:
@@ -246,15 +257,23 @@ def export_run(tables: Sequence[TraceTable], out: str | os.PathLike, name: str =
 
 # -- nodes -> graph ---------------------------------------------------------------------------
 def load_chakra_run(path: str | os.PathLike) -> list[Graph]:
-    """The graph of each rank of a Chakra trace (a `PREFIX.RANK.et` file or a directory of them)."""
+    """The graph of each rank of a Chakra trace (a `PREFIX.RANK.et` file or a directory of them); for
+    the export of a graph of several ranks (`lumos predict --export`, `chakra_joint`), that one graph."""
+    from .chakra_joint import is_joint, joint_graph
+
     files = et_files(path)
     if files is None:
         raise TraceError(path, "no Chakra trace here (no PREFIX.RANK.et file)")
-    graphs = []
-    for rank, f in files.items():
+    graphs, read = [], {}
+    for rank, f in files.items():   # one file's nodes at a time, unless the first is a joint export's
         meta, nodes = read_et(f)
-        graphs.append(graph_from_nodes(meta, nodes, rank, f))
-    return graphs
+        if (graphs or read) and is_joint(meta) != bool(read):
+            raise TraceError(path, "some files are a joint export (lumos predict --export) and some are not")
+        if is_joint(meta):
+            read[rank] = (meta, nodes, Path(f))
+        else:
+            graphs.append(graph_from_nodes(meta, nodes, rank, f))
+    return [joint_graph(read)] if read else graphs
 
 
 def _index(nodes: list[Node], path) -> dict[int, int]:
