@@ -10,13 +10,14 @@ the nanosecond, not a bound.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from lumos.cli import main as lumos_main
 from lumos.graph import Graph
-from lumos.graph.chakra import load_chakra_run
+from lumos.graph.chakra import export_run, load_chakra_run
 from lumos.graph.chakra_joint import export_joint
 from lumos.predict.prediction import predict
 from lumos.trace import load_run
@@ -75,6 +76,12 @@ def test_a_partial_export_is_refused(tiny_runs, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.endswith("a joint export of ranks [0, 8] (a prediction's), but the files here are ranks [0]: "
                         "every file of the export is needed") and "\n" not in err
+    plain = tmp_path / "plain"                      # a file of a run's export among them
+    export_run(load_run(tiny_runs["base"]), plain)
+    shutil.copy(plain / "trace.4.et", out / "trace.4.et")
+    assert lumos_main(["replay", str(out)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "some files are a joint export (lumos predict --export) and some are not")
 
 
 def test_samples_with_export_is_refused(tiny_runs, tmp_path, capsys):
