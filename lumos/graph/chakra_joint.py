@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from lumos.trace import TraceError
-from lumos.trace.chakra import Metadata, Node, NodeType, write_et
+from lumos.trace.chakra import Metadata, Node, write_et
 
 from .chakra import (_DTYPES, LUMOS_ATTRS, LUMOS_FORMAT, ExportSummary, _array, _plain, graph_nodes,
                      wait_deps)
