@@ -14,8 +14,8 @@ from lumos.transform.cp import refuse_cp_form
 from lumos.transform.dp_sharding import STRATEGIES
 from lumos.predict.micro_batch_count import MICROBATCH_RULES
 
-from .flags import (ENGINE_HELP, FORMAT_HELP, non_negative_float, non_negative_int, output_file, positive_float,
-                    positive_int)
+from .flags import (ENGINE_HELP, FORMAT_HELP, non_negative_float, non_negative_int, output_file, output_path,
+                    positive_float, positive_int)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,6 +116,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
     p.add_argument("--out", type=output_file, default=None, help="write the prediction JSON here")
+    p.add_argument("--export", type=output_path, default=None, metavar="DIR",
+                   help="also write the predicted graph (the target's, as replayed) as Chakra traces, "
+                        "DIR/trace.RANK.et for each rank the prediction simulates; `lumos replay DIR` replays "
+                        "it back to the predicted iteration (lumos/graph/chakra_joint.py)")
     p.add_argument("--format", choices=("table", "json"), default="table", help=FORMAT_HELP)
     p.add_argument("--engine", choices=("auto", "reference", "compiled"), default="auto", help=ENGINE_HELP)
     p.add_argument("--samples", type=non_negative_int, default=0, metavar="N",
@@ -231,9 +235,16 @@ def _run(args) -> int:
     try:
         options = predict_options(args)
         if args.dp is not None and _host_collective_base(args):
+            _refuse_export(args, "a base whose collectives are host ops (gloo) is predicted without a graph "
+                                 "of the target (lumos/predict/dp_host.py)")
             return _run_host_dp(args, options)
         if args.dp is not None and (args.dp_calibration or _one_rank_fsdp_base(args)):
+            _refuse_export(args, "a prediction from a one-rank FSDP2 capture has no graph of the target "
+                                 "(lumos/predict/dp_host.py)")
             return _run_from_one_rank(args, options)
+        if args.samples:
+            _refuse_export(args, f"--samples {args.samples} replays the prediction {args.samples} times over, one "
+                                 "graph per draw; export the point prediction (without --samples)")
         base, plan = _base_and_plan(args.base, options, args.recordings)
         refuse_cp_form(plan, args.cp, args.cp_form)
     except ValueError as exc:
@@ -244,18 +255,41 @@ def _run(args) -> int:
               "cp": args.cp, "first_stage_layers": args.first_stage_layers, "last_stage_layers": args.last_stage_layers,
               "ep": args.ep, "experts": args.experts, "top_k": args.top_k, "expert_ffn": args.expert_ffn,
               "capacity_factor": args.capacity_factor, "pad_to_capacity": args.pad_to_capacity}
+    exported = {}
     try:
         doc = predict(base, target, options, actual_tables=actual,
                       actual_manifest=read_manifest(args.actual) if args.actual else None,
-                      base_name=str(args.base), plan=plan)
+                      base_name=str(args.base), plan=plan,
+                      on_graph=(lambda g, r: exported.update(graph=g, ranks=r)) if args.export else None)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.export:
+        doc["export"] = _export(args.export, exported["graph"], exported["ranks"])
     unmodelled = {str(t.rank): t.unmodelled_note() for t in base if t.unmodelled}
     if unmodelled:   # the base's device work the prediction leaves out, per rank
         doc["not_modelled"] = unmodelled
     from lumos.predict.base_measured import measured_base
     doc["measured_base"] = measured_base(base, plan, options, doc)
     return _emit(args, doc)
+
+
+def _refuse_export(args, why: str) -> None:
+    if args.export:
+        raise UserError(f"--export {args.export}: {why}")
+
+
+def _export(out: str, graph, ranks) -> dict:
+    """The predicted graph written as Chakra traces (`lumos.graph.chakra_joint`); what was written."""
+    from lumos.graph.chakra_joint import export_joint
+
+    if Path(out).is_file():
+        raise UserError(f"--export {out} is a file; give a directory")
+    s = export_joint(graph, ranks, out)
+    print(f"wrote the predicted graph as {len(s.files)} Chakra trace{'s' if len(s.files) > 1 else ''} to {s.out} "
+          f"(ranks {', '.join(map(str, s.ranks))}, {s.bytes / 1e6:.2f} MB); lumos replay {s.out} replays it",
+          file=sys.stderr)
+    return {"dir": str(s.out), "files": [p.name for p in s.files], "ranks": s.ranks, "bytes": s.bytes,
+            "comm_as_compute": s.demoted.get("predicted", 0), "rendezvous_in_metadata": s.virtual}
 
 
 def _emit(args, doc: dict) -> int:

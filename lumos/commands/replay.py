@@ -220,6 +220,8 @@ def run_chakra(args) -> int:
                         f"the file names; {', '.join(refused)} needs a Kineto trace")
     classes = edge_classes_from(args)
     graphs = load_chakra_run(args.path)
+    if len(graphs) == 1 and "chakra_joint" in graphs[0].summary:
+        return _run_chakra_joint(args, graphs[0], classes)
     try:
         result, refs = replay_built(graphs, edge_classes=classes, drop_random=args.drop_random, seed=args.seed,
                                     engine=args.engine, iteration=args.iteration)
@@ -234,6 +236,42 @@ def run_chakra(args) -> int:
         sys.stdout.write("\n")
     else:
         print(format_table(result, args.path, metrics))
+    return 0
+
+
+def _run_chakra_joint(args, graph, classes) -> int:
+    """A joint export (`lumos predict --export`): its ranks replayed as the one graph the prediction
+    replayed (rendezvous joined), read out as the prediction reads it (`run_replay.run_breakdown`).
+    Its measured times are the base's, moved by the what-if: no measured column."""
+    from lumos.analysis.run_replay import run_breakdown
+    from lumos.graph.ablate import drop_classes
+    from lumos.sim import simulate
+
+    if args.drop_random or args.out or args.iteration != "step":
+        flag = "--drop-random" if args.drop_random else "--out" if args.out else "--iteration"
+        raise UserError(f"{args.path} is a predicted graph (lumos predict --export): {flag} is not for it")
+    drop = set(EdgeClass) - frozenset(classes)
+    variant = drop_classes(graph, drop) if drop else graph
+    try:
+        sched = simulate(variant, engine=args.engine)
+    except SimulationError as exc:
+        raise UserError(f"the graph cannot be replayed: {exc}") from None
+    bd = run_breakdown(variant, sched.start, sched.end)
+    ranks = graph.summary["chakra_joint"]
+    doc = {"path": str(args.path), "joint": True, "ranks": ranks, "critical_rank": bd.critical_rank,
+           "rendezvous": int(graph.summary.get("rendezvous", 0)), "replayed": bd.as_dict(),
+           "per_rank": {str(r): b.as_dict() for r, b in sorted(bd.per_rank.items())}}
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{args.path}: a predicted graph of ranks {', '.join(map(str, ranks))} (lumos predict --export), "
+          f"replayed as one graph with its {doc['rendezvous']} rendezvous")
+    print(f"  {'rank':<6}" + "".join(f"{k[:-3].replace('_', ' '):>18}" for k in ("iteration_us",) + COMPONENTS))
+    for r, b in sorted(bd.per_rank.items()):
+        d = b.as_dict()
+        print(f"  {r:<6}" + "".join(f"{d[k] / 1e3:>18.3f}" for k in ("iteration_us",) + COMPONENTS)
+              + ("  (critical)" if r == bd.critical_rank else ""))
     return 0
 
 

@@ -49,7 +49,7 @@ from .build import DEFAULT_GAP_THRESHOLD_US, build_graph
 from .chakra_comm import CommPlan, plan_comm
 from .model import EdgeClass, Graph, TaskKind, WaitKind
 
-__all__ = ["export_run", "ExportSummary", "graph_nodes", "graph_from_nodes", "load_chakra_run",
+__all__ = ["export_run", "ExportSummary", "graph_nodes", "graph_from_nodes", "load_chakra_run", "joint_graph",
            "COMM_GROUPS_FILE", "LUMOS_FORMAT", "CTRL_CLASSES"]
 
 LUMOS_FORMAT = 1                 # metadata `lumos_format`: the version of the lumos_* attributes
@@ -110,14 +110,19 @@ def wait_deps(graph: Graph) -> list[tuple[int, int]]:
     return out
 
 
-def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> list[Node]:
+def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True, tasks=None,
+                edge_ids: bool = False) -> list[Node]:
     """One Chakra node per task (id = task index), with its dependencies and attributes.
     `comm`: task -> `chakra_comm.CommNode` for the kernels exported as communication; `ours`: with
-    the `lumos_*` attributes of the round trip (without: what ASTRA-sim reads, and nothing else)."""
+    the `lumos_*` attributes of the round trip (without: what ASTRA-sim reads, and nothing else).
+    `tasks`: only these tasks (one rank's of a graph of several, `chakra_joint`): a dependency on a
+    task outside them is left out of `data_deps` / `ctrl_deps` (ASTRA-sim resolves them in the file)
+    and kept in the `lumos_in_*` lists; `edge_ids`: each in-edge's index too (`lumos_in_edge`)."""
     comm = comm or {}
     n = graph.n_tasks
     order = np.argsort(graph.dst, kind="stable")
     bounds = np.searchsorted(graph.dst[order], np.arange(n + 1))
+    mine = np.ones(n, bool) if tasks is None else np.isin(np.arange(n), tasks)
     extra: dict[int, list[int]] = {}
     for src, dst in wait_deps(graph):
         extra.setdefault(dst, []).append(src)
@@ -125,12 +130,13 @@ def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> li
     gap = host_gaps(graph)
     nodes = []
     cols = {a: getattr(graph, f) for a, (_, f, _) in LUMOS_ATTRS.items()}
-    for i in range(n):
+    for i in (range(n) if tasks is None else np.asarray(tasks).tolist()):
         e = order[bounds[i]:bounds[i + 1]]
         ctrl, data = [], []
         for s, is_ctrl in zip(graph.src[e].tolist(), ctrl_cls[e].tolist()):
-            (ctrl if is_ctrl else data).append(s)
-        data = list(dict.fromkeys(data + extra.get(i, [])))
+            if mine[s]:
+                (ctrl if is_ctrl else data).append(s)
+        data = list(dict.fromkeys(data + [s for s in extra.get(i, []) if mine[s]]))
         seen = set(data)
         ctrl = [s for s in dict.fromkeys(ctrl) if s not in seen]
         cpu = graph.kind[i] == TaskKind.CPU
@@ -150,6 +156,8 @@ def graph_nodes(graph: Graph, comm: dict | None = None, ours: bool = True) -> li
             attr["lumos_in_lag_us"] = ("double_list", graph.lag[e].astype(float).tolist())
             if graph.inferred[e].any():
                 attr["lumos_in_inferred"] = ("bool_list", graph.inferred[e].tolist())
+            if edge_ids:
+                attr["lumos_in_edge"] = ("int64_list", e.tolist())
         nodes.append(Node(id=i, name=str(graph.name[i]), type=ntype, ctrl_deps=ctrl, data_deps=data,
                           start_time_micros=_micros(graph.ts[i] - gap[i]),
                           duration_micros=_micros(graph.dur[i] + gap[i]), attr=attr))
@@ -179,6 +187,8 @@ def graph_metadata(graph: Graph, rank: int) -> Metadata:
 
 
 def _plain(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
     if hasattr(x, "item"):
         return x.item()
     if isinstance(x, (set, frozenset, tuple)):
@@ -200,6 +210,7 @@ class ExportSummary:
     bytes: int = 0
     ranks: list[int] = field(default_factory=list)
     world_size: int | None = None
+    virtual: int = 0                 # tasks of no rank (a joint graph's rendezvous), in the first file's metadata
 
     @property
     def missing_ranks(self) -> list[int]:
@@ -246,15 +257,21 @@ def export_run(tables: Sequence[TraceTable], out: str | os.PathLike, name: str =
 
 # -- nodes -> graph ---------------------------------------------------------------------------
 def load_chakra_run(path: str | os.PathLike) -> list[Graph]:
-    """The graph of each rank of a Chakra trace (a `PREFIX.RANK.et` file or a directory of them)."""
+    """The graph of each rank of a Chakra trace (a `PREFIX.RANK.et` file or a directory of them); for
+    the export of a graph of several ranks (`lumos predict --export`, `chakra_joint`), that one graph."""
     files = et_files(path)
     if files is None:
         raise TraceError(path, "no Chakra trace here (no PREFIX.RANK.et file)")
-    graphs = []
-    for rank, f in files.items():
+    graphs, read = [], {}
+    for rank, f in files.items():   # one file's nodes at a time, unless the first is a joint export's
         meta, nodes = read_et(f)
-        graphs.append(graph_from_nodes(meta, nodes, rank, f))
-    return graphs
+        if (graphs or read) and is_joint(meta) != bool(read):
+            raise TraceError(path, "some files are a joint export (lumos predict --export) and some are not")
+        if is_joint(meta):
+            read[rank] = (meta, nodes, Path(f))
+        else:
+            graphs.append(graph_from_nodes(meta, nodes, rank, f))
+    return [joint_graph(read)] if read else graphs
 
 
 def _index(nodes: list[Node], path) -> dict[int, int]:
@@ -394,4 +411,86 @@ def _foreign_graph(nodes: list[Node], idx: dict[int, int], rank: int, path) -> G
                  "step_thread": None,
                  "notes": [f"a Chakra trace without Lumos attributes: nodes on {len(used)} lanes "
                            f"({', '.join(used)}), durations in whole microseconds, no lags"]}
+    return g
+
+
+# -- a joint export (a graph of several ranks, `chakra_joint`) back as that one graph ---------------------
+def is_joint(meta: Metadata) -> bool:
+    """A file of a joint export (`chakra_joint.export_joint`)."""
+    return meta.value("lumos_joint_ranks") is not None
+
+
+def joint_graph(files: dict[int, tuple[Metadata, list[Node], Path]]) -> Graph:
+    """The joint graph `chakra_joint.export_joint` wrote, from every one of its files (rank -> (metadata,
+    nodes, path)): each task and edge at its index in the exported graph."""
+    first = next(iter(files.values()))
+    ranks = list(first[0].value("lumos_joint_ranks"))
+    if sorted(files) != ranks:
+        raise TraceError(first[2].parent, f"a joint export of ranks {ranks} (a prediction's), but the files here "
+                                          f"are ranks {sorted(files)}: every file of the export is needed")
+    head = [v for v in files.values() if v[0].value("lumos_joint_tasks") is not None]
+    if len(head) != 1:
+        raise TraceError(first[2].parent, "a joint export needs exactly one file with the graph's "
+                                          f"lumos_joint_tasks (found {len(head)})")
+    meta, _, path = head[0]
+    n, m = int(meta.value("lumos_joint_tasks")), int(meta.value("lumos_joint_edges"))
+    cols = {f: [None] * n for f in _DTYPES}
+    floor = np.full(n, -np.inf)
+    seen = np.zeros(n, bool)
+    e_cols = {f: [None] * m for f in ("src", "dst", "cls", "lag", "inferred")}
+    e_seen = np.zeros(m, bool)
+
+    def put_task(i, values, where):
+        if not 0 <= i < n or seen[i]:
+            raise TraceError(where, f"task {i} outside the graph's {n} tasks, or written twice")
+        seen[i] = True
+        for f, v in values.items():
+            cols[f][i] = v
+
+    def put_edges(ids, src, dst, cls, lag, inferred, where):
+        if not len(ids) == len(src) == len(cls) == len(lag) == len(inferred):
+            raise TraceError(where, "lumos_in_* lists of unequal length")
+        for k, e in enumerate(ids):
+            if not 0 <= e < m or e_seen[e]:
+                raise TraceError(where, f"edge {e} outside the graph's {m} edges, or written twice")
+            e_seen[e] = True
+            for f, v in (("src", src[k]), ("dst", dst[k]), ("cls", cls[k]), ("lag", lag[k]),
+                         ("inferred", inferred[k])):
+                e_cols[f][e] = v
+
+    for rank, (_, nodes, where) in files.items():
+        for nd in nodes:
+            vals = {"name": nd.name, "rank": rank}
+            for a, (_, f, skip) in LUMOS_ATTRS.items():
+                vals[f] = nd.value(a, skip)
+                if vals[f] is None:
+                    raise TraceError(where, f"node {nd.id} lacks {a}, which every node of a Lumos export carries")
+            put_task(nd.id, vals, where)
+            floor[nd.id] = nd.value("lumos_floor_us", -np.inf)
+            ins = nd.value("lumos_in_src", [])
+            put_edges(nd.value("lumos_in_edge", []), ins, [nd.id] * len(ins), nd.value("lumos_in_class", []),
+                      nd.value("lumos_in_lag_us", []), nd.value("lumos_in_inferred", [False] * len(ins)), where)
+    for k, i in enumerate(meta.value("lumos_v_id", [])):
+        vals = {"name": meta.value("lumos_v_name")[k], "rank": meta.value("lumos_v_rank")[k]}
+        for a, (_, f, _) in LUMOS_ATTRS.items():
+            vals[f] = meta.value(f"lumos_v_{a[len('lumos_'):]}")[k]
+        put_task(i, vals, path)
+        floor[i] = meta.value("lumos_v_floor_us", [-np.inf] * (k + 1))[k]
+    put_edges(*(meta.value(f"lumos_v_{x}", []) for x in ("edge", "src", "dst", "class", "lag_us", "inferred")),
+              path)
+    if not seen.all() or not e_seen.all():
+        raise TraceError(path, f"the joint export lacks {int(np.sum(~seen))} of its {n} tasks and "
+                               f"{int(np.sum(~e_seen))} of its {m} edges")
+    g = Graph(**{f: _array(v, _DTYPES[f]) for f, v in cols.items()},
+              proc_kind=np.asarray(meta.value("lumos_proc_kind"), np.int8),
+              proc_rank=np.asarray(meta.value("lumos_proc_rank"), np.int32),
+              proc_key=np.asarray(meta.value("lumos_proc_key"), np.int64),
+              proc_name=_array(meta.value("lumos_proc_name"), object),
+              src=np.asarray(e_cols["src"], np.int64), dst=np.asarray(e_cols["dst"], np.int64),
+              cls=np.asarray(e_cols["cls"], np.int8), lag=np.asarray(e_cols["lag"], np.float64),
+              inferred=np.asarray(e_cols["inferred"], bool),
+              finish_floor=floor if np.isfinite(floor).any() else None)
+    g.summary = json.loads(meta.value("lumos_summary", "{}"))
+    g.summary["chakra"] = str(path.parent)
+    g.summary["chakra_joint"] = ranks
     return g

@@ -48,6 +48,7 @@ DEMOTED = {
     "size": "no message size in the trace",
     "extra_kernel": "a second kernel of one call (its first kernel stands for the call)",
     "not_in_step": "carried in from before the step",
+    "predicted": "a predicted graph: one rank per stage simulated, so the other ranks of its groups have no file",
 }
 
 

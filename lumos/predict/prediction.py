@@ -84,13 +84,15 @@ def round_metrics(d: dict) -> dict:
 def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOptions = PredictOptions(), *,
             actual_tables: Sequence[TraceTable] | None = None, actual_manifest: dict | None = None,
             base_name: str = "", plan: Plan | None = None,
-            recordings: Sequence[Sequence[TraceTable]] = ()) -> dict:
+            recordings: Sequence[Sequence[TraceTable]] = (), on_graph=None) -> dict:
     """Predicted run-level breakdown of `target` ({tp, pp, dp, layers, hidden, ffn}; None = as the base),
     a configuration never run, from one profiled base run; how it is made is `options` (`options.py`).
 
     `actual_tables` (and its `actual_manifest`) add the measured breakdown and the errors (the JSON of
     `lumos predict`); `plan`: `base_plan(base_tables, options)` made once for many predictions from one
-    base; `recordings`: other recordings of the base, pooled into its medians when the plan is fitted here.
+    base; `recordings`: other recordings of the base, pooled into its medians when the plan is fitted here;
+    `on_graph(graph, ranks)`: given the predicted graph (the target's, replayed to its fixed point, its
+    rendezvous joined) and the ranks it simulates, before the document is made (`lumos predict --export`).
 
         doc = predict(load_run("base"), {"pp": 4}, PredictOptions(global_batch=64, samples=40))
     """
@@ -125,6 +127,8 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     if clock is not None:
         out, graph, sched, bd, clock_doc = _under_clock(run, clock, compute_speed, (out, graph, sched, bd))
         out.notes.append(clock_doc["note"])
+    if on_graph is not None:
+        on_graph(graph, [int(r) for r in out.ranks])
     predicted = round_metrics(bd.as_dict())
     doc = {"base": base_name,
            "target": {"tp": out.tp, "pp": out.pp, "vp": out.chunks, "dp": out.dp // out.cp, "cp": out.cp,
