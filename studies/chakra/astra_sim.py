@@ -1,32 +1,26 @@
 """Our Chakra exports checked outside this repository: Chakra's reference decoder and ASTRA-sim's analytical backend.
 
-    python studies/chakra/astra_sim.py build  --work W [--mirrors M] [-j 2]   # sources at pinned commits, cmake
-    python studies/chakra/astra_sim.py decode --work W EXPORT_DIR...          # Chakra's et_def_pb2 reader vs ours
-    python studies/chakra/astra_sim.py run    --work W EXPORT_DIR...          # ASTRA-sim on each export, per rank
-    python studies/chakra/astra_sim.py all    --work W [--mirrors M]          # the runs of the note, end to end
+    python studies/chakra/astra_sim.py exports --work W                        # the runs of the note, exported
+    python studies/chakra/astra_sim.py decode  --work W --python PY EXPORT_DIR... # Chakra's et_def_pb2 reader vs ours
+    python studies/chakra/astra_sim.py run     --work W --astra-sim BIN --examples EX EXPORT_DIR...
+    python studies/chakra/astra_sim.py all     --work W --python PY --astra-sim BIN --examples EX
 
-`build` gets ASTRA-sim (astra-sim/astra-sim 518bd51, analytical network backend, congestion-unaware)
-and its submodules at the commits in SOURCES, cloned from GitHub or, with `--mirrors M`, read from
-bare repositories `M/OWNER+NAME/repo` already on the machine, and builds it with cmake and Debian's
-protobuf (`apt-get install -y protobuf-compiler libprotobuf-dev`). Where a submodule's pinned commit
-was not at hand, SOURCES names the one used; four local patches (`build`) make them build together,
-stop a double free at ASTRA-sim's exit and let its statistics report a rank with CPU ops
-(docs/notes/2026-12-07-astra-sim-run.md). It also makes
-`W/venv`, a virtual environment of its own (not the project's) with Chakra's Python package
-(mlcommons/chakra v1.0.0, `--no-deps`: its pinned HTA is not needed to decode) for `decode`.
+ASTRA-sim and Chakra are not part of this project and nothing here builds or installs them: `--astra-sim` is the
+path of an ASTRA-sim analytical-backend binary you built yourself (`AstraSim_Analytical_Congestion_Unaware`),
+`--examples` its source tree's `examples/` folder (the system and remote-memory files named below), `--python` a
+Python with Chakra's package (mlcommons/chakra) importable. docs/notes/2026-12-07-astra-sim-run.md says which
+versions the note's numbers came from.
 
 `run` writes, per export, a network file (one switch of N NPUs, 2 for a one-rank export, whose rank 1
-is idle, `--bandwidth` GB/s, `--latency` ns:
-by default ASTRA-sim's examples/network/analytical/HGX-H100-validated.yml), the system file of
-examples/system/native_collectives/HGX-H100-validated.json and no remote memory, runs the binary
-with `--comm-group-configuration` = the export's comm_groups.json, and prints for every rank the
-time ASTRA-sim says it finished beside our replay of the same files. A run counts only if every rank
-prints `sys[i] finished`. ASTRA-sim's time is its own analytical network model's for the
-collectives and send/recv, and the files' `duration_micros` for every compute node, one CPU op,
-one kernel and one communication node per rank at a time: not a measurement.
+is idle, `--bandwidth` GB/s, `--latency` ns: by default ASTRA-sim's
+examples/network/analytical/HGX-H100-validated.yml), takes examples/system/native_collectives/HGX-H100-validated.json
+and no remote memory, runs the binary with `--comm-group-configuration` = the export's comm_groups.json, and prints
+for every rank the time ASTRA-sim says it finished beside our replay of the same files. A run counts only if every
+rank prints `sys[i] finished`. ASTRA-sim's time is its own analytical network model's for the collectives and
+send/recv, and the files' `duration_micros` for every compute node, one CPU op, one kernel and one communication
+node per rank at a time: not a measurement.
 
-Not run by the test suite (minutes of compiling); lumos must be importable (the repository root on
-PYTHONPATH, or installed).
+Not run by the test suite; lumos must be importable (the repository root on PYTHONPATH, or installed).
 """
 
 from __future__ import annotations
@@ -39,105 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-# (path in the ASTRA-sim tree, owner/name, commit): what was built for the note
-ASTRA_SIM = ("astra-sim/astra-sim", "518bd513ae110428cd62eb60efc0f3993fd53c70")
-SOURCES = [
-    # pinned 0e3cd40 (not in the snapshot at hand): the newest with src/feeder_v3 that was, branch `stage`
-    ("extern/graph_frontend/chakra", "astra-sim/chakra", "f37c2bb50afa8b0e99b32ba9921662ab77502e85"),
-    # pinned e8c5119 (not at hand): the repository's newest, which ASTRA-sim pinned up to 2025-08
-    ("extern/network_backend/analytical", "astra-sim/astra-network-analytical",
-     "599a0473a9a74f5383f73b3cea5a12b9bc5ebaef"),
-    ("extern/remote_memory_backend/analytical", "astra-sim/astra-memory-analytical",
-     "641cce854d256bfd288b1de9607b6757313363f9"),
-    ("extern/helper/fmt", "fmtlib/fmt", "7e73566ce7bd3617cd4b14a2e3a19a2a30b524c7"),
-    # pinned 63f0875 (not at hand): v1.13.x's 62302019
-    ("extern/helper/spdlog", "gabime/spdlog", "62302019babd8fdf63c1c6dc4c9faa48d441a7f0"),
-]
-# ASTRA-sim's CMakeLists.txt fetches yaml-cpp at a83cd31 with FetchContent: given here as a source dir
-YAML_CPP = ("jbeder/yaml-cpp", "a83cd31548b19d50f3f983b069dceb4f4d50756d")
-CHAKRA = ("mlcommons/chakra", "21585d8f2d65603d791d2121e3d4632351120262")   # the reference decoder (v1.0.0)
-BINARY = "build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware"
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles")
 STAT = re.compile(r"sys\[(\d+)\], (GPU|Comm|CPU) time: (\d+)")   # its statistics: busy time of each kind, ns
-
-
-def _sh(cmd, **kw) -> subprocess.CompletedProcess:
-    print("+", cmd if isinstance(cmd, str) else " ".join(map(str, cmd)), flush=True)
-    return subprocess.run(cmd, check=True, shell=isinstance(cmd, str), **kw)
-
-
-def _tree(repo: str, commit: str, dest: Path, mirrors: Path | None, paths=()) -> None:
-    """`repo` at `commit` unpacked into `dest` (from a bare mirror, or a fresh clone)."""
-    if dest.exists() and any(dest.iterdir()):
-        return
-    dest.mkdir(parents=True, exist_ok=True)
-    if mirrors is not None:
-        git_dir = mirrors / repo.replace("/", "+") / "repo"
-    else:
-        git_dir = dest.parent / f".{dest.name}.git"
-        if not git_dir.exists():
-            _sh(["git", "clone", "--bare", "--filter=blob:none", f"https://github.com/{repo}.git", str(git_dir)])
-    _sh(f"git --git-dir={git_dir} archive {commit} {' '.join(paths)} | tar -x -C {dest}")
-
-
-def _patch(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    if new not in text:
-        assert old in text, f"{path}: {old!r} not found"
-        path.write_text(text.replace(old, new, 1))
-
-
-def build(work: Path, mirrors: Path | None, jobs: int) -> Path:
-    src = work / "astra-sim"
-    _tree(ASTRA_SIM[0], ASTRA_SIM[1], src, mirrors)
-    for path, repo, commit in SOURCES:
-        only = ("schema", "src") if repo.endswith("/chakra") else ()   # its tests/data are large, and not needed
-        _tree(repo, commit, src / path, mirrors, only)
-    _tree(YAML_CPP[0], YAML_CPP[1], work / "yaml-cpp", mirrors)
-    # PATCHES: ASTRA-sim 518bd51 names Chakra::ETFeeder(Node); the feeder at hand has them in Chakra::FeederV3
-    feeder = src / "extern/graph_frontend/chakra/src/feeder_v3/et_feeder.h"
-    text = feeder.read_text()
-    if "local shim" not in text:
-        i = text.rindex("#endif")
-        feeder.write_text(text[:i] + "// local shim: ASTRA-sim 518bd51 names these Chakra::ETFeeder / "
-                          "Chakra::ETFeederNode\nnamespace Chakra {\nusing FeederV3::ETFeeder;\n"
-                          "using FeederV3::ETFeederNode;\n} // namespace Chakra\n\n" + text[i:])
-    # and both ASTRA-sim and the network backend add a yaml-cpp target: the backend's only if none is there
-    _patch(src / "extern/network_backend/analytical/CMakeLists.txt",
-           "add_subdirectory(${CMAKE_CURRENT_SOURCE_DIR}/extern/yaml-cpp yaml-cpp)",
-           "if (NOT TARGET yaml-cpp)\n  add_subdirectory(${CMAKE_CURRENT_SOURCE_DIR}/extern/yaml-cpp yaml-cpp)\nendif ()")
-    # and a sub-world group's collective plan frees CollectiveImplLookup's shared implementations: with two or more
-    # such groups (TP and DP groups) every run aborts at exit with a double free, after every rank has finished
-    _patch(src / "astra-sim/system/CollectivePlan.cc",
-           "        delete topology;\n        for (auto& ci : implementation_per_dimension) {\n            delete ci;\n"
-           "        }",
-           "        delete topology;\n        // local patch: the implementations are CollectiveImplLookup's, shared by "
-           "every group's plan\n        // (a double free at exit once two groups smaller than the world have plans)")
-    # and its statistics throw on CPU ops ("Only GPU and COMM types are supported for overlap extraction") once a
-    # rank has finished: the throw skips each rank's statistics report (the finish line is printed before it)
-    _patch(src / "astra-sim/workload/Statistics.cc",
-           "            throw std::runtime_error(\n                \"Only GPU and COMM types are supported for overlap "
-           "extraction\");",
-           "            break;  // local patch: CPU time is not part of the compute-communication overlap")
-    proto = src / "extern/graph_frontend/chakra/schema/protobuf"
-    if not (proto / "et_def.pb.h").exists():   # once: a new one would rebuild most of ASTRA-sim
-        _sh(["protoc", "et_def.proto", f"--proto_path={proto}", f"--cpp_out={proto}"])
-    out = src / "build/astra_analytical/build"
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    _sh(["cmake", "..", "-DBUILDTARGET=congestion_unaware", f"-DFETCHCONTENT_SOURCE_DIR_YAML-CPP={work / 'yaml-cpp'}",
-         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"], cwd=out, stdout=subprocess.DEVNULL)
-    _sh(["cmake", "--build", ".", "-j", str(jobs)], cwd=out, stdout=subprocess.DEVNULL)
-    print(f"built {src / BINARY} in {time.time() - t0:.0f} s with -j {jobs}")
-    venv = work / "venv"
-    if not (venv / "bin" / "chakra_jsonizer").exists():
-        _tree(CHAKRA[0], CHAKRA[1], work / "chakra", mirrors, ("schema", "src", "setup.py", "setup.cfg",
-                                                             "pyproject.toml", "README.md", "LICENSE.md"))
-        _sh([sys.executable, "-m", "venv", str(venv)])
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-        _sh(pip + ["setuptools", "wheel", "setuptools-grpc", "grpcio-tools", "protobuf"])
-        _sh(pip + ["--no-deps", "--no-build-isolation", str(work / "chakra")])
-    return src / BINARY
 
 
 # -- the reference decoder ------------------------------------------------------------------------
@@ -189,18 +86,19 @@ def decode(exports: list[Path], python: Path) -> bool:
 
 
 # -- ASTRA-sim -------------------------------------------------------------------------------------
-def _inputs(work: Path, npus: int, bandwidth: float, latency: float) -> dict:
+def _inputs(work: Path, examples: Path, npus: int, bandwidth: float, latency: float) -> dict:
     cfg = work / "configs"
     cfg.mkdir(parents=True, exist_ok=True)
     net = cfg / f"switch_{npus}npus.yml"
     net.write_text(f"topology: [ Switch ]\nnpus_count: [ {npus} ]\nbandwidth: [ {bandwidth} ]  # GB/s\n"
                    f"latency: [ {latency} ]  # ns\n")
-    system = work / "astra-sim/examples/system/native_collectives/HGX-H100-validated.json"
-    memory = work / "astra-sim/examples/remote_memory/analytical/no_memory_expansion.json"
+    system = examples / "system/native_collectives/HGX-H100-validated.json"
+    memory = examples / "remote_memory/analytical/no_memory_expansion.json"
     return {"network": net, "system": system, "memory": memory}
 
 
-def _astra_sim(work: Path, d: Path, name: str, bandwidth: float, latency: float) -> tuple[dict, int, float]:
+def _astra_sim(work: Path, binary: Path, examples: Path, d: Path, name: str, bandwidth: float,
+               latency: float) -> tuple[dict, int, float]:
     """ASTRA-sim on one export: {rank: {finished, gpu, comm, cpu: ns}} (what each rank printed), exit status,
     wall s."""
     from lumos.trace.chakra import et_files
@@ -209,8 +107,8 @@ def _astra_sim(work: Path, d: Path, name: str, bandwidth: float, latency: float)
     if ranks != list(range(len(ranks))):
         raise SystemExit(f"{d}: ranks {ranks}; ASTRA-sim reads {name}.i.et for i = 0 .. N-1")
     where = _padded(work, d, name) if len(ranks) == 1 else d
-    cfg = _inputs(work, max(len(ranks), 2), bandwidth, latency)
-    cmd = [str(work / "astra-sim" / BINARY), f"--workload-configuration={where / name}",
+    cfg = _inputs(work, examples, max(len(ranks), 2), bandwidth, latency)
+    cmd = [str(binary), f"--workload-configuration={where / name}",
            f"--system-configuration={cfg['system']}", f"--remote-memory-configuration={cfg['memory']}",
            f"--network-configuration={cfg['network']}", f"--comm-group-configuration={d / 'comm_groups.json'}"]
     print("+", " ".join(cmd), flush=True)
@@ -240,14 +138,15 @@ def _ours(d: Path) -> dict:
     return out
 
 
-def run(work: Path, exports: list[Path], bandwidth: float, latency: float, name: str = "trace") -> list[dict]:
+def run(work: Path, binary: Path, examples: Path, exports: list[Path], bandwidth: float, latency: float,
+        name: str = "trace") -> list[dict]:
     """ASTRA-sim on each export (and on its `--bare` twin DIR_bare where there is one: what ASTRA-sim reads
     is the same, so its times must be too); per rank its finish time beside our replays of the same files."""
     rows = []
     for d in exports:
-        done, code, wall = _astra_sim(work, d, name, bandwidth, latency)
+        done, code, wall = _astra_sim(work, binary, examples, d, name, bandwidth, latency)
         bare = d.parent / f"{d.name}_bare"
-        done_bare = _astra_sim(work, bare, name, bandwidth, latency)[0] if bare.is_dir() else None
+        done_bare = _astra_sim(work, binary, examples, bare, name, bandwidth, latency)[0] if bare.is_dir() else None
         ours, ours_bare = _ours(d), _ours(bare) if bare.is_dir() else {}
         for rank, got in done.items():
             ns = got.get("finished")
@@ -332,32 +231,31 @@ def make_exports(work: Path) -> list[Path]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=("build", "decode", "run", "all"))
+    ap.add_argument("step", choices=("exports", "decode", "run", "all"))
     ap.add_argument("exports", nargs="*", type=Path, help="directories written by `lumos export` (decode, run)")
-    ap.add_argument("--work", type=Path, required=True, help="where the sources, build, venv and runs go")
-    ap.add_argument("--mirrors", type=Path, default=None, help="bare git repositories OWNER+NAME/repo to read "
-                                                               "the sources from (default: clone from GitHub)")
-    ap.add_argument("-j", "--jobs", type=int, default=2)
-    ap.add_argument("--python", type=Path, default=None, help="the Python with Chakra's package (default WORK/venv)")
+    ap.add_argument("--work", type=Path, required=True, help="where the runs, exports and network files go")
+    ap.add_argument("--python", type=Path, default=None, help="a Python with Chakra's package (decode, all)")
+    ap.add_argument("--astra-sim", type=Path, default=None, help="an ASTRA-sim analytical-backend binary (run, all)")
+    ap.add_argument("--examples", type=Path, default=None, help="ASTRA-sim's examples/ folder (run, all)")
     ap.add_argument("--bandwidth", type=float, default=400.0, help="switch bandwidth, GB/s (HGX-H100-validated)")
     ap.add_argument("--latency", type=float, default=936.25, help="switch latency, ns (HGX-H100-validated)")
     a = ap.parse_intermixed_args(argv)
     work = a.work.resolve()
-    python = a.python or work / "venv" / "bin" / "python"
-    if a.step == "build":
-        build(work, a.mirrors, a.jobs)
-        return 0
+    if a.step in ("decode", "all") and a.python is None:
+        ap.error(f"{a.step} needs --python (a Python with Chakra's package)")
+    if a.step in ("run", "all") and (a.astra_sim is None or a.examples is None):
+        ap.error(f"{a.step} needs --astra-sim BINARY and --examples DIR (your own ASTRA-sim build)")
     exports = [p.resolve() for p in a.exports]
-    if a.step == "all":
-        if not (work / "astra-sim" / BINARY).exists():
-            build(work, a.mirrors, a.jobs)
+    if a.step in ("exports", "all"):
         exports = make_exports(work)
+        if a.step == "exports":
+            return 0
     ok = True
     if a.step in ("decode", "all"):
         twins = [d.parent / f"{d.name}_bare" for d in exports] if a.step == "all" else []
-        ok &= decode(exports + twins + ([make_predicted(work)] if a.step == "all" else []), python)
+        ok &= decode(exports + twins + ([make_predicted(work)] if a.step == "all" else []), a.python)
     if a.step in ("run", "all"):
-        rows = run(work, exports, a.bandwidth, a.latency)
+        rows = run(work, a.astra_sim, a.examples, exports, a.bandwidth, a.latency)
         ok &= all(r["finished"] and r["bare_same"] is not False for r in rows)
         (work / "astra_sim_rows.json").write_text(json.dumps(rows, indent=1) + "\n")
     return 0 if ok else 1
