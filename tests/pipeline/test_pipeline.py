@@ -184,9 +184,11 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert (sharded["abs_error_pct_mean"] < 5.0).all()
     # the same DP target from a one-GPU base (its TP all-reduces, gradient buckets and pipeline sends added)
     one = pd.read_csv(tables / "from_one_gpu.csv")
-    assert list(one["group"]) == ["single GPU (1x1x1)", "multi-stage base (2x2x4)"]
-    assert list(one["label"]) == ["2x2x8", "2x2x8"]
+    # and again with its collectives fitted on the emulated cluster's nccl-tests output (rule emulate_nccl_tests)
+    assert list(one["group"]) == ["single GPU (1x1x1)", "single GPU + nccl-tests (1x1x1)", "multi-stage base (2x2x4)"]
+    assert list(one["label"]) == ["2x2x8", "2x2x8", "2x2x8"]
     assert (one["abs_error_pct_mean"] < 10.0).all() and (one["predicted_exposed_comm_ms_mean"] > 0).all()
+    assert len(list((work / "results" / "tiny" / "nccl_tests").rglob("all_reduce_perf.*.txt"))) == 5
     stats = pd.read_csv(tables / "statistics.csv")
     assert len(stats) == 5 and stats["actual_iteration_ms_mean"].gt(0).all()   # replay x 2, predict DP / PP / TP
     assert list(stats["experiment"])[-1] == "predict (TP)"
