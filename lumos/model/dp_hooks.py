@@ -38,7 +38,7 @@ from lumos import intervals
 from lumos.trace import TraceTable, schema
 from lumos.trace.steps import Step
 
-from .dp_flavour import ROOT, input_elements, find_dp_flavour, fsdp_range_unit
+from .dp_flavour import ROOT, find_dp_flavour, fsdp_range_unit, input_elements
 
 __all__ = ["DPRanges", "HookRange", "ddp_ranges", "dp_ranges", "hook_ranges", "outside_hooks_us", "role_label"]
 

@@ -118,13 +118,13 @@ def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
     if costs.dp != dp:
         raise ValueError(f"{table.path}: --dp {dp} asked, but the calibration recordings ran at DP {costs.dp}: "
                          "record them at the degree to predict")
-    graph, steps = _median_step_graph(table, step, host, recordings)
-    target, added, notes = from_one_rank(graph, table, costs)
-    # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
     base_kind = find_dp_flavour(table, step).kind
     if (base_kind == "fsdp") != costs.sharding.startswith("fsdp"):
         raise ValueError(f"{table.path}: the base trains with {base_kind} at one rank, the calibration "
                          f"recordings with {costs.sharding}: give recordings of the base's program")
+    graph, steps = _median_step_graph(table, step, host, recordings)
+    target, added, notes = from_one_rank(graph, table, costs)
+    # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
     doc = _document(table, target, 1, base_kind, dp, costs.sharding, notes,
                     {"added_us": round(sum(added.values()), 1)}, host, steps, base_name)
     doc["calibration"] = costs.as_dict()
