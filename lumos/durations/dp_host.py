@@ -93,7 +93,7 @@ class HostCollectiveCosts:
 
     def as_dict(self) -> dict:
         return {"dp": self.dp, "sharding": self.sharding, "outside_scale": round(self.outside_scale, 4),
-                "recordings": self.recordings,
+                "recordings": self.recordings, "per_pair_outside": self.per_pair_outside,
                 "hooks": {role_label(r): {"intercept_us": round(c.intercept_us, 2),
                                           "us_per_element": c.slope_us_per_element,
                                           "elements": list(c.elements), "points": c.points}

@@ -24,8 +24,9 @@ all-reduces over a group of one: the same ranges, with nothing to wait for. Its 
 the finalize (`ddp_ranges`: from the end of the step's last issuing op to the end of its last copy
 back), unit `buckets`, holding every bucket's all-reduce (`HookRange.parts`) and all their elements:
 what a larger group adds to the step beyond the backward shows up there, as the wait for the buckets.
-The issuing ops themselves are not hooks: they only enqueue (tens of us at any group size on the CPU
-captures; at N ranks a few ms more or less, as the worker thread and the other ranks take the core).
+The issuing ops themselves are not hooks: they only enqueue, at one rank as at N, and what they take
+beyond that is the core going to the worker thread they wake (from under 0.1 ms to several ms on a
+loaded host, at any group size): the shared-core slowdown, not the group's work.
 """
 
 from __future__ import annotations

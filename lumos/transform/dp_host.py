@@ -13,9 +13,10 @@ At a group of one, FSDP2 issues no collective (torch `distributed/fsdp/_fully_sh
 - `_fsdp_collectives.py`, `foreach_reduce`: copies the gradient instead of reduce-scattering it.
 
 DDP (torch `csrc/distributed/c10d/reducer.cpp`) has no path of its own for a group of one: it issues
-each bucket's all-reduce over a group of one, which copies nothing and waits for no one (tens of
-us on the CPU captures), and its finalize has nothing to wait for. At one rank its all-reduces are
-taken out as FSDP2's collectives are.
+each bucket's all-reduce over a group of one, which copies nothing and waits for no one (a few us
+on the worker thread), and its finalize has nothing to wait for. At one rank its all-reduces are
+taken out as FSDP2's collectives are; that also drops what a one-rank DDP run still pays to issue
+them (the core handed to the worker thread: ms a step on a loaded host; docs/notes/2026-12-07-dp-over-gloo.md).
 
 `to_one_rank` takes out of a step graph of such a base every op inside an `FSDP::all_gather` range,
 inside a collective's issuing op, and inside the worker threads' collective ranges, and the
@@ -140,8 +141,8 @@ def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -
         raise ValueError(f"{table.path}: no FSDP2 hook range or DDP bucket in step {graph.summary.get('step')}: "
                          "nothing tells where a larger group's collectives would run")
     hooks, elements = found.hooks, found.elements
-    strategy = ("FSDP2 hook ranges" if found.kind == "fsdp2" else
-                f"DDP ranges (the finalize after the backward, its {hooks[0].parts} buckets)")
+    strategy = (f"{len(hooks)} FSDP2 hook ranges of the step each" if found.kind == "fsdp2" else
+                f"DDP's finalize after the backward, holding the step's {hooks[0].parts} buckets,")
     cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
     cpu = cpu[np.argsort(table.ts[graph.event[cpu]], kind="stable")]
     cpu = {int(t): cpu[table.tid[graph.event[cpu]] == t] for t in {h.tid for h in hooks}}   # on the hooks' thread
@@ -173,7 +174,7 @@ def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -
     into = incoming[out.dst] & (added[out.dst] != 0)
     out.lag[into] = np.maximum(out.lag[into] + added[out.dst[into]], 0.0)
     out.summary = {**graph.summary, "host_collectives_added_us": {k: round(v, 1) for k, v in by_role.items()}}
-    notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {len(hooks)} {strategy} of the step each "
+    notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {strategy} "
              f"given the time {costs.dp} ranks add inside it ({sum(by_role.values()) / 1e3:.3f} ms in all), "
              f"fitted per hook on {len(costs.recordings)} calibration pairs ({', '.join(costs.recordings)}); "
              f"the time outside the hooks x{costs.outside_scale:.3f} (the calibration's processes sharing "

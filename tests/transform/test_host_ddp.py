@@ -128,9 +128,8 @@ def test_one_rank_ddp_to_two_ranks_adds_the_fitted_wait(ddp_costs):
     graph = build_graph(table, step=3)
     _, added, notes = from_one_rank(graph, table, ddp_costs[2])
     assert added == {"finalize_backward": pytest.approx(32123.667, abs=1e-3)}
-    assert notes[0].startswith("DP 1 -> 2 on host collectives (gloo): 1 DDP ranges (the finalize after the "
-                               "backward, its 4 buckets) of the step each given the time 2 ranks add inside it "
-                               "(32.124 ms in all)")
+    assert notes[0].startswith("DP 1 -> 2 on host collectives (gloo): DDP's finalize after the backward, holding "
+                               "the step's 4 buckets, given the time 2 ranks add inside it (32.124 ms in all)")
 
 
 def test_predict_ddp_from_one_rank_to_four(tmp_path):
