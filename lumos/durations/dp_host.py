@@ -3,12 +3,13 @@
 A one-rank capture holds FSDP2's hook ranges, or DDP's bucket all-reduces over a group of one, but
 none of the work a larger group does in them (`lumos.transform.dp_host`), and nothing in it says
 how long gloo takes per byte on this host, how long FSDP2's copy-in / copy-out take, or how much
-slower two or four processes run on cores they share. Those are properties of the host and the library, like a cluster profile's link
-bandwidths, so they are read off calibration recordings: the same training program on the same
-host at another model size, recorded once at the target's DP degree and once at one rank.
+slower two or four processes run on cores they share. Those are properties of the host and the
+library, like a cluster profile's link bandwidths, so they are read off calibration recordings:
+the same training program on the same host at another model size, recorded once at the target's
+DP degree and once at one rank.
 
 For each hook range the two recordings share (the same name, the same occurrence in the step;
-`lumos.model.dp_hooks.dp_ranges`: FSDP2's hooks, or DDP's issuing ops and finalize), its self time
+`lumos.model.dp_hooks.dp_ranges`: FSDP2's hooks, or DDP's finalize), its self time
 at DP N minus its self time at one rank, averaged over the profiled steps (and the DP run's ranks),
 is one point: (the hook, whether its unit is the root) -> (the unit's parameter count, the added
 time); for DDP the finalize (the wait for the buckets) -> (its buckets, all their elements, the
