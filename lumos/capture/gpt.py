@@ -47,15 +47,12 @@ accumulation; the names are the contract of `lumos.trace.annotation`, the ones
 marker: the trace anybody's training loop gives, for checking that the
 predictor finds the layers without our ranges.
 
-Side stream (CUDA only, `--no-side-stream` turns it off; never on CPU): every
-block's gradients form one bucket, reduced DDP-style while the backward of
-the earlier blocks continues. Per bucket: `cudaEventRecord` on the compute
-stream, `cudaStreamWaitEvent` on the side stream, then on the side stream
-flatten -> all-reduce (a real NCCL all-reduce when WORLD_SIZE > 1; with one
-GPU a stand-in: copy into a communication buffer, scale by 1/world_size, copy
-back) -> unflatten into the gradients. Before the optimizer step the compute
-stream waits for an event recorded on the side stream. The embedding and head
-parameters are reduced in one final bucket the same way.
+Side stream (CUDA only, `--no-side-stream` turns it off; never on CPU): every block's gradients
+form one bucket, reduced DDP-style on a side stream (cudaEventRecord / cudaStreamWaitEvent, then
+flatten -> all-reduce, or with one GPU a copy through a buffer -> unflatten) while the earlier
+blocks' backward continues; the embedding and head parameters form a final bucket, and the
+compute stream waits for the side stream before the optimizer step. `--fsdp` (`sharding`) and
+`--ddp` (`ddp`) replace these buckets with torch's own FSDP2 or DistributedDataParallel.
 """
 
 from __future__ import annotations
@@ -73,7 +70,8 @@ from lumos.trace.annotation import EMBEDDING, HEAD, layer_block, range_name
 
 from . import require_torch
 from .affinity import cores, pin_to_core
-from .sharding import MODES as FSDP_MODES, ensure_process_group
+from .group import ensure_process_group, join_group, resolve_device
+from .sharding import MODES as FSDP_MODES
 
 
 @dataclass
@@ -361,36 +359,6 @@ class GradBuckets:
         self.reset()
 
 
-def _resolve_device(name: str):
-    torch = require_torch()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {name} asked for, but torch sees no CUDA device")
-    return torch.device(name)
-
-
-def _init_distributed(device_arg: str):
-    """Join a process group under torchrun (WORLD_SIZE > 1).
-
-    Returns None when not distributed, else (rank, world_size, local_rank, created)
-    where `created` says whether this call initialized the group.
-    """
-    torch = require_torch()
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1 or not torch.distributed.is_available():
-        return None
-    dist = torch.distributed
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device_arg != "cpu" and torch.cuda.is_available()
-    if use_cuda:
-        torch.cuda.set_device(local)
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return dist.get_rank(), dist.get_world_size(), local, created
-
-
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
@@ -398,7 +366,7 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
             wait: int = 1, device: str = "auto", dtype: str = "auto", side_stream: bool = True,
             seed: int = 0, rank: int | None = None, microbatches: int = 1, log=print,
             annotate: bool = True, with_stack: bool = False, profile_memory: bool = False,
-            log_clocks: bool | None = None, fsdp: str = "off") -> Path:
+            log_clocks: bool | None = None, fsdp: str = "off", ddp: bool = False) -> Path:
     """Train `cfg` for wait + warmup + steps iterations under the profiler; return the trace path.
 
     Each iteration runs `microbatches` forward/backward passes (gradient
@@ -409,23 +377,26 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
     `profile_memory=True` the allocator's `[memory]` events. `log_clocks` (None:
     on for a CUDA device) logs that GPU's clocks, power and temperature
     (`lumos.capture.clocks`). `fsdp` full / grad_op shards the model with FSDP2
-    (`lumos.capture.sharding`) instead of all-reducing gradient buckets.
+    (`lumos.capture.sharding`) instead of all-reducing gradient buckets; `ddp` wraps it in torch's
+    DistributedDataParallel (`lumos.capture.ddp`).
     """
     require_torch()
     if microbatches < 1:
         raise ValueError("microbatches must be >= 1")
     if fsdp not in FSDP_MODES:
         raise ValueError(f"--fsdp must be one of {', '.join(FSDP_MODES)}, got {fsdp!r}")
-    dist_info = _init_distributed(device)
+    if ddp and fsdp != "off":
+        raise ValueError(f"--ddp and --fsdp {fsdp}: one data-parallel wrapper at a time")
+    dist_info = join_group(device)
     own_group = dist_info is not None and dist_info[3]
-    if dist_info is None and fsdp != "off":   # FSDP2 needs a process group, even of one rank
-        own_group = ensure_process_group(_resolve_device(device))
+    if dist_info is None and (fsdp != "off" or ddp):   # FSDP2 and DDP need a process group, even of one rank
+        own_group = ensure_process_group(resolve_device(device))
     try:
         return _train_and_profile(cfg, dist_info, out_dir=out_dir, steps=steps, warmup=warmup,
                                   wait=wait, device=device, dtype=dtype, side_stream=side_stream,
                                   seed=seed, rank=rank, microbatches=microbatches, log=log,
                                   annotate=annotate, with_stack=with_stack,
-                                  profile_memory=profile_memory, log_clocks=log_clocks, fsdp=fsdp)
+                                  profile_memory=profile_memory, log_clocks=log_clocks, fsdp=fsdp, ddp=ddp)
     finally:
         if own_group:
             require_torch().distributed.destroy_process_group()
@@ -433,14 +404,14 @@ def run_gpt(cfg: GPTConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
 
 def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wait, device, dtype,
                        side_stream, seed, rank, microbatches, log, annotate=True, with_stack=False,
-                       profile_memory=False, log_clocks=None, fsdp="off") -> Path:
+                       profile_memory=False, log_clocks=None, fsdp="off", ddp=False) -> Path:
     torch = require_torch()
     from .profile import lumos_profile
 
     if dist_info is not None and device in ("auto", "cuda") and torch.cuda.is_available():
         dev = torch.device(f"cuda:{dist_info[2]}")  # one GPU per torchrun process
     else:
-        dev = _resolve_device(device)
+        dev = resolve_device(device)
     if dtype == "auto":
         dtype = "bfloat16" if dev.type == "cuda" else "float32"
     if dtype not in DTYPES:
@@ -457,11 +428,16 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
 
         shard_model(model, dev, fsdp)
         buckets = ShardedGradients(model)
+    elif ddp:
+        from .ddp import DDPGradients
+
+        buckets = DDPGradients(model)
     else:
         buckets = GradBuckets(model, dev, side_stream, annotate=annotate)
     rf = annotation_range(annotate)
     gen = torch.Generator(device="cpu").manual_seed(seed + (dist_info[0] if dist_info else 0))
     batch = (cfg.micro_batch, cfg.seq)
+    forward = getattr(buckets, "forward", model)   # the DDP-wrapped model under --ddp
     data = [(torch.randint(cfg.vocab, batch, generator=gen).to(dev),
              torch.randint(cfg.vocab, batch, generator=gen).to(dev)) for _ in range(microbatches)]
 
@@ -470,7 +446,7 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
             buckets.armed = j == microbatches - 1
             try:
                 with rf("forward"):
-                    loss = model(idx, targets, mb=j)
+                    loss = forward(idx, targets, mb=j)
                     if microbatches > 1:
                         loss = loss / microbatches
                 with rf("backward"):
@@ -487,7 +463,8 @@ def _train_and_profile(cfg: GPTConfig, dist_info, *, out_dir, steps, warmup, wai
 
     meta = {"model": "lumos.capture.gpt", "config": asdict(cfg), "device": str(dev),
             "dtype": dtype, "side_stream": buckets.use_stream, "microbatches": microbatches, "annotate": annotate,
-            "parameters": cfg.parameter_count(), "fsdp": fsdp, "cpus": cores()}
+            "parameters": cfg.parameter_count(), "fsdp": fsdp, "cpus": cores(),
+            "ddp_bucket_cap_mb": buckets.bucket_cap_mb if ddp else None}
     if dev.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(dev)
     with lumos_profile(out_dir, steps=steps, warmup=warmup, wait=wait, rank=rank,
@@ -548,6 +525,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "grad_op keeps the gathered parameters until the backward (SHARD_GRAD_OP, ZeRO-2), "
                         "hsdp shards within groups of 2 ranks and all-reduces across them (HSDP, 4+ ranks); "
                         "one process joins a one-rank group (default %(default)s)")
+    p.add_argument("--ddp", action="store_true",
+                   help="wrap the model in torch's DistributedDataParallel (gradient buckets of 0.1 MiB "
+                        "all-reduced from autograd hooks during the backward, no_sync on all but the last "
+                        "micro-batch) instead of our own per-block buckets; one process joins a one-rank group")
     p.add_argument("--pin-core", action="store_true",
                    help="run each process on one core of those it may use (the LOCAL_RANK-th), as one rank per "
                         "GPU: on a CPU run, processes that migrate between cores wait on each other's "
@@ -575,7 +556,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
                    device=args.device, dtype=args.dtype, side_stream=args.side_stream,
                    seed=args.seed, rank=args.rank, microbatches=args.micro_batches,
                    log=None if args.quiet else print, annotate=args.annotate, with_stack=args.with_stack,
-                   profile_memory=args.profile_memory, log_clocks=args.log_clocks, fsdp=args.fsdp)
+                   profile_memory=args.profile_memory, log_clocks=args.log_clocks, fsdp=args.fsdp, ddp=args.ddp)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return path
 

@@ -19,9 +19,8 @@ device mesh, FSDP2's `fully_shard(mesh=...)` with dimensions replicate x shard):
 reduce-scattered within the shard group, then all-reduced across the replicas; it needs at least
 two shard groups. It reshards after forward, as `full`.
 
-One process needs a process group too: outside torchrun this joins a one-rank
-gloo (CPU) or NCCL (CUDA) group on an in-memory store, so a 1-rank capture runs
-the same collectives a DP run does, on a group of one.
+One process needs a process group too: outside torchrun it joins a one-rank group
+(`group.ensure_process_group`), so a 1-rank capture runs the same program a DP run does.
 """
 
 from __future__ import annotations
@@ -32,16 +31,6 @@ from . import require_torch
 
 MODES = ("off", "full", "grad_op", "hsdp")
 HSDP_SHARD = 2   # ranks per shard group of `hsdp` (a host's GPUs, in a real job)
-
-
-def ensure_process_group(device) -> bool:
-    """Join a one-rank group when none exists (FSDP2 needs a mesh); True if this call made it."""
-    dist = require_torch().distributed
-    if dist.is_initialized():
-        return False
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return True
 
 
 def shard_model(model, device, mode: str) -> None:

@@ -108,10 +108,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the base's own (lumos/transform/dp_sharding.py)")
     add_memory_flags(p)
     p.add_argument("--dp-calibration", nargs=2, action="append", default=[], metavar=("RUN_AT_DP", "RUN_AT_ONE"),
-                   help="from a one-rank FSDP2 CPU capture (gloo) to --dp N: the same program at another model "
-                        "size recorded at DP N and at one rank, on the same host; what N ranks add in each FSDP2 "
-                        "hook is fitted on these pairs (repeat the option for more pairs; "
-                        "lumos/durations/dp_host.py)")
+                   help="from a one-rank FSDP2 or DDP CPU capture (gloo) to --dp N: the same program at another "
+                        "model size recorded at DP N and at one rank, on the same host; what N ranks add in each "
+                        "FSDP2 hook, or in each DDP bucket's all-reduce and its finalize, is fitted on these pairs "
+                        "(repeat the option for more pairs; lumos/durations/dp_host.py)")
     p.add_argument("--step", type=non_negative_int, default=None,
                    help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
@@ -238,8 +238,8 @@ def _run(args) -> int:
             _refuse_export(args, "a base whose collectives are host ops (gloo) is predicted without a graph "
                                  "of the target (lumos/predict/dp_host.py)")
             return _run_host_dp(args, options)
-        if args.dp is not None and (args.dp_calibration or _one_rank_fsdp_base(args)):
-            _refuse_export(args, "a prediction from a one-rank FSDP2 capture has no graph of the target "
+        if args.dp is not None and (args.dp_calibration or _one_rank_dp_base(args)):
+            _refuse_export(args, "a prediction from a one-rank DDP or FSDP2 capture has no graph of the target "
                                  "(lumos/predict/dp_host.py)")
             return _run_from_one_rank(args, options)
         if args.samples:
@@ -311,10 +311,10 @@ def _host_collective_base(args) -> bool:
     return host_collective_run(_base_tables(args.base), args.step)
 
 
-def _one_rank_fsdp_base(args) -> bool:
-    from lumos.predict.dp_host import one_rank_fsdp_run
+def _one_rank_dp_base(args) -> bool:
+    from lumos.predict.dp_host import one_rank_dp_run
 
-    return one_rank_fsdp_run(_base_tables(args.base), args.step)
+    return one_rank_dp_run(_base_tables(args.base), args.step)
 
 
 # what a prediction from a host-collective base (gloo on CPU) cannot change besides DP
@@ -349,22 +349,28 @@ def _run_host_dp(args, options) -> int:
 
 
 def _run_from_one_rank(args, options) -> int:
-    """`--dp N` from a one-rank FSDP2 CPU capture, with `--dp-calibration` (`lumos.predict.dp_host`)."""
+    """`--dp N` from a one-rank FSDP2 or DDP CPU capture, with `--dp-calibration` (`lumos.predict.dp_host`)."""
+    from lumos.model.dp_flavour import find_dp_flavour
     from lumos.predict.dp_host import predict_from_one_rank
     from lumos.trace import load_run
 
     base = _base_tables(args.base)
+    ddp = find_dp_flavour(base[0], args.step).ddp
+    what = "DDP" if ddp else "FSDP2"
     also = _besides_dp(args)
     if also:
-        raise UserError(f"{base[0].path}: from a one-rank FSDP2 CPU capture only --dp N (with --dp-calibration) "
+        raise UserError(f"{base[0].path}: from a one-rank {what} CPU capture only --dp N (with --dp-calibration) "
                         f"is predicted, not {', '.join(also)}")
     if args.dp < 2:
-        raise UserError(f"{base[0].path}: the base runs at DP 1 already (a one-rank FSDP2 capture)")
+        raise UserError(f"{base[0].path}: the base runs at DP 1 already (a one-rank {what} capture)")
     if not args.dp_calibration:
-        raise UserError(f"{base[0].path}: a one-rank FSDP2 capture has FSDP2's hooks but none of the work "
+        holds = ("DDP's bucket all-reduces over a group of one but none of the waiting" if ddp else
+                 "FSDP2's hooks but none of the work")
+        raise UserError(f"{base[0].path}: a one-rank {what} capture has {holds} "
                         f"{args.dp} ranks do in them, and nothing that times gloo on this host: give "
                         "--dp-calibration RUN_AT_DP RUN_AT_ONE, the same program at another model size recorded "
-                        f"at DP {args.dp} and at one rank on the same host (e.g. resources/traces/fsdp_cpu_sizes)")
+                        f"at DP {args.dp} and at one rank on the same host (e.g. resources/traces/"
+                        f"{'dp_cpu_sizes' if ddp else 'fsdp_cpu_sizes'})")
     pairs = [(load_run(a), load_run(b)) for a, b in args.dp_calibration]
     recordings = [load_run(r) for r in args.recordings]
     doc = predict_from_one_rank(base, args.dp, pairs, options,

@@ -17,6 +17,13 @@ evidence:
   Every collective is tied to the unit whose range encloses it.
 - FSDP1 writes `FullyShardedDataParallel._pre_forward` and friends, without the
   module: recognised as FSDP, units unnamed.
+- torch's DistributedDataParallel names its forward (`DistributedDataParallel.forward`,
+  torch `nn/parallel/distributed.py`) and its reducer's per-parameter work
+  (`torch::distributed::reducer::mul_out` when a gradient is copied into its bucket,
+  `torch.distributed.ddp.reducer::copy_bucket_to_grad` when the averaged bucket is copied
+  back; torch `csrc/distributed/c10d/reducer.cpp`); its all-reduces are the gradient
+  buckets, issued during the backward by the reducer's autograd hooks. All-reduce DP,
+  said to be DDP's (`DPFlavour.ddp`).
 - Without either, the collectives alone: all-gathers inside forward layer ranges
   and reduce-scatters in the backward make ZeRO-3; all-gathers only after the
   backward a sharded optimizer; all-reduces alone buckets.
@@ -45,6 +52,8 @@ from .nesting import innermost
 
 FSDP2_RANGE = re.compile(r"^FSDP::(\w+?)(?: \((.*)\)| for (.+))?$")
 FSDP1_PREFIX = "FullyShardedDataParallel."
+DDP_FORWARD = "DistributedDataParallel.forward"      # torch nn/parallel/distributed.py
+DDP_REDUCER = ("torch.distributed.ddp.reducer::", "torch::distributed::reducer::")   # csrc/.../reducer.cpp
 ROOT = "root"
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 
@@ -94,6 +103,7 @@ class DPFlavour:
     unit_elements: dict[str, int] = field(default_factory=dict)
     collectives: list[Collective] = field(default_factory=list)
     unit_layers: dict[str, str] = field(default_factory=dict)   # FSDP unit -> the layer it holds
+    ddp: bool = False                           # torch's DistributedDataParallel's ranges in the step
 
     @property
     def label(self) -> str:
@@ -112,7 +122,7 @@ class DPFlavour:
     def as_dict(self) -> dict:
         """JSON-ready; the collectives one by one only for a sharded flavour (a Megatron rank has
         thousands of all-reduces, a sharded one a few per unit)."""
-        out = {"kind": self.kind, "label": self.label, "reason": self.reason, "units": self.units,
+        out = {"kind": self.kind, "label": self.label, "reason": self.reason, "ddp": self.ddp, "units": self.units,
                "unit_elements": self.unit_elements, "unit_layers": self.unit_layers, "counts": self.counts()}
         if self.sharded:
             out["collectives"] = [asdict(c) for c in self.collectives]
@@ -122,12 +132,17 @@ class DPFlavour:
         return f"data parallel: {self.label}: {self.reason}"
 
 
-def _elements(dims) -> list[int]:
-    """Element counts of the tensor inputs in an op's Input Dims (non-tensors skipped)."""
+def input_elements(dims, lists: bool = False) -> list[int]:
+    """Element counts of the tensor inputs in an op's Input Dims (non-tensors skipped); `lists`: a
+    tensor list counts as its tensors' elements together (`c10d::allreduce_` takes one, as
+    `[[32960]]`: DDP's bucket)."""
     out = []
     for d in dims or ():
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
             out.append(int(np.prod(d)))
+        elif lists and isinstance(d, list) and d and all(
+                isinstance(x, list) and x and all(isinstance(y, int) for y in x) for x in d):
+            out.append(int(sum(np.prod(x) for x in d)))
     return out
 
 
@@ -142,7 +157,7 @@ def _message(table: TraceTable, r: int, kind: str, rpc: np.ndarray, rpc_ts: np.n
             if table.tid[c] == table.tid[r] and max(int(table.in_nelems[c]), int(table.out_nelems[c])) > 0:
                 return max(int(table.in_nelems[c]), int(table.out_nelems[c])), max(int(table.group_size[c]), 0)
             k += 1
-        sizes = _elements(table.input_dims[r])
+        sizes = input_elements(table.input_dims[r], lists=kind == "all_reduce")
     else:
         sizes = [max(int(table.in_nelems[r]), int(table.out_nelems[r]), 0)]
     full, part = max(sizes[:2], default=0), min(sizes[:2], default=0)
@@ -211,6 +226,7 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
     ann_names = names[table.cat[host] == schema.ANNOTATION]
     fsdp2 = host[starts("FSDP::")]
     fsdp1 = bool(np.any(starts(FSDP1_PREFIX)))
+    ddp = bool(np.any(starts(DDP_FORWARD) | starts(DDP_REDUCER)))
     parsed = {int(r): fsdp_range_unit(str(table.name[r])) for r in fsdp2}
     prefetches = np.array([r for r in fsdp2 if parsed[int(r)][2]], dtype=np.int64)
     layer_rows = np.array([r for r, n in zip(ann, ann_names) if ANN.match(n)], dtype=np.int64)
@@ -273,8 +289,24 @@ def find_dp_flavour(table: TraceTable, step: int | None = None) -> DPFlavour:
                 sizes.setdefault(parsed[int(f)][1], int(np.prod(dims[-1])))
     unit_elements = {u: sizes[u] for u in units if u in sizes}
     flavour = _classify(table, out, units, unit_elements, len(fsdp2) > 0, fsdp1)
+    if ddp and flavour.kind == "allreduce":
+        flavour.ddp = True
+        flavour.reason = _ddp_reason(table, out, host, names)
     flavour.unit_layers = _unit_layers(table, layer_rows, units, order)
     return flavour
+
+
+def _ddp_reason(table: TraceTable, colls: list[Collective], host: np.ndarray, names: np.ndarray) -> str:
+    """What says a step's all-reduces are DDP's gradient buckets: its ranges, when the buckets are
+    issued, and on a CPU run the backend's worker threads that run them."""
+    sizes = [c.elements for c in colls]
+    backward = sum(c.phase == "backward" for c in colls)
+    issuing = {int(table.tid[c.row]) for c in colls}
+    workers = {int(table.tid[r]) for r, n in zip(host, names) if n.startswith("gloo:")} - issuing
+    ran = f", run on {len(workers)} gloo worker thread{'s' if len(workers) > 1 else ''}" if workers else ""
+    return (f"torch's DistributedDataParallel ranges ({DDP_FORWARD}, its reducer's copy_bucket_to_grad); "
+            f"{len(colls)} all-reduces of gradient buckets ({min(sizes)}-{max(sizes)} elements), {backward} "
+            f"issued during the backward by the reducer's autograd hooks{ran}")
 
 
 def _exchange_units(table: TraceTable, others: list, layer_rows: np.ndarray) -> set:

@@ -3,11 +3,12 @@
 The what-if transforms rebuild a run from its layers and re-time device collectives; a CPU
 capture's collectives are host ops, which they do not re-time (`whatif.refuse_unmodelled_dp`).
 Two DP changes are made here (`lumos.transform.dp_host`):
-- to a group of one, where FSDP2 issues no collective: a CPU capture holds everything for it
-  (`predict_one_rank`);
-- from a one-rank FSDP2 capture to N ranks, with what N ranks add in each FSDP2 hook read off
-  calibration recordings of the same program at another size (`predict_from_one_rank`): the one-rank
-  trace has the hooks but none of the work, and nothing in it times gloo on this host.
+- to a group of one, where FSDP2 issues no collective and DDP's all-reduces wait for no one: a
+  CPU capture holds everything for it (`predict_one_rank`);
+- from a one-rank FSDP2 or DDP capture to N ranks, with what N ranks add in each FSDP2 hook, or in
+  each DDP bucket's all-reduce and its finalize, read off calibration recordings of the same
+  program at another size (`predict_from_one_rank`): the one-rank trace has the hooks but none of
+  the work, and nothing in it times gloo on this host.
 The step graph of the base's lowest rank is replayed, its host work the median over its profiled
 steps (and over other recordings', `recordings`) as for every prediction.
 """
@@ -29,24 +30,33 @@ from .options import PredictOptions
 from .prediction import add_actual, round_metrics
 from .whatif import check_steps
 
-__all__ = ["host_collective_run", "one_rank_fsdp_run", "predict_from_one_rank", "predict_one_rank", "replay_unchanged"]
+__all__ = ["host_collective_run", "one_rank_dp_run", "predict_from_one_rank", "predict_one_rank", "replay_unchanged"]
+
+
+def _on_device(tables: Sequence[TraceTable]) -> bool:
+    return any((t.stream >= 0).any() or (t.device >= 0).any() for t in tables)
 
 
 def host_collective_run(tables: Sequence[TraceTable], step=None) -> bool:
-    """A run with no device event whose DP collectives are host ops (gloo on CPU)."""
-    for t in tables:
-        if (t.stream >= 0).any() or (t.device >= 0).any():
-            return False
-    return any(find_dp_flavour(t, step).collectives for t in tables)
+    """A run with no device event whose DP collectives are host ops (gloo on CPU) over more than one
+    rank (DDP's all-reduces over a group of one are a `one_rank_dp_run`)."""
+    if _on_device(tables):
+        return False
+    flavours = {t.rank: find_dp_flavour(t, step) for t in tables}
+    if not any(f.collectives for f in flavours.values()):
+        return False
+    return not (all(f.ddp for f in flavours.values()) and host_dp_degree(tables, step, flavours=flavours) == 1)
 
 
-def one_rank_fsdp_run(tables: Sequence[TraceTable], step=None) -> bool:
-    """A run with no device event that trains with FSDP on a group of one (no collective at all)."""
-    for t in tables:
-        if (t.stream >= 0).any() or (t.device >= 0).any():
-            return False
-    flavours = [find_dp_flavour(t, step) for t in tables]
-    return all(f.kind == "fsdp" and not f.collectives for f in flavours)
+def one_rank_dp_run(tables: Sequence[TraceTable], step=None) -> bool:
+    """A run with no device event that trains with FSDP on a group of one (no collective at all), or
+    with DDP on a group of one (its all-reduces over the group of one)."""
+    if _on_device(tables):
+        return False
+    flavours = {t.rank: find_dp_flavour(t, step) for t in tables}
+    if all(f.kind == "fsdp" and not f.collectives for f in flavours.values()):
+        return True
+    return all(f.ddp for f in flavours.values()) and host_dp_degree(tables, step, flavours=flavours) == 1
 
 
 def _median_step_graph(table: TraceTable, step, host: str, recordings):
@@ -95,23 +105,27 @@ def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
                           options: PredictOptions = PredictOptions(), *,
                           actual_tables: Sequence[TraceTable] | None = None,
                           recordings: Sequence[Sequence[TraceTable]] = (), base_name: str = "") -> dict:
-    """The base (a `one_rank_fsdp_run`) at `dp` ranks, what the ranks add fitted on `calibration`:
+    """The base (a `one_rank_dp_run`) at `dp` ranks, what the ranks add fitted on `calibration`:
     pairs (the same program at another size at DP `dp`, the same at one rank). Of `options`, `step`
     and `host` apply."""
     step, host = options.step, options.host
     check_steps(base_tables, host, recordings=recordings)
     table = min(base_tables, key=lambda t: t.rank)
-    if not one_rank_fsdp_run(base_tables, step):
-        raise ValueError(f"{table.path}: not a one-rank FSDP2 capture without device work: the calibrated "
+    if not one_rank_dp_run(base_tables, step):
+        raise ValueError(f"{table.path}: not a one-rank FSDP2 or DDP capture without device work: the calibrated "
                          "DP change is made from one rank only")
     costs = fit_host_collective_costs(calibration)
     if costs.dp != dp:
         raise ValueError(f"{table.path}: --dp {dp} asked, but the calibration recordings ran at DP {costs.dp}: "
                          "record them at the degree to predict")
+    base_kind = find_dp_flavour(table, step).kind
+    if (base_kind == "fsdp") != costs.sharding.startswith("fsdp"):
+        raise ValueError(f"{table.path}: the base trains with {base_kind} at one rank, the calibration "
+                         f"recordings with {costs.sharding}: give recordings of the base's program")
     graph, steps = _median_step_graph(table, step, host, recordings)
     target, added, notes = from_one_rank(graph, table, costs)
     # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
-    doc = _document(table, target, 1, "fsdp", dp, costs.sharding, notes,
+    doc = _document(table, target, 1, base_kind, dp, costs.sharding, notes,
                     {"added_us": round(sum(added.values()), 1)}, host, steps, base_name)
     doc["calibration"] = costs.as_dict()
     if actual_tables is not None:

@@ -56,7 +56,7 @@ def refusals(plan, target: dict, options) -> list[str]:
 
     adds = missing(plan, tp or plan.tp, target.get("pp") or plan.pp, dp or plan.dp)
     if dp is not None and dp != plan.dp and not _has(plan, "dp") and "dp" not in adds:
-        why = ("a CPU capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 capture, "
+        why = ("a CPU capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 or DDP capture, "
                "--dp with --dp-calibration predicts them)" if cpu_only(plan) else
                "its data parallelism is not all-reduce DP, so no gradient bucket is inserted")
         out.append(f"--dp {dp}: the base has no data-parallel collective to re-time ({_run_of(plan)}); {why}")

@@ -409,9 +409,12 @@ def refuse_unmodelled_dp(tables: Sequence[TraceTable], flavours: dict, on_device
         f = flavours[t.rank]
         if not on_device and f.collectives:
             c = f.collectives[0]
+            one = f.ddp and int((t.metadata.get("distributedInfo") or {}).get("world_size") or 1) == 1
+            hint = (". From a one-rank DDP capture on CPU, --dp N alone is predicted, with --dp-calibration "
+                    "RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a one-rank CPU capture\")" if one else "")
             raise ValueError(f"{t.path}: the base's collectives are host ops ({len(f.collectives)} in the "
                              f"iteration, e.g. {t.name[c.row]}) and no device collective: the transforms "
-                             "re-time device collectives only, so a prediction would leave them unmodelled")
+                             "re-time device collectives only, so a prediction would leave them unmodelled" + hint)
         if f.sharded and f.kind not in SHARDED_MEMORY:
             hint = (". From a one-rank FSDP2 capture on CPU, --dp N alone is predicted, with --dp-calibration "
                     "RUN_AT_N RUN_AT_ONE (docs/prediction.md, \"From a one-rank CPU capture\")"

@@ -1,4 +1,4 @@
-"""FSDP2 on the host's collectives (gloo on CPU) taken to one rank.
+"""FSDP2 or DDP on the host's collectives (gloo on CPU) taken to one rank, and from one rank to N.
 
 On a CPU run a collective is host work. The issuing op (`c10d::_allgather_base_`, ...) enqueues
 it; a gloo worker thread runs it (a `gloo:all_gather` range: a few copies, with the wait for the
@@ -12,6 +12,12 @@ At a group of one, FSDP2 issues no collective (torch `distributed/fsdp/_fully_sh
 - `wait_for_unshard`: copies each parameter's shard instead of `FSDP::all_gather_copy_out`;
 - `_fsdp_collectives.py`, `foreach_reduce`: copies the gradient instead of reduce-scattering it.
 
+DDP (torch `csrc/distributed/c10d/reducer.cpp`) has no path of its own for a group of one: it issues
+each bucket's all-reduce over a group of one, which copies nothing and waits for no one (a few us
+on the worker thread), and its finalize has nothing to wait for. At one rank its all-reduces are
+taken out as FSDP2's collectives are; that also drops what a one-rank DDP run still pays to issue
+them (the core handed to the worker thread: ms a step on a loaded host; docs/notes/2026-12-07-dp-over-gloo.md).
+
 `to_one_rank` takes out of a step graph of such a base every op inside an `FSDP::all_gather` range,
 inside a collective's issuing op, and inside the worker threads' collective ranges, and the
 waits on them. It keeps the Python before and after each stretch. A task taken out stays as a
@@ -21,8 +27,9 @@ its place); the optimizer step (it then updates every parameter, not 1/DP of the
 captures its cost is per call more than per element); the compute of ranks that shared the
 machine's cores.
 
-`from_one_rank` goes the other way, where a one-rank base holds nothing of the work: each FSDP2 hook
-range of the step (`lumos.model.dp_hooks`) gets the time a larger group adds inside it, read off
+`from_one_rank` goes the other way, where a one-rank base holds nothing of the work: each hook
+range of the step (`lumos.model.dp_hooks.dp_ranges`: FSDP2's hooks, or DDP's issuing op per bucket
+and its finalize) gets the time a larger group adds inside it, read off
 calibration recordings of another model size (`lumos.durations.dp_host`), as host time before the first op
 the hook runs; the time outside the hooks is scaled by the calibration's slowdown of processes
 sharing the host.
@@ -37,7 +44,7 @@ import numpy as np
 from lumos.durations.dp_host import HostCollectiveCosts
 from lumos.graph.model import EdgeClass, Graph, TaskKind
 from lumos.model.dp_flavour import collective_kind, find_dp_flavour
-from lumos.model.dp_hooks import hook_ranges, role_label
+from lumos.model.dp_hooks import dp_ranges, role_label
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 
@@ -58,16 +65,21 @@ class HostCollectives:
 
 def _rows_inside(graph: Graph, table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """Tasks of `graph` whose trace op lies inside one of the ranges `rows`, on the same thread."""
+    return _spans_inside(graph, table, [(int(table.tid[r]), float(table.ts[r]), float(table.ts[r] + table.dur[r]))
+                                        for r in rows.tolist()])
+
+
+def _spans_inside(graph: Graph, table: TraceTable, spans: list) -> np.ndarray:
+    """Tasks of `graph` whose trace op lies inside one of `spans` ((thread, start, end), us), on its thread."""
     inside = np.zeros(graph.n_tasks, dtype=bool)
-    if not len(rows):
+    if not spans:
         return inside
     cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
     rows_of = graph.event[cpu]
     tid, ts = table.tid[rows_of], table.ts[rows_of]   # as measured: a graph's durations may be medians
     end = ts + table.dur[rows_of]
-    for r in rows.tolist():
-        lo, hi = float(table.ts[r]), float(table.ts[r] + table.dur[r])
-        inside[cpu[(tid == table.tid[r]) & (ts >= lo) & (end <= hi)]] = True
+    for thread, lo, hi in spans:
+        inside[cpu[(tid == thread) & (ts >= lo) & (end <= hi)]] = True
     return inside
 
 
@@ -90,7 +102,7 @@ def find_host_collectives(graph: Graph, table: TraceTable) -> HostCollectives:
 
 
 def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives, list[str]]:
-    """`graph` as FSDP2 would run it on one rank: the host collective work (`find_host_collectives`)
+    """`graph` as FSDP2 or DDP would run it on one rank: the host collective work (`find_host_collectives`)
     of no length, the lags into it and the waits on it zero; the notes say what was kept."""
     found = find_host_collectives(graph, table)
     if not found.tasks.any():
@@ -105,46 +117,52 @@ def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives
     inner = found.tasks[out.src] & found.tasks[out.dst]
     out.lag[inner | found.waits] = 0.0
     out.summary = {**graph.summary, "host_collectives": found.ranges}
+    ddp = find_dp_flavour(table, graph.summary.get("step")).ddp
+    why = ("as DDP's all-reduces over a group of one copy nothing and wait for no one" if ddp else
+           "as FSDP2 skips them at a group of one")
+    kept = ("the reducer's copies into and out of its buckets" if ddp else
+            "the all-gather copy-out (the per-parameter copies that replace it at one rank)")
     notes = [f"DP -> 1 from host collectives (gloo): {int(found.tasks.sum())} CPU ops taken out "
              f"({found.ranges['unshard']} FSDP unshard ranges, {found.ranges['issuing']} issuing ops, "
-             f"{found.ranges['worker']} worker-thread collectives) and {int(found.waits.sum())} waits on them, "
-             "as FSDP2 skips them at a group of one",
-             "kept as measured: the all-gather copy-out (the per-parameter copies that replace it at one rank), "
-             "the optimizer step (it then updates every parameter), and every op's time as it ran beside the "
-             "other ranks on this host"]
+             f"{found.ranges['worker']} worker-thread collectives) and {int(found.waits.sum())} waits on them, {why}",
+             f"kept as measured: {kept}, the optimizer step (it then updates every parameter), and every op's "
+             "time as it ran beside the other ranks on this host"]
     return out, found, notes
 
 
 def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -> tuple[Graph, dict, list[str]]:
-    """`graph` (one step of a one-rank FSDP2 run, `table`) as it would run at `costs.dp` ranks: each
-    hook range's added time (`HostCollectiveCosts.cost` at its unit's size) as a lag before the
+    """`graph` (one step of a one-rank FSDP2 or DDP run, `table`) as it would run at `costs.dp` ranks:
+    each hook range's added time (`HostCollectiveCosts.cost` at its unit's size) as a lag before the
     first CPU task that starts in it, or after it where none does; every task and lag outside
     the hooks scaled by `costs.outside_scale`. Also what was added, per hook role."""
     step = select_step(table, graph.summary.get("step"))
-    hooks = hook_ranges(table, step)
-    if not hooks:
-        raise ValueError(f"{table.path}: no FSDP2 hook range in step {graph.summary.get('step')}: "
+    found = dp_ranges(table, step)
+    if found is None:
+        raise ValueError(f"{table.path}: no FSDP2 hook range or DDP bucket in step {graph.summary.get('step')}: "
                          "nothing tells where a larger group's collectives would run")
-    elements = find_dp_flavour(table, graph.summary.get("step")).unit_elements
+    hooks, elements = found.hooks, found.elements
+    strategy = (f"{len(hooks)} FSDP2 hook ranges of the step each" if found.kind == "fsdp2" else
+                f"DDP's finalize after the backward, holding the step's {hooks[0].parts} buckets,")
     cpu = np.flatnonzero((graph.kind == TaskKind.CPU) & (graph.event >= 0))
     cpu = cpu[np.argsort(table.ts[graph.event[cpu]], kind="stable")]
-    cpu_ts = table.ts[graph.event[cpu]]
+    cpu = {int(t): cpu[table.tid[graph.event[cpu]] == t] for t in {h.tid for h in hooks}}   # on the hooks' thread
+    cpu_ts = {t: table.ts[graph.event[c]] for t, c in cpu.items()}
     added = np.zeros(graph.n_tasks)
     by_role: dict[str, float] = {}
     for h in hooks:
         if h.unit not in elements:
-            raise ValueError(f"{table.path}: the size of FSDP2 unit {h.unit!r} (hook {h.name}) is not in the "
+            raise ValueError(f"{table.path}: the size of DP unit {h.unit!r} (hook {h.name}) is not in the "
                              "trace (no fsdp::chunk_cat inside its hooks)")
-        extra = costs.cost(h.role, elements[h.unit], f"{table.path}: {h.name}")
-        i = int(np.searchsorted(cpu_ts, h.start))
-        if i == len(cpu):
-            raise ValueError(f"{table.path}: no CPU op at or after FSDP2 hook {h.name} in step "
+        extra = costs.cost(h.role, elements[h.unit], f"{table.path}: {h.name}", h.parts)
+        i = int(np.searchsorted(cpu_ts[h.tid], h.start))
+        if i == len(cpu[h.tid]):
+            raise ValueError(f"{table.path}: no CPU op at or after DP hook {h.name} in step "
                              f"{graph.summary.get('step')}")
-        added[cpu[i]] += extra
+        added[cpu[h.tid][i]] += extra
         by_role[role_label(h.role)] = by_role.get(role_label(h.role), 0.0) + extra
     out = graph.copy()
     out.dur, out.lag = out.dur.copy(), out.lag.copy()
-    outside = (graph.kind == TaskKind.CPU) & ~_rows_inside(graph, table, np.array([h.row for h in hooks], dtype=np.int64))
+    outside = (graph.kind == TaskKind.CPU) & ~_spans_inside(graph, table, [(h.tid, h.start, h.end) for h in hooks])
     out.dur[outside] *= costs.outside_scale
     out.lag[outside[out.dst]] *= costs.outside_scale
     incoming = np.bincount(out.dst, minlength=out.n_tasks) > 0
@@ -156,7 +174,7 @@ def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -
     into = incoming[out.dst] & (added[out.dst] != 0)
     out.lag[into] = np.maximum(out.lag[into] + added[out.dst[into]], 0.0)
     out.summary = {**graph.summary, "host_collectives_added_us": {k: round(v, 1) for k, v in by_role.items()}}
-    notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {len(hooks)} FSDP2 hook ranges of the step each "
+    notes = [f"DP 1 -> {costs.dp} on host collectives (gloo): {strategy} "
              f"given the time {costs.dp} ranks add inside it ({sum(by_role.values()) / 1e3:.3f} ms in all), "
              f"fitted per hook on {len(costs.recordings)} calibration pairs ({', '.join(costs.recordings)}); "
              f"the time outside the hooks x{costs.outside_scale:.3f} (the calibration's processes sharing "

@@ -84,8 +84,8 @@ def test_the_same_degree_is_not_refused(capsys):
     (["--tp", "2"], "--tp 2: the base is a CPU-only trace (no GPU kernel), and a TP change re-shards GPU kernels and "
                     "re-groups TP collectives only: the base's CPU ops would keep their time"),
     (["--dp", "2"], "--dp 2: the base has no data-parallel collective to re-time (a one-rank CPU run); a CPU "
-                    "capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 capture, --dp "
-                    "with --dp-calibration predicts them)"),
+                    "capture's collectives are host ops, which are not inserted (from a one-rank FSDP2 or DDP capture, "
+                    "--dp with --dp-calibration predicts them)"),
     (["--network-speed", "2"], "--network-speed 2: the base has no collective to re-time (a one-rank CPU run): a "
                                "faster network changes nothing in it"),
 

@@ -125,10 +125,10 @@ for _mode, _targets in sharded_targets().items():
             "../scripts/predict.py"
 
 
-# Measured on this machine (CPU): FSDP2 over gloo (resources/traces/fsdp_cpu, fsdp_cpu_sizes). The DP
-# changes a host-collective base is predicted for (lumos/transform/dp_host.py): 2 ranks -> 1 (`lumos
-# predict BASE --dp 1`), and 1 -> 2 with what 2 ranks add fitted on other model sizes (`--dp-calibration`),
-# from each base recording against every recording of the target.
+# Measured on this machine (CPU): FSDP2 and DDP over gloo (resources/traces/fsdp_cpu, fsdp_cpu_sizes,
+# dp_cpu_sizes). The DP changes a host-collective base is predicted for (lumos/transform/dp_host.py): N
+# ranks -> 1 (`lumos predict BASE --dp 1`), and 1 -> 2 or 4 with what the ranks add fitted on other model
+# sizes (`--dp-calibration`), from each base recording against every recording of the target.
 FSDP_CPU = config.get("fsdp_cpu") or {}
 
 
@@ -182,11 +182,14 @@ rule table_fsdp_cpu_whatif:
         md=f"{R}/tables/fsdp_cpu_whatif.md",
     params:
         calibration=[],
-        title=("FSDP2 over gloo, measured on this machine (CPU; the bundled GPT): 2 ranks -> 1 "
+        title=("FSDP2 and DDP over gloo, measured on this machine (CPU; the bundled GPT): FSDP2 2 ranks -> 1 "
                "(`lumos predict BASE --dp 1`; one_rank: resources/traces/fsdp_cpu, one_rank_pinned: "
-               "resources/traces/fsdp_cpu_sizes) and 1 -> 2 (two_ranks: `--dp 2 --dp-calibration`, what 2 ranks add "
+               "resources/traces/fsdp_cpu_sizes), 1 -> 2 (two_ranks: `--dp 2 --dp-calibration`, what 2 ranks add "
                "in each FSDP2 hook fitted on two other model sizes recorded at 1 and 2 ranks in the same rounds, "
-               "resources/traces/fsdp_cpu_sizes), predicted from each base recording vs the mean of every profiled "
+               "resources/traces/fsdp_cpu_sizes) and 1 -> 4 (four_ranks, resources/traces/dp_cpu_sizes); DDP "
+               "2 ranks -> 1 (ddp_one_rank), 1 -> 2 and 1 -> 4 (ddp_two_ranks, ddp_four_ranks: what the ranks add "
+               "per bucket fitted on two other sizes; resources/traces/dp_cpu_sizes, recorded while other jobs "
+               "shared the 2 cores); predicted from each base recording vs the mean of every profiled "
                "step of every rank of the target's recordings; spread = (max - min) / mean of those; steps from = "
                "host work the median over the base's own profiled steps, or over all base recordings' "
                "(`--other-recordings`)"),
