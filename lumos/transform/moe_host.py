@@ -36,7 +36,7 @@ from lumos.durations.compute import ComputeModel
 from lumos.durations.moe_host import HostMoECosts
 from lumos.graph.model import EdgeClass, Graph, TaskKind
 from lumos.model.host_gaps import HostGaps
-from lumos.model.moe_host import HostMoEStep
+from lumos.model.moe_host import HostMoEStep, waiter
 from lumos.model.ops import op_class
 from lumos.trace import TraceTable
 
@@ -89,34 +89,46 @@ def _retime(comp: ComputeModel, dur: float, name, dims, rows: int, new_rows: flo
 
 
 def _wait_edges(out: Graph, table: TraceTable, reading: HostMoEStep, main: np.ndarray, main_ts: np.ndarray,
-                task_of: dict) -> int:
+                task_of: dict) -> tuple[int, int]:
     """Join each gloo worker range to the main-thread op that waited for it, in place: the first op after the
-    issuing one where none started before the range ended (a collective waited for as soon as it is issued,
-    as `all_to_all_single` and the capture's gradient buckets do; one the main thread ran on beside keeps the
-    graph's own edges). The graph's gap rule joins only waits above its threshold, and a collective the
-    target lengthens must hold the main thread whatever it took in the base. The edge's lag is the measured
-    wake-up. How many edges were added."""
+    issuing one where none started before the range ended (`lumos.model.moe_host.waiter`: a collective waited
+    for as soon as it is issued, as `all_to_all_single` and the capture's gradient buckets do; one the main
+    thread ran on beside keeps the graph's own edges). The graph's gap rule joins only waits above its
+    threshold, and a collective the target lengthens must hold the main thread whatever it took in the base.
+    The edge's lag is the measured wake-up. The program-order gap into that op is the wait itself (a median
+    over the profiled steps holds other steps' waits there), not host work: it goes; the issuing op keeps
+    no more than its enqueue (its start to the worker's, in the step read), a collective that ended inside
+    it having been waited for there. How many edges were added, and how many gaps taken out."""
     order = np.argsort(main_ts, kind="stable")
     tasks, starts = main[order], main_ts[order]
     have = set(zip(out.src.tolist(), out.dst.tolist()))
-    new = []
+    new, waiting = [], []
     for x in reading.exchanges:
         w = task_of.get(int(x.worker))
         if w is None:
             continue
         issued = float(table.ts[x.row] + table.dur[x.row])
         w_end = float(table.ts[x.worker] + table.dur[x.worker])
-        i = int(np.searchsorted(starts, issued - 1.0))
-        if i >= len(tasks) or starts[i] < w_end - 1.0 or (w, int(tasks[i])) in have:
+        i = waiter(starts, issued, w_end)
+        if i < 0:
             continue
-        new.append((w, int(tasks[i]), max(float(starts[i]) - max(w_end, issued), 0.0)))
+        waiting.append(int(tasks[i]))
+        c = task_of.get(int(x.row))
+        if c is not None:   # the issuing op's own work is the enqueue; a median may hold a wait inside it
+            out.dur[c] = min(float(out.dur[c]), max(float(table.ts[x.worker] - table.ts[x.row]), 0.0))
+        if (w, int(tasks[i])) not in have:
+            new.append((w, int(tasks[i]), max(float(starts[i]) - max(w_end, issued), 0.0)))
     if new:
         out.src = np.concatenate([out.src, np.array([e[0] for e in new], np.int64)])
         out.dst = np.concatenate([out.dst, np.array([e[1] for e in new], np.int64)])
         out.cls = np.concatenate([out.cls, np.full(len(new), EdgeClass.INTER_THREAD, dtype=out.cls.dtype)])
         out.lag = np.concatenate([out.lag, np.array([e[2] for e in new])])
         out.inferred = np.concatenate([out.inferred, np.ones(len(new), dtype=bool)])
-    return len(new)
+    into = np.zeros(out.n_tasks, dtype=bool)
+    into[waiting] = True
+    gaps = np.flatnonzero((out.cls == EdgeClass.INTRA_THREAD) & into[out.dst])
+    out.lag[gaps] = 0.0
+    return len(new), len(gaps)
 
 
 def change_ep_host(graph: Graph, table: TraceTable, reading: HostMoEStep, change: EPChange, comp: ComputeModel,
@@ -165,7 +177,7 @@ def change_ep_host(graph: Graph, table: TraceTable, reading: HostMoEStep, change
         out.dur[tasks] *= n_b / n_a
         out.lag[edges] *= n_b / n_a
         opt_after += float(out.dur[tasks].sum() + out.lag[edges].sum())
-    added = _wait_edges(out, table, reading, main, main_ts, task_of)
+    added, waits = _wait_edges(out, table, reading, main, main_ts, task_of)
     # every host task and gap x the slowdown; then the collectives at the target's group
     s = costs.slowdown
     out.dur[cpu] *= s
@@ -183,7 +195,8 @@ def change_ep_host(graph: Graph, table: TraceTable, reading: HostMoEStep, change
             "experts_us": [round(before, 1), round(after, 1)],
             "expert_optimizer_us": [round(opt_before, 1), round(opt_after, 1)],
             "collectives_us": [round(ex_before, 1), round(ex_after, 1)],
-            "expert_passes": len(reading.experts), "collectives": len(reading.exchanges), "wait_edges": added}
+            "expert_passes": len(reading.experts), "collectives": len(reading.exchanges), "wait_edges": added,
+            "waits_out_of_gaps": waits}
     E, a, b = change.experts, change.base_ep, change.target_ep
     notes = [f"EP {a} -> {b} on host collectives (gloo), {E} experts: {n_a} -> {n_b} per rank; their "
              f"{len(reading.experts)} layer passes re-timed for the target's rows by the compute model fitted on the "
