@@ -173,7 +173,7 @@ def read_host_moe_step(table: TraceTable, step: Step, expert_shapes: tuple = ())
                         & np.char.startswith(names[cpu_main], BACKWARD_PREFIX)] if seqs else cpu_main[:0]
         if len(back):
             b_lo, b_hi = float(table.ts[back].min()), float((table.ts[back] + table.dur[back]).max())
-            b_phase, b_layer = _enclosing(table, ranges, int(back[0]))
+            _, b_layer = _enclosing(table, ranges, int(back[0]))
             out.experts.append(HostExpert(int(m.group(1)), b_layer if b_layer >= 0 else layer, "backward",
                                           b_lo, b_hi, expert_rows))
         else:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lumos.durations.moe_host import fit_host_moe_costs
