@@ -222,8 +222,14 @@ def expert_parameters(model) -> set[int]:
 
 
 def _rank_main(rank: int, cfg: MoEConfig, out_dir: str, steps: int, warmup: int, microbatches: int, seed: int,
-               annotate: bool, with_stack: bool, threads: int, store: str | None) -> str:
-    """One EP rank: join the group (when EP > 1), train and profile; the trace path."""
+               annotate: bool, with_stack: bool, threads: int, store: str | None, pin: bool = False,
+               local_rank: int | None = None) -> str:
+    """One EP rank: pinned to one core where `pin` (the `local_rank`-th, default `rank`), join the group
+    (when EP > 1), train and profile; the trace path."""
+    if pin:
+        from .affinity import pin_to_core
+
+        pin_to_core(rank if local_rank is None else local_rank)   # before torch starts its threads
     torch = require_torch()
     dist = torch.distributed
     torch.set_num_threads(threads)
@@ -263,18 +269,21 @@ def _train(rank, cfg, out_dir, steps, warmup, microbatches, seed, annotate, with
         opt.zero_grad(set_to_none=True)
 
     meta = {"model": "moe", **asdict(cfg), "microbatches": microbatches, "seed": seed, "threads": threads,
-            "cpus": cores()}
+            "cpus": cores(), "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg")
+            else None}   # the host's 1, 5 and 15 minute load as the rank started: what else shared its cores
     return profile_steps(step, steps=steps, warmup=warmup, out_dir=out_dir, rank=rank, world_size=cfg.ep,
                          model=model, annotate=annotate, with_stack=with_stack, device="cpu",
                          metadata=meta)
 
 
 def run_moe(cfg: MoEConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmup: int = 1, microbatches: int = 1,
-            seed: int = 0, annotate: bool = True, with_stack: bool = False, threads: int | None = None) -> list[Path]:
+            seed: int = 0, annotate: bool = True, with_stack: bool = False, threads: int | None = None,
+            pin_core: bool = False) -> list[Path]:
     """Train `cfg` on the CPU for wait + warmup + steps iterations under the profiler, on `cfg.ep` ranks
     (spawned here, or this process's rank under torchrun); the trace paths this process wrote or saw
     written. `threads`: intra-op threads per rank (default: the cores this process may use over EP, at
-    least 1)."""
+    least 1). `pin_core`: each rank on one core of those this process may use (rank R on the R-th, modulo
+    their count; under torchrun the LOCAL_RANK-th), as `capture gpt --pin-core`."""
     torch = require_torch()
     from .affinity import cores
 
@@ -289,17 +298,17 @@ def run_moe(cfg: MoEConfig, *, out_dir: str | os.PathLike, steps: int = 3, warmu
         if not dist.is_initialized():
             dist.init_process_group("gloo")
         return [Path(_rank_main(dist.get_rank(), cfg, str(out_dir), steps, warmup, microbatches, seed, annotate,
-                                with_stack, threads, None))]
+                                with_stack, threads, None, pin_core, int(os.environ.get("LOCAL_RANK", "0"))))]
     if cfg.ep == 1:
         return [Path(_rank_main(0, cfg, str(out_dir), steps, warmup, microbatches, seed, annotate, with_stack,
-                                threads, None))]
+                                threads, None, pin_core))]
     import torch.multiprocessing as mp
 
     from .profile import trace_path_for_rank
 
     with tempfile.TemporaryDirectory(prefix="lumos-moe-") as tmp:
         mp.start_processes(_rank_main, args=(cfg, str(out_dir), steps, warmup, microbatches, seed, annotate,
-                                             with_stack, threads, os.path.join(tmp, "store")),
+                                             with_stack, threads, os.path.join(tmp, "store"), pin_core),
                            nprocs=cfg.ep, start_method="spawn", join=True)
     return [trace_path_for_rank(out_dir, r) for r in range(cfg.ep)]
 
@@ -329,6 +338,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-annotate", dest="annotate", action="store_false",
                    help="write no range of ours but ProfilerStep#N (the layers are then found by the predictor)")
     p.add_argument("--with-stack", action="store_true", help="record Python stacks (module calls) too")
+    p.add_argument("--pin-core", action="store_true",
+                   help="run each rank on one core of those it may use (rank R on the R-th, modulo their count), as "
+                        "`capture gpt --pin-core`: ranks the scheduler moves between cores wait on each other's "
+                        "all-to-alls far longer and far more variably")
     p.add_argument("--out", required=True, help="output directory (rank{R}.json.gz, one per EP rank)")
 
 
@@ -338,7 +351,8 @@ def run_from_args(args) -> list[Path]:
                     shared_expert_ffn=args.shared_expert_ffn, seq=args.seq, micro_batch=args.micro_batch,
                     vocab=args.vocab, ep=args.ep)
     paths = run_moe(cfg, out_dir=args.out, steps=args.steps, warmup=args.warmup, microbatches=args.micro_batches,
-                    seed=args.seed, annotate=args.annotate, with_stack=args.with_stack, threads=args.threads)
+                    seed=args.seed, annotate=args.annotate, with_stack=args.with_stack, threads=args.threads,
+                   pin_core=args.pin_core)
     for path in paths:
         print(f"wrote {path}")
     return paths

@@ -112,6 +112,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "model size recorded at DP N and at one rank, on the same host; what N ranks add in each "
                         "FSDP2 hook, or in each DDP bucket's all-reduce and its finalize, is fitted on these pairs "
                         "(repeat the option for more pairs; lumos/durations/dp_host.py)")
+    p.add_argument("--ep-calibration", nargs=2, action="append", default=[], metavar=("RUN_AT_BASE_EP", "RUN_AT_EP"),
+                   help="from a CPU MoE capture over gloo (lumos capture moe) to --ep N: the same program recorded on "
+                        "the same host at the base's EP and at N (other rounds than the runs compared); how much "
+                        "slower the ranks run and what gloo's collectives take at N are fitted on these pairs "
+                        "(repeat the option for more pairs; lumos/durations/moe_host.py)")
     p.add_argument("--step", type=non_negative_int, default=None,
                    help="ProfilerStep number of the base (and actual)")
     p.add_argument("--actual", default=None, help="directory of the actual run of the target, to compare")
@@ -234,6 +239,10 @@ def _run(args) -> int:
 
     try:
         options = predict_options(args)
+        if (args.ep is not None or args.ep_calibration) and _host_moe_base(args):
+            _refuse_export(args, "a CPU MoE capture's EP change is predicted without a graph of the target "
+                                 "(lumos/predict/moe_host.py)")
+            return _run_host_ep(args, options)
         if args.dp is not None and _host_collective_base(args):
             _refuse_export(args, "a base whose collectives are host ops (gloo) is predicted without a graph "
                                  "of the target (lumos/predict/dp_host.py)")
@@ -309,6 +318,43 @@ def _host_collective_base(args) -> bool:
     from lumos.predict.dp_host import host_collective_run
 
     return host_collective_run(_base_tables(args.base), args.step)
+
+
+def _host_moe_base(args) -> bool:
+    from lumos.predict.moe_host import host_moe_run
+
+    return host_moe_run(_base_tables(args.base))
+
+
+def _run_host_ep(args, options) -> int:
+    """`--ep N` from a CPU MoE capture over gloo, with `--ep-calibration` (`lumos.predict.moe_host`)."""
+    from lumos.predict.moe_host import predict_host_ep
+    from lumos.trace import load_run
+
+    base = _base_tables(args.base)
+    also = _besides_dp(args) + [f"--{k.replace('_', '-')}" for k in ("experts", "top_k", "expert_ffn",
+                                                                     "capacity_factor") if getattr(args, k) is not None]
+    also += ["--pad-to-capacity"] if args.pad_to_capacity else []
+    also += ["--dp-calibration"] if args.dp_calibration else []
+    if args.dp is not None and args.dp != args.ep:
+        also.append(f"--dp {args.dp} (DP = EP in such a run: each rank trains its own micro-batch)")
+    if also:
+        raise UserError(f"{base[0].path}: from a CPU MoE capture over gloo only --ep N (with --ep-calibration) is "
+                        f"predicted, not {', '.join(also)}")
+    if args.ep is None:
+        raise UserError(f"{base[0].path}: --ep-calibration calibrates an EP change: give --ep N")
+    if not args.ep_calibration:
+        raise UserError(f"{base[0].path}: the base's token exchanges are host collectives (gloo) at its own EP; how "
+                        f"much slower its ranks run at EP {args.ep} and what gloo's all-to-alls take over {args.ep} "
+                        "ranks on this host are in no base trace: give --ep-calibration RUN_AT_BASE_EP RUN_AT_EP, the "
+                        f"same program recorded at the base's EP and at {args.ep} on the same host (other rounds "
+                        "than the runs compared; e.g. resources/traces/moe_cpu)")
+    pairs = [(load_run(a), load_run(b)) for a, b in args.ep_calibration]
+    recordings = [load_run(r) for r in args.recordings]
+    doc = predict_host_ep(base, args.ep, pairs, options,
+                          actual_tables=load_run(args.actual) if args.actual else None,
+                          recordings=recordings, base_name=str(args.base))
+    return _emit(args, _with_measured_base(doc, base, options, recordings))
 
 
 def _one_rank_dp_base(args) -> bool:
@@ -403,6 +449,8 @@ def format_table(doc: dict) -> str:
     mbs = f", micro-batch {t['micro_batch']}" if "micro_batch" in t else ""
     vp = f" vp{t['vp']}" if t.get("vp", 1) > 1 or doc.get("base_config", {}).get("vp", 1) > 1 else ""
     vp += f" cp{t['cp']}" if t.get("cp", 1) > 1 or doc.get("base_config", {}).get("cp", 1) > 1 else ""
+    ep, base_ep = (t.get("moe") or {}).get("ep", 1), (doc.get("base_config", {}).get("moe") or {}).get("ep", 1)
+    vp += f" ep{ep}" if ep > 1 or base_ep > 1 else ""
     lines = [f"{doc['base']} -> tp{t['tp']} pp{t['pp']}{vp} dp{t['dp']} layers {t['layers']} hidden {t['hidden']} "
              f"ffn {t['ffn']}" + (f" kv-heads {t['kv_heads']}" if t.get("kv_heads") not in (
                  None, doc.get("base_config", {}).get("kv_heads")) else "") + f" ({doc['microbatches']} micro-batches{mbs})"]

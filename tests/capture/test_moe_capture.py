@@ -47,3 +47,20 @@ def test_the_structure_reads_the_capture_back(ep2):
     assert (moe["experts"], moe["experts_per_rank"], moe["top_k"], moe["ep"]) == (4, 2, 2, 2)
     assert (moe["expert_ffn"], moe["shared_expert_ffn"], moe["tokens"]) == (48, 40, 32)
     assert [sum(row["tokens"]) for row in moe["tokens_per_expert"]] == [32 * 2 * 2] * 2
+
+
+def test_pinned_ranks_each_run_on_one_core_and_say_the_load(tmp_path):
+    """`--pin-core`: rank R on the R-th core this process may use (modulo their count), as `capture gpt --pin-core`;
+    each trace says its core and the host's load average as it started."""
+    pytest.importorskip("torch")
+    import os
+
+    from lumos.cli import main
+    from lumos.trace.run import load_run
+
+    allowed = sorted(os.sched_getaffinity(0))
+    assert main(["capture", "moe", *TINY, "--ep", "2", "--pin-core", "--out", str(tmp_path)]) == 0
+    for t in load_run(tmp_path):
+        cap = t.metadata["lumosCapture"]
+        assert cap["cpus"] == [allowed[t.rank % len(allowed)]]
+        assert len(cap["load_average"]) == 3 and all(x >= 0 for x in cap["load_average"])

@@ -17,7 +17,7 @@ from lumos.predict.whatif import structure_report
 from lumos.trace import load_run
 
 MOE = Path(__file__).resolve().parents[2] / "resources" / "traces" / "moe_cpu"
-RUNS = [f"ep{ep}_r{r}" for ep in (1, 2, 4) for r in (0, 1)]
+RUNS = [f"ep{ep}_r{r}" for ep in (1, 2, 4) for r in range(6)]   # r0, r1 unpinned; r2-r5 pinned
 
 
 @pytest.fixture(scope="module")

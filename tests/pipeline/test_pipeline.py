@@ -29,10 +29,10 @@ SYNC = TRACES / "hta" / "sync_fixtures" / "critical_path__cuda_event_sync__event
 H200 = ROOT / "resources" / "traces" / "h200"
 
 TABLES = ["replay_real", "replay_h200", "h200_whatif", "replay_microbench", "replay_emulated", "scaleout",
-          "speed", "sharded_dp", "from_one_gpu", "fsdp_cpu_whatif", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
+          "speed", "sharded_dp", "from_one_gpu", "fsdp_cpu_whatif", "moe_cpu_whatif", "ablation", "ablation_by_trace", "statistics", "transfer_real", "emulator_realism", "coverage",
           "intervals_real", "search", "endtoend"]
 MEASURED = ("replay_real", "replay_microbench", "replay_h200", "h200_whatif", "transfer_real", "intervals_real",
-            "fsdp_cpu_whatif")
+            "fsdp_cpu_whatif", "moe_cpu_whatif")
 BOTH = ("endtoend",)   # predicted from an EMULATED base vs MEASURED on hardware: says both
 FIGURES = ["fig1_breakdown", "fig6_timeline", "fig7_scaleout", "fig_ablation", "fig_error_ci", "fig_h200_whatif",
            "fig_emulator_realism", "fig_coverage", "fig_endtoend"]
@@ -85,6 +85,7 @@ def work(tmp_path_factory) -> Path:
     for t in profile["fsdp_cpu"]["targets"].values():
         if "dir" in t:
             t["dir"] = str(ROOT / t["dir"])
+    profile["moe_cpu"]["dir"] = str(ROOT / profile["moe_cpu"]["dir"])     # read only: the repository's
     peer = profile["endtoend"]["fig7"]["peer"]   # the repository's file (Fig. 7's measurements are the package's)
     peer["file"] = str(ROOT / peer["file"])
     (work / "tiny.yaml").write_text(yaml.safe_dump(profile))
@@ -131,6 +132,12 @@ def test_every_table_is_written_with_finite_numbers(work):
     # 2 of the 3 measured steps (191.4, 208.6 ms and one between; the interval about 193-209 ms: its upper
     # bound moved past the dip's step when two small gap modes of one step stopped being merged)
     assert whatif["measured_in_90_pct"].iloc[0] == pytest.approx(200 / 3, abs=1e-3)
+    # EP 4 -> 2 of the MoE CPU captures over gloo (measured on this machine), calibrated on rounds r2 and r3
+    moe = pd.read_csv(tables / "moe_cpu_whatif.csv")
+    assert list(zip(moe["target"], moe["base"], moe["steps_from"])) == [("ep2", "ep4_r4", "own steps")]
+    assert set(moe["source"]) == {"measured on this machine (CPU)"} and (moe["n_measured"] == 6).all()
+    assert moe["predicted_iteration_ms"].iloc[0] == pytest.approx(102.270, abs=1e-3)
+    assert moe["measured_iteration_ms"].iloc[0] == pytest.approx(120.411, abs=1e-3)
     # FSDP2 over gloo, 2 CPU ranks -> 1 (measured on this machine): from each recording, own and pooled host
     every = pd.read_csv(tables / "fsdp_cpu_whatif.csv")
     assert set(every["source"]) == {"measured on this machine (CPU)"}
@@ -355,6 +362,7 @@ def test_the_report_holds_every_table_and_figure_with_what_it_rests_on(work):
             assert "emulated" in rests and subcategory == "emulated", path
     assert filed["results/tiny/tables/replay_h200.csv"] == ("Replay", "measured on hardware (H200)")
     assert filed["results/tiny/tables/fsdp_cpu_whatif.csv"] == ("Prediction", "measured on this machine (CPU)")
+    assert filed["results/tiny/tables/moe_cpu_whatif.csv"] == ("Prediction", "measured on this machine (CPU)")
     assert filed["figures/tiny/fig_coverage.png"] == ("Intervals", "emulated")
     assert "Where to look" in data["workflow-desc"] and "<tt class=\"docutils literal\">tiny</tt>" in data["workflow-desc"]
 

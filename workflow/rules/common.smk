@@ -120,6 +120,19 @@ def fsdp_cpu_calibration(label):
     return pairs
 
 
+def moe_cpu_dirs(label, what):
+    """A moe_cpu target's `bases` or `actual` recordings as directories under the block's `dir`."""
+    m = config["moe_cpu"]
+    return [str(Path(m["dir"]) / d) for d in m["targets"][label][what]]
+
+
+def moe_cpu_calibration_flags(label):
+    """The target's calibration pairs as `--ep-calibration AT_BASE_EP AT_TARGET_EP`."""
+    m = config["moe_cpu"]
+    return [x for a, b in m["targets"][label]["calibration"] for x in ("--ep-calibration", str(Path(m["dir"]) / a),
+                                                                        str(Path(m["dir"]) / b))]
+
+
 def check_config():
     """Cross-references the schema cannot check; a clear message beats a missing-input error."""
     names = set(config.get("real_traces", {})) | set(config.get("microbenchmarks", {}))
@@ -159,6 +172,19 @@ def check_config():
             if t["calibration"] and not fsdp_cpu_calibration(label):
                 raise ValueError(f"config: fsdp_cpu.targets.{label}.calibration: no recording of "
                                  f"{t['calibration']} under {t['dir']}")
+
+    m = config.get("moe_cpu")
+    if m:
+        for label, t in m["targets"].items():
+            used = {what: set(t[what]) for what in ("bases", "actual")}
+            cal = {d for pair in t["calibration"] for d in pair}
+            for d in sorted(used["bases"] | used["actual"] | cal):
+                if not (Path(m["dir"]) / d).is_dir():
+                    raise ValueError(f"config: moe_cpu.targets.{label}: {d!r} is not a run directory under {m['dir']}")
+            both = sorted(cal & (used["bases"] | used["actual"]))
+            if both:
+                raise ValueError(f"config: moe_cpu.targets.{label}: {', '.join(both)} both calibrate and are predicted "
+                                 "or scored: keep calibration and scoring recordings apart")
 
 
 check_config()
@@ -235,6 +261,8 @@ def table_names():
         names.append("moe")
     if (config.get("fsdp_cpu") or {}).get("targets"):
         names.append("fsdp_cpu_whatif")
+    if (config.get("moe_cpu") or {}).get("targets"):
+        names.append("moe_cpu_whatif")
     if ablation_csvs():
         names += ["ablation", "ablation_by_trace"]
     if config["replay"]["emulated"] or prediction_targets():

@@ -23,6 +23,7 @@ REPORTED = {
     "statistics": ("Prediction", "emulated"),
     "h200_whatif": ("Prediction", "measured on hardware (H200)"),
     "fsdp_cpu_whatif": ("Prediction", "measured on this machine (CPU)"),
+    "moe_cpu_whatif": ("Prediction", "measured on this machine (CPU)"),
     "endtoend": ("Prediction", "emulated base vs measured on hardware"),
     "fig7_scaleout": ("Prediction", "emulated"),
     "fig8_variants": ("Prediction", "emulated"),
