@@ -329,7 +329,6 @@ def _host_moe_base(args) -> bool:
 def _run_host_ep(args, options) -> int:
     """`--ep N` from a CPU MoE capture over gloo, with `--ep-calibration` (`lumos.predict.moe_host`)."""
     from lumos.predict.moe_host import predict_host_ep
-    from lumos.trace import load_run
 
     base = _base_tables(args.base)
     also = _besides_dp(args) + [f"--{k.replace('_', '-')}" for k in ("experts", "top_k", "expert_ffn",
@@ -349,12 +348,7 @@ def _run_host_ep(args, options) -> int:
                         "ranks on this host are in no base trace: give --ep-calibration RUN_AT_BASE_EP RUN_AT_EP, the "
                         f"same program recorded at the base's EP and at {args.ep} on the same host (other rounds "
                         "than the runs compared; e.g. resources/traces/moe_cpu)")
-    pairs = [(load_run(a), load_run(b)) for a, b in args.ep_calibration]
-    recordings = [load_run(r) for r in args.recordings]
-    doc = predict_host_ep(base, args.ep, pairs, options,
-                          actual_tables=load_run(args.actual) if args.actual else None,
-                          recordings=recordings, base_name=str(args.base))
-    return _emit(args, _with_measured_base(doc, base, options, recordings))
+    return _run_calibrated(args, base, predict_host_ep, args.ep, args.ep_calibration, options)
 
 
 def _one_rank_dp_base(args) -> bool:
@@ -398,7 +392,6 @@ def _run_from_one_rank(args, options) -> int:
     """`--dp N` from a one-rank FSDP2 or DDP CPU capture, with `--dp-calibration` (`lumos.predict.dp_host`)."""
     from lumos.model.dp_flavour import find_dp_flavour
     from lumos.predict.dp_host import predict_from_one_rank
-    from lumos.trace import load_run
 
     base = _base_tables(args.base)
     ddp = find_dp_flavour(base[0], args.step).ddp
@@ -417,11 +410,17 @@ def _run_from_one_rank(args, options) -> int:
                         "--dp-calibration RUN_AT_DP RUN_AT_ONE, the same program at another model size recorded "
                         f"at DP {args.dp} and at one rank on the same host (e.g. resources/traces/"
                         f"{'dp_cpu_sizes' if ddp else 'fsdp_cpu_sizes'})")
-    pairs = [(load_run(a), load_run(b)) for a, b in args.dp_calibration]
+    return _run_calibrated(args, base, predict_from_one_rank, args.dp, args.dp_calibration, options)
+
+
+def _run_calibrated(args, base, predict_fn, degree: int, calibration, options) -> int:
+    """A CPU prediction calibrated on recording pairs (`--dp-calibration`, `--ep-calibration`), emitted."""
+    from lumos.trace import load_run
+
+    pairs = [(load_run(a), load_run(b)) for a, b in calibration]
     recordings = [load_run(r) for r in args.recordings]
-    doc = predict_from_one_rank(base, args.dp, pairs, options,
-                                actual_tables=load_run(args.actual) if args.actual else None,
-                                recordings=recordings, base_name=str(args.base))
+    doc = predict_fn(base, degree, pairs, options, actual_tables=load_run(args.actual) if args.actual else None,
+                     recordings=recordings, base_name=str(args.base))
     return _emit(args, _with_measured_base(doc, base, options, recordings))
 
 

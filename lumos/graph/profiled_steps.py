@@ -34,7 +34,7 @@ from .build import build_graph
 from .match import TaskKeys, match_tasks
 from .model import EdgeClass, Graph, TaskKind
 
-__all__ = ["MIN_HOST_MATCHED", "ProfiledSteps", "profiled_steps", "with_step_medians"]
+__all__ = ["MIN_HOST_MATCHED", "ProfiledSteps", "profiled_steps", "with_step_medians", "host_median_step_graph"]
 
 # Below this share of the step's CPU tasks finding a partner, another step is not the same
 # program (a first step that also compiled, a step that checkpointed) and says nothing here.
@@ -196,3 +196,15 @@ def with_step_medians(graph: Graph, steps: ProfiledSteps, host: bool = True, ker
     g.summary = {**g.summary, "profiled_steps": {"steps": [s if isinstance(s, str) else int(s) for s in steps.steps],
                                                  "host": host, "kernels": kernels}}
     return g
+
+
+def host_median_step_graph(table: TraceTable, step, host: str, recordings=()) -> tuple[Graph, list]:
+    """A CPU run's step graph and the steps its host work came from: with `host` "median", the median over its
+    (and `recordings`') profiled steps (no kernels to take medians of), else the selected step's own."""
+    graph = build_graph(table, step=step)
+    steps = [graph.summary.get("step")]
+    if host == "median":
+        pairing = profiled_steps(graph, table, recordings)
+        graph = with_step_medians(graph, pairing, kernels=False)
+        steps = list(pairing.steps)
+    return graph, steps

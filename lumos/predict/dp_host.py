@@ -19,8 +19,7 @@ from typing import Sequence
 
 from lumos.analysis.run_replay import run_breakdown
 from lumos.durations.dp_host import fit_host_collective_costs
-from lumos.graph import build_graph
-from lumos.graph.profiled_steps import profiled_steps, with_step_medians
+from lumos.graph.profiled_steps import host_median_step_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.sim import simulate
 from lumos.trace import TraceTable
@@ -59,23 +58,12 @@ def one_rank_dp_run(tables: Sequence[TraceTable], step=None) -> bool:
     return all(f.ddp for f in flavours.values()) and host_dp_degree(tables, step, flavours=flavours) == 1
 
 
-def _median_step_graph(table: TraceTable, step, host: str, recordings):
-    """The base's step graph, its host work the median over its (and `recordings`') profiled steps."""
-    graph = build_graph(table, step=step)
-    steps = [graph.summary.get("step")]
-    if host == "median":
-        pairing = profiled_steps(graph, table, recordings)
-        graph = with_step_medians(graph, pairing, kernels=False)   # a CPU run: no kernels
-        steps = list(pairing.steps)
-    return graph, steps
-
-
 def replay_unchanged(base_tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(),
                      recordings: Sequence[Sequence[TraceTable]] = ()) -> float:
     """Iteration (us) of the base's lowest rank's step graph replayed unchanged, its host work as the
     predictions from it take it (`options.step`, `options.host`, `recordings`)."""
     table = min(base_tables, key=lambda t: t.rank)
-    graph, _ = _median_step_graph(table, options.step, options.host, recordings)
+    graph, _ = host_median_step_graph(table, options.step, options.host, recordings)
     sched = simulate(graph)
     return round(float(run_breakdown(graph, sched.start, sched.end).iteration.iteration_us), 3)
 
@@ -122,7 +110,7 @@ def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
     if (base_kind == "fsdp") != costs.sharding.startswith("fsdp"):
         raise ValueError(f"{table.path}: the base trains with {base_kind} at one rank, the calibration "
                          f"recordings with {costs.sharding}: give recordings of the base's program")
-    graph, steps = _median_step_graph(table, step, host, recordings)
+    graph, steps = host_median_step_graph(table, step, host, recordings)
     target, added, notes = from_one_rank(graph, table, costs)
     # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
     doc = _document(table, target, 1, base_kind, dp, costs.sharding, notes,
@@ -145,7 +133,7 @@ def predict_one_rank(base_tables: Sequence[TraceTable], options: PredictOptions 
     dp = host_dp_degree(base_tables, step, flavours=flavours)
     if dp <= 1:
         raise ValueError(f"{table.path}: the base runs at DP 1 already (its host collectives span a group of one)")
-    graph, steps = _median_step_graph(table, step, host, recordings)
+    graph, steps = host_median_step_graph(table, step, host, recordings)
     target, found, notes = to_one_rank(graph, table)
     doc = _document(table, target, dp, flavours[table.rank].kind, 1, "none", notes,
                     {"taken_out": int(found.tasks.sum())}, host, steps, base_name)

@@ -18,9 +18,8 @@ import numpy as np
 from lumos.analysis.run_replay import run_breakdown
 from lumos.durations.compute import ComputeSpec, fit_compute
 from lumos.durations.moe_host import fit_host_moe_costs
-from lumos.graph import build_graph
 from lumos.graph.model import TaskKind
-from lumos.graph.profiled_steps import profiled_steps, with_step_medians
+from lumos.graph.profiled_steps import host_median_step_graph
 from lumos.model.host_gaps import host_gaps
 from lumos.model.moe_host import is_host_moe, read_host_moe_step
 from lumos.sim import simulate
@@ -61,17 +60,6 @@ def target_rows(moe: dict, ep: int) -> dict:
         for e in range(E):
             out[(int(entry["layer"]), e)] = float(share[e]) * T * ep * k
     return out
-
-
-def _median_step_graph(table: TraceTable, step, host: str, recordings):
-    """The base's step graph, its host work the median over its (and `recordings`') profiled steps."""
-    graph = build_graph(table, step=step)
-    steps = [graph.summary.get("step")]
-    if host == "median":
-        pairing = profiled_steps(graph, table, recordings)
-        graph = with_step_medians(graph, pairing, kernels=False)   # a CPU run: no kernels
-        steps = list(pairing.steps)
-    return graph, steps
 
 
 def _host_compute(graph, table):
@@ -123,7 +111,7 @@ def predict_host_ep(base_tables: Sequence[TraceTable], ep: int,
     if (costs.base_ep, costs.target_ep) != (base_ep, ep):
         raise ValueError(f"{table.path}: EP {base_ep} -> {ep} asked, but the calibration recordings run at EP "
                          f"{costs.base_ep} and {costs.target_ep}: record them at the base's and the target's EP")
-    graph, steps = _median_step_graph(table, step, host, recordings)
+    graph, steps = host_median_step_graph(table, step, host, recordings)
     comp, gaps = _host_compute(graph, table)
     chosen = select_step(table, graph.summary.get("step"))
     f, h = int(moe["expert_ffn"]), int(shape.get("hidden") or 0)

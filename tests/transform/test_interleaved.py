@@ -187,17 +187,24 @@ def test_llama3s_layout_is_read_and_kept(tmp_path):
         transform(plan, vp=4)
 
 
-def test_llama3s_layout_kept_by_a_schedule_change(tmp_path):
-    """From a Llama 3 layout (14 layers of Llama 3 8B at sequence 1,024, embedding and loss in the split, PP 4 x
-    V 2: chunks 1/2 | 2/2 | 2/2 | 2/1) to 1F1B: Megatron lays 16 slots over 4 stages as 3 / 4 / 4 / 3 layers; the
-    emulated run with the same switches is the actual (EMULATED). Cut evenly, 14 layers would be 4 / 4 / 3 / 3."""
-    common = ["model=llama3_8b", "model.num_layers=14", "model.seq_length=1024", "parallel.tp=1", "parallel.pp=4",
-              "parallel.dp=1", "parallel.embedding_in_split=true", "parallel.loss_in_split=true",
+def _llama3_layout_runs(tmp_path, layers: int) -> dict:
+    """V -> run dir of Llama 3 8B at `layers` layers, sequence 1,024, PP 4, embedding and loss in the split, at
+    V 2 and at V 1 (1F1B), every random draw off (EMULATED)."""
+    common = ["model=llama3_8b", f"model.num_layers={layers}", "model.seq_length=1024", "parallel.tp=1",
+              "parallel.pp=4", "parallel.dp=1", "parallel.embedding_in_split=true", "parallel.loss_in_split=true",
               "model.microbatch_rule=fixed", "model.num_microbatches=8", *QUIET]
     runs = {}
     for vp in (2, 1):
         runs[vp] = tmp_path / f"vp{vp}"
         write_result(emulate([*common, f"parallel.vp={vp}"], progress=False), runs[vp])
+    return runs
+
+
+def test_llama3s_layout_kept_by_a_schedule_change(tmp_path):
+    """From a Llama 3 layout (14 layers of Llama 3 8B at sequence 1,024, embedding and loss in the split, PP 4 x
+    V 2: chunks 1/2 | 2/2 | 2/2 | 2/1) to 1F1B: Megatron lays 16 slots over 4 stages as 3 / 4 / 4 / 3 layers; the
+    emulated run with the same switches is the actual (EMULATED). Cut evenly, 14 layers would be 4 / 4 / 3 / 3."""
+    runs = _llama3_layout_runs(tmp_path, 14)
     doc = predict(load_run(runs[2]), {"vp": 1}, actual_tables=load_run(runs[1]), actual_manifest=read_manifest(runs[1]))
     assert doc["target"]["stage_layers"] == [3, 4, 4, 3]
     assert any("embedding and loss each in a layer's place" in n and "layers per chunk 3 | 4 | 4 | 3" in n
@@ -248,13 +255,7 @@ def test_chunks_of_one_layer_to_1f1b(tmp_path):
     second on its template's own lead (the whole step's host time) predicted +35% (6 layers of Llama 3 8B at
     sequence 1,024, PP 4 x V 2, embedding and loss in the split); the host time between two ops inside the
     layers stands in for it (`Templates.interior_lag`) (EMULATED)."""
-    common = ["model=llama3_8b", "model.num_layers=6", "model.seq_length=1024", "parallel.tp=1", "parallel.pp=4",
-              "parallel.dp=1", "parallel.embedding_in_split=true", "parallel.loss_in_split=true",
-              "model.microbatch_rule=fixed", "model.num_microbatches=8", *QUIET]
-    runs = {}
-    for vp in (2, 1):
-        runs[vp] = tmp_path / f"vp{vp}"
-        write_result(emulate([*common, f"parallel.vp={vp}"], progress=False), runs[vp])
+    runs = _llama3_layout_runs(tmp_path, 6)
     plan = base_plan(load_run(runs[2]))
     assert plan.chunk_layers == ((0, 1), (1, 1), (1, 1), (1, 0))
     doc = predict(load_run(runs[2]), {"vp": 1}, plan=plan, actual_tables=load_run(runs[1]),
