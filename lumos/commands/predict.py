@@ -111,7 +111,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="from a one-rank FSDP2 or DDP CPU capture (gloo) to --dp N: the same program at another "
                         "model size recorded at DP N and at one rank, on the same host; what N ranks add in each "
                         "FSDP2 hook, or in each DDP bucket's all-reduce and its finalize, is fitted on these pairs "
-                        "(repeat the option for more pairs; lumos/durations/dp_host.py)")
+                        "(repeat the option for more pairs; lumos/durations/dp_host.py); from an N-rank one to "
+                        "--dp 1: recordings at DP N and at one rank, whose time outside the hooks says how much "
+                        "slower the N ranks ran sharing the host")
     p.add_argument("--ep-calibration", nargs=2, action="append", default=[], metavar=("RUN_AT_BASE_EP", "RUN_AT_EP"),
                    help="from a CPU MoE capture over gloo (lumos capture moe) to --ep N: the same program recorded on "
                         "the same host at the base's EP and at N (other rounds than the runs compared); how much "
@@ -383,8 +385,9 @@ def _run_host_dp(args, options) -> int:
                         "message and FSDP2's host work per collective at that size, and the other transforms "
                         "re-time device work, which a CPU run has none of")
     recordings = [load_run(r) for r in args.recordings]
+    pairs = [(load_run(a), load_run(b)) for a, b in args.dp_calibration]
     doc = predict_one_rank(base, options, actual_tables=load_run(args.actual) if args.actual else None,
-                           recordings=recordings, base_name=str(args.base))
+                           recordings=recordings, base_name=str(args.base), calibration=pairs)
     return _emit(args, _with_measured_base(doc, base, options, recordings))
 
 

@@ -15,18 +15,21 @@ steps (and over other recordings', `recordings`) as for every prediction.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from lumos.analysis.run_replay import run_breakdown
-from lumos.durations.dp_host import fit_host_collective_costs
+from lumos.durations.dp_host import HostCollectiveCosts, fit_host_collective_costs
 from lumos.graph.profiled_steps import host_median_step_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.sim import simulate
-from lumos.trace import TraceTable
-from lumos.transform.dp_host import from_one_rank, to_one_rank
+from lumos.trace import TraceTable, find_steps
+from lumos.transform.dp_host import alone_on_host, from_one_rank, to_one_rank
 
 from .options import PredictOptions
-from .prediction import add_actual, round_metrics
+from .prediction import add_actual, measure_run, round_metrics
 from .whatif import check_steps
 
 __all__ = ["host_collective_run", "one_rank_dp_run", "predict_from_one_rank", "predict_one_rank", "replay_unchanged"]
@@ -102,14 +105,8 @@ def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
     if not one_rank_dp_run(base_tables, step):
         raise ValueError(f"{table.path}: not a one-rank FSDP2 or DDP capture without device work: the calibrated "
                          "DP change is made from one rank only")
-    costs = fit_host_collective_costs(calibration)
-    if costs.dp != dp:
-        raise ValueError(f"{table.path}: --dp {dp} asked, but the calibration recordings ran at DP {costs.dp}: "
-                         "record them at the degree to predict")
     base_kind = find_dp_flavour(table, step).kind
-    if (base_kind == "fsdp") != costs.sharding.startswith("fsdp"):
-        raise ValueError(f"{table.path}: the base trains with {base_kind} at one rank, the calibration "
-                         f"recordings with {costs.sharding}: give recordings of the base's program")
+    costs = _calibration(table, calibration, dp, base_kind, f"--dp {dp} asked")
     graph, steps = host_median_step_graph(table, step, host, recordings)
     target, added, notes = from_one_rank(graph, table, costs)
     # the target runs as the calibration's DP runs did (their strategy is what their hooks added)
@@ -121,11 +118,57 @@ def predict_from_one_rank(base_tables: Sequence[TraceTable], dp: int,
     return doc
 
 
+def _calibration(table: TraceTable, pairs, dp: int, base_kind: str, why: str) -> HostCollectiveCosts:
+    """The costs fitted on `pairs`, which must have run at DP `dp` with the base's DP flavour."""
+    costs = fit_host_collective_costs(pairs)
+    if costs.dp != dp:
+        raise ValueError(f"{table.path}: {why}, but the calibration recordings ran at DP {costs.dp}: "
+                         f"record them at DP {dp} and at one rank")
+    if (base_kind == "fsdp") != costs.sharding.startswith("fsdp"):
+        raise ValueError(f"{table.path}: the base trains with {base_kind}, the calibration "
+                         f"recordings with {costs.sharding}: give recordings of the base's program")
+    return costs
+
+
+def _family(kind: str) -> str:
+    """fsdp for every FSDP flavour (fsdp_full at N ranks is fsdp with no collective at one), else the kind."""
+    return "fsdp" if kind.startswith("fsdp") else kind
+
+
+def alone_slowdown(pairs, dp: int, base_kind: str, options: PredictOptions, where: str) -> dict:
+    """How much slower than one rank alone the host work of `dp` ranks ran on this host: per pair (the
+    same program at another size at DP `dp`, the same at one rank), the prediction `predict_one_rank`
+    makes without calibration from the first, over the mean measured iteration of the second. This
+    asks the calibration what the transform itself leaves out (the ranks' shared cores; at 4 ranks on
+    2 cores the time outside the hooks also holds waits the transform already took out)."""
+    ratios, names = [], []
+    for at_dp, at_one in pairs:
+        one, table = min(at_one, key=lambda t: t.rank), min(at_dp, key=lambda t: t.rank)
+        pair = f"{Path(str(table.path)).parent.name} vs {Path(str(one.path)).parent.name}"
+        kinds = {_family(find_dp_flavour(t).kind) for t in (table, one)}
+        if kinds != {_family(base_kind)} or host_dp_degree(at_dp) != dp or host_dp_degree(at_one) != 1 or len(at_one) != 1:
+            raise ValueError(f"{where}: calibration pair {pair} is not {_family(base_kind)} at DP {dp} and at one rank "
+                             f"({' and '.join(sorted(kinds))} at DP {host_dp_degree(at_dp)} and "
+                             f"{host_dp_degree(at_one)}): give recordings of the base's program")
+        graph, _ = host_median_step_graph(table, options.step, options.host)
+        target, _, _ = to_one_rank(graph, table)
+        sched = simulate(target)
+        predicted = run_breakdown(target, sched.start, sched.end).iteration.iteration_us
+        measured = np.mean([measure_run(at_one, step=s.number)["iteration_us"] for s in find_steps(one)])
+        ratios.append(float(predicted / measured))
+        names.append(pair)
+    return {"dp": dp, "sharding": base_kind, "slowdown": round(float(np.mean(ratios)), 4),
+            "per_pair": [round(r, 4) for r in ratios], "recordings": names}
+
+
 def predict_one_rank(base_tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(), *,
                      actual_tables: Sequence[TraceTable] | None = None,
-                     recordings: Sequence[Sequence[TraceTable]] = (), base_name: str = "") -> dict:
+                     recordings: Sequence[Sequence[TraceTable]] = (), base_name: str = "",
+                     calibration: Sequence[tuple[Sequence[TraceTable], Sequence[TraceTable]]] = ()) -> dict:
     """The base (a `host_collective_run`) at DP 1: the `lumos predict` JSON shape, without memory,
-    interval or rebuild (`graph.rendezvous` 0). Of `options`, `step` and `host` apply."""
+    interval or rebuild (`graph.rendezvous` 0). Of `options`, `step` and `host` apply. With
+    `calibration` (pairs: another model size at the base's DP, the same at one rank), the kept host
+    work runs as fast as one rank alone on the host does (`transform.dp_host.alone_on_host`)."""
     step, host = options.step, options.host
     check_steps(base_tables, host, recordings=recordings)
     table = min(base_tables, key=lambda t: t.rank)
@@ -135,8 +178,18 @@ def predict_one_rank(base_tables: Sequence[TraceTable], options: PredictOptions 
         raise ValueError(f"{table.path}: the base runs at DP 1 already (its host collectives span a group of one)")
     graph, steps = host_median_step_graph(table, step, host, recordings)
     target, found, notes = to_one_rank(graph, table)
+    alone = None
+    if calibration:
+        alone = alone_slowdown(calibration, dp, flavours[table.rank].kind, options, table.path)
+        target = alone_on_host(target, found, alone["slowdown"])
+        notes.append(f"the kept host work / {alone['slowdown']:.3f}: the base's {dp} ranks shared this host's "
+                     f"cores, one rank runs alone (this prediction made from each calibration pair's DP {dp} "
+                     f"recording, over its one-rank recording's measured iteration, mean of "
+                     f"{len(alone['per_pair'])} pairs: {', '.join(alone['recordings'])})")
     doc = _document(table, target, dp, flavours[table.rank].kind, 1, "none", notes,
                     {"taken_out": int(found.tasks.sum())}, host, steps, base_name)
+    if alone is not None:
+        doc["calibration"] = alone
     if actual_tables is not None:
         add_actual(doc, actual_tables, step)
     return doc

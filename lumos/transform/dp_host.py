@@ -14,12 +14,13 @@ At a group of one, FSDP2 issues no collective (torch `distributed/fsdp/_fully_sh
 
 DDP (torch `csrc/distributed/c10d/reducer.cpp`) has no path of its own for a group of one: it issues
 each bucket's all-reduce over a group of one, which copies nothing and waits for no one (a few us
-on the worker thread), and its finalize has nothing to wait for. At one rank its all-reduces are
-taken out as FSDP2's collectives are; that also drops what a one-rank DDP run still pays to issue
-them (the core handed to the worker thread: ms a step on a loaded host; docs/notes/2026-12-07-dp-over-gloo.md).
+on the worker thread), and its finalize has nothing to wait for. So at one rank DDP's issuing ops
+stay as measured: a one-rank run still pays them (the core handed to the worker thread it wakes:
+ms a step on a loaded host; docs/notes/2026-12-07-dp-over-gloo.md); only the worker ranges and the
+waits on them go.
 
 `to_one_rank` takes out of a step graph of such a base every op inside an `FSDP::all_gather` range,
-inside a collective's issuing op, and inside the worker threads' collective ranges, and the
+inside an FSDP2 collective's issuing op, and inside the worker threads' collective ranges, and the
 waits on them. It keeps the Python before and after each stretch. A task taken out stays as a
 placeholder with no length and no lag into it, so every other task, edge and row is unchanged.
 Kept as measured, and said in the notes: the copy-out (at one rank the per-parameter copies take
@@ -48,7 +49,7 @@ from lumos.model.dp_hooks import dp_ranges, role_label
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 
-__all__ = ["HostCollectives", "find_host_collectives", "from_one_rank", "to_one_rank"]
+__all__ = ["HostCollectives", "alone_on_host", "find_host_collectives", "from_one_rank", "to_one_rank"]
 
 ALL_GATHER_RANGE = "FSDP::all_gather"          # FSDP2's unshard; not its `FSDP::all_gather_copy_out`
 COPY_OUT_RANGE = "FSDP::all_gather_copy_out"
@@ -83,28 +84,32 @@ def _spans_inside(graph: Graph, table: TraceTable, spans: list) -> np.ndarray:
     return inside
 
 
-def find_host_collectives(graph: Graph, table: TraceTable) -> HostCollectives:
-    """The host collective work of `graph` (one step of `table`)."""
+def find_host_collectives(graph: Graph, table: TraceTable, *, issuing: bool = True) -> HostCollectives:
+    """The host collective work of `graph` (one step of `table`); the issuing ops' tasks among it
+    unless `issuing` is False (DDP at one rank still runs them)."""
     name = table.name
     lo, hi = graph.summary["window_us"]
     in_window = (table.ts < hi) & (table.ts + table.dur > lo) & (table.tid >= 0)
     rows = np.flatnonzero(in_window)
     unshard = np.array([r for r in rows.tolist() if str(name[r]).startswith(ALL_GATHER_RANGE)
                         and not str(name[r]).startswith(COPY_OUT_RANGE)], dtype=np.int64)
-    issuing = np.array([r for r in rows.tolist() if str(name[r]).startswith("c10d::")
-                        and collective_kind(str(name[r]))], dtype=np.int64)
+    issue_rows = np.array([r for r in rows.tolist() if str(name[r]).startswith("c10d::")
+                           and collective_kind(str(name[r]))], dtype=np.int64)
     worker = np.array([r for r in rows.tolist() if str(name[r]).startswith(WORKER_PREFIX)], dtype=np.int64)
-    tasks = _rows_inside(graph, table, unshard) | _rows_inside(graph, table, issuing) \
-        | _rows_inside(graph, table, worker)
+    tasks = _rows_inside(graph, table, unshard) | _rows_inside(graph, table, worker)
+    if issuing:
+        tasks |= _rows_inside(graph, table, issue_rows)
     waits = (graph.cls == EdgeClass.INTER_THREAD) & (tasks[graph.src] | tasks[graph.dst])
     return HostCollectives(tasks=tasks, waits=waits,
-                           ranges={"unshard": len(unshard), "issuing": len(issuing), "worker": len(worker)})
+                           ranges={"unshard": len(unshard), "issuing": len(issue_rows) if issuing else 0,
+                                   "worker": len(worker)})
 
 
 def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives, list[str]]:
     """`graph` as FSDP2 or DDP would run it on one rank: the host collective work (`find_host_collectives`)
     of no length, the lags into it and the waits on it zero; the notes say what was kept."""
-    found = find_host_collectives(graph, table)
+    ddp = find_dp_flavour(table, graph.summary.get("step")).ddp
+    found = find_host_collectives(graph, table, issuing=not ddp)
     if not found.tasks.any():
         raise ValueError(f"{table.path}: no host collective in step {graph.summary.get('step')} (no "
                          f"{ALL_GATHER_RANGE} range, issuing c10d op or {WORKER_PREFIX}* worker range): "
@@ -117,17 +122,31 @@ def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives
     inner = found.tasks[out.src] & found.tasks[out.dst]
     out.lag[inner | found.waits] = 0.0
     out.summary = {**graph.summary, "host_collectives": found.ranges}
-    ddp = find_dp_flavour(table, graph.summary.get("step")).ddp
     why = ("as DDP's all-reduces over a group of one copy nothing and wait for no one" if ddp else
            "as FSDP2 skips them at a group of one")
-    kept = ("the reducer's copies into and out of its buckets" if ddp else
+    kept = ("the all-reduces' issuing ops (DDP still issues them over a group of one), the reducer's copies "
+            "into and out of its buckets" if ddp else
             "the all-gather copy-out (the per-parameter copies that replace it at one rank)")
-    notes = [f"DP -> 1 from host collectives (gloo): {int(found.tasks.sum())} CPU ops taken out "
-             f"({found.ranges['unshard']} FSDP unshard ranges, {found.ranges['issuing']} issuing ops, "
-             f"{found.ranges['worker']} worker-thread collectives) and {int(found.waits.sum())} waits on them, {why}",
+    held = (f"{found.ranges['worker']} gloo worker-thread all-reduces" if ddp else
+            f"{found.ranges['unshard']} FSDP unshard ranges, {found.ranges['issuing']} issuing ops, "
+            f"{found.ranges['worker']} worker-thread collectives")
+    notes = [f"DP -> 1 from host collectives (gloo): {int(found.tasks.sum())} CPU ops taken out ({held}) and "
+             f"{int(found.waits.sum())} waits on them, {why}",
              f"kept as measured: {kept}, the optimizer step (it then updates every parameter), and every op's "
              "time as it ran beside the other ranks on this host"]
     return out, found, notes
+
+
+def alone_on_host(graph: Graph, found: HostCollectives, slowdown: float) -> Graph:
+    """`graph` (from `to_one_rank`) with its kept CPU work, and the lags into it, / `slowdown`: the
+    base's N ranks shared the host's cores (and the gloo workers their main threads'), so each ran
+    slower than one rank alone does; `lumos.predict.dp_host` reads by how much off calibration pairs."""
+    out = graph.copy()
+    out.dur, out.lag = out.dur.copy(), out.lag.copy()
+    kept = (graph.kind == TaskKind.CPU) & ~found.tasks
+    out.dur[kept] /= slowdown
+    out.lag[kept[out.dst]] /= slowdown
+    return out
 
 
 def from_one_rank(graph: Graph, table: TraceTable, costs: HostCollectiveCosts) -> tuple[Graph, dict, list[str]]:

@@ -188,7 +188,7 @@ rule table_fsdp_cpu_whatif:
                "in each FSDP2 hook fitted on two other model sizes recorded at 1 and 2 ranks in the same rounds, "
                "resources/traces/fsdp_cpu_sizes) and 1 -> 4 (four_ranks, resources/traces/dp_cpu_sizes); DDP "
                "2 ranks -> 1 (ddp_one_rank), 1 -> 2 and 1 -> 4 (ddp_two_ranks, ddp_four_ranks: what the ranks add "
-               "per bucket fitted on two other sizes; resources/traces/dp_cpu_sizes, recorded while other jobs "
+               "per bucket fitted on two other sizes; resources/traces/dp_cpu_sizes, recorded on the idle "
                "shared the 2 cores); predicted from each base recording vs the mean of every profiled "
                "step of every rank of the target's recordings; spread = (max - min) / mean of those; steps from = "
                "host work the median over the base's own profiled steps, or over all base recordings' "
