@@ -100,6 +100,9 @@ def read_layer(gemms: list, attn_at: int | None, attn, h: int, tp_groups: set, a
         ffn_local, gated, gate_up = dense
         ev["FFN"] = f"the down projection's input ({ffn_local})"
         ev["MLP"] = ("SwiGLU (gate and up " + gate_up + ")") if gated else "one FC1 (GELU)"
+        if gated and gate_up == "fused" and not activations & set(GATED_ACTIVATIONS):
+            ev["MLP"] += (": no SiLU op in the layer (fused into its GEMMs), read from the GEMMs, FC1 twice as wide "
+                          "as the down projection's input")
     elif moe is not None:
         ffn_local, gated, gate_up = moe.width, True, "fused" if moe.fused else "separate"
         ev["FFN"] = f"each expert's down projection's input ({ffn_local})"
@@ -133,7 +136,9 @@ def _dense_mlp(mlp: list, activations: set):
     if len(mlp) == 2:
         fc1, down = mlp
         ffn_local = int(down[1])
-        gated = int(fc1[2]) == 2 * ffn_local and bool(activations & set(GATED_ACTIVATIONS))
+        # an FC1 twice as wide as the down projection's input is a fused gate and up whatever the trace
+        # says of the activation (none where it is fused into the GEMMs: the emulator's coarse granularity)
+        gated = int(fc1[2]) == 2 * ffn_local
         if not gated and int(fc1[2]) != ffn_local:
             return None
         return ffn_local, gated, "fused" if gated else ""

@@ -53,6 +53,19 @@ __all__ = ["STEP_MODES", "base_plan", "check_steps", "transform", "memory_of", "
            "data_parallel_report"]
 
 
+def refuse_stage_granularity(path) -> None:
+    """An emulated base whose stages ran their layers as one block per micro-batch (`lumos emulate`'s
+    `emulator.granularity=stage`, which `auto` picks above 60,000 layer passes) has no layer to read the
+    model's shape from or to copy: refused with the way out."""
+    from .prediction import read_manifest
+
+    if read_manifest(path).get("granularity") == "stage":
+        raise ValueError(f"{path}: emulated at emulator.granularity=stage (each stage's layers one block per "
+                         "micro-batch): no layer range to read the model's shape from or to rebuild the run with; "
+                         "emulate the base with emulator.granularity=fine or coarse (or fewer micro-batches, "
+                         "below auto's 60,000 layer passes)")
+
+
 def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOptions(), *,
               profile: dict | None = None, recordings: Sequence[Sequence[TraceTable]] = ()) -> Plan:
     """The base run as a plan: run graph with rendezvous, structure, suppliers fitted on it, as
@@ -61,6 +74,7 @@ def base_plan(tables: Sequence[TraceTable], options: PredictOptions = PredictOpt
     (and, for host work, the interval's draw). `profile`: the cluster profile (default: the config's)."""
     step, host, kernels = options.step, options.host, options.kernels
     check_steps(tables, host, kernels, recordings)
+    refuse_stage_granularity(tables[0].path)
     graph = build_run_graph(tables, step=step, host_medians=host == "median", kernel_medians=kernels == "median",
                             recordings=recordings)
     profile = profile or load_profile(cluster_path(options.cluster))
