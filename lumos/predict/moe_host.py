@@ -120,6 +120,18 @@ def predict_host_ep(base_tables: Sequence[TraceTable], ep: int,
     target, done, notes = change_ep_host(graph, table, reading, change, comp, gaps, costs)
     sched = simulate(target)
     predicted = round_metrics(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
+    pairs = None
+    if len(calibration) > 1:     # the same prediction calibrated on each pair alone: how far its rounds disagree
+        alone = []
+        for pair in calibration:
+            one, _, _ = change_ep_host(graph, table, reading, change, comp, gaps,
+                                       fit_host_moe_costs([pair], slowdown_from=slowdown_from))
+            s1 = simulate(one)
+            alone.append(round(float(run_breakdown(one, s1.start, s1.end).iteration.iteration_us), 3))
+        pairs = {"iteration_us": alone, "lo_us": min(alone), "hi_us": max(alone), "recordings": costs.recordings}
+        notes.append(f"calibrated on each pair alone: {', '.join(f'{x / 1e3:.1f}' for x in alone)} ms (the rounds "
+                     f"disagree by {100 * (max(alone) - min(alone)) / predicted['iteration_us']:.1f}% of the "
+                     "prediction; a recording of the target can land outside that)")
     cap = table.metadata.get("lumosCapture") or {}
     common = {"tp": 1, "pp": 1, "layers": cap.get("layers"), "hidden": h or None, "ffn": shape.get("ffn"),
               "micro_batch": shape.get("micro_batch")}
@@ -136,6 +148,8 @@ def predict_host_ep(base_tables: Sequence[TraceTable], ep: int,
                              "(each rank trains its own micro-batch)"],
            "host": {"mode": host, "steps": {str(table.rank): steps}},
            "calibration": costs.as_dict()}
+    if pairs is not None:
+        doc["calibration_pairs"] = pairs
     if actual_tables is not None:
         add_actual(doc, actual_tables, step)
     return doc

@@ -128,7 +128,9 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
     fitted on their recordings: not an independent check). `clock_factor`: the sustained-clock model's
     factor on compute kernels (1 where it was off or changed nothing). Where the documents carry
     `interval_by_base` (`lumos predict --samples`): the 90% interval, its width in % of the measured
-    mean, the share of measured iterations inside it and whether the measured mean is. `steps_from`:
+    mean, the share of measured iterations inside it and whether the measured mean is; where they carry
+    `pairs_by_base` (`--ep-calibration` with two pairs or more): the predictions calibrated on each pair
+    alone, lowest and highest, and whether the measured mean lies between them. `steps_from`:
     STEPS_OWN, or STEPS_POOLED for the rows of the document's `pooled` (the same predictions with the
     profiled steps of every base recording, `lumos predict --other-recordings`).
     """
@@ -138,7 +140,7 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
         it = runs["iteration_us"] / 1e3
         mean = float(it.mean())
         per_run = runs.groupby("run")["iteration_us"].mean() / 1e3
-        for steps_from, base, pred, interval, clock in _recorded_predictions(doc):
+        for steps_from, base, pred, interval, clock, pairs in _recorded_predictions(doc):
             row = {"source": doc.get("source", "measured on hardware"), "target": doc["label"],
                    "flags": " ".join(doc["flags"]) or "(none)", "base": base, "steps_from": steps_from,
                    "microbatches": doc["microbatches"], "micro_batch": doc["target"].get("micro_batch"),
@@ -162,6 +164,10 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
                 row["width90_pct"] = 100.0 * (hi - lo) / mean
                 row["measured_in_90_pct"] = 100.0 * float(((it >= lo) & (it <= hi)).mean())
                 row["mean_in_90"] = bool(lo <= mean <= hi)
+            if pairs is not None:    # calibrated on each pair alone (CPU EP what-ifs): the rounds' disagreement
+                lo, hi = pairs["lo_us"] / 1e3, pairs["hi_us"] / 1e3
+                row["pairs_lo_ms"], row["pairs_hi_ms"] = lo, hi
+                row["mean_in_pairs"] = bool(lo <= mean <= hi)
             for p in COMPONENT_PARTS:
                 m = row[f"measured_{p}_ms"]
                 row[f"{p}_error_pct"] = 100.0 * (row[f"predicted_{p}_ms"] - m) / m if m else float("nan")
@@ -178,7 +184,7 @@ def _recorded_predictions(doc: dict):
             continue
         for base, pred in d.get("predicted_by_base", {"base": doc["predicted"]}).items():
             yield (steps_from, base, pred, d.get("interval_by_base", {}).get(base),
-                   d.get("clock_by_base", {}).get(base, 1.0))
+                   d.get("clock_by_base", {}).get(base, 1.0), d.get("pairs_by_base", {}).get(base))
 
 
 def replay_emulated_table(data: pd.DataFrame) -> pd.DataFrame:

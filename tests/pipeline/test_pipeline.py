@@ -138,6 +138,10 @@ def test_every_table_is_written_with_finite_numbers(work):
     assert set(moe["source"]) == {"measured on this machine (CPU)"} and (moe["n_measured"] == 6).all()
     assert moe["predicted_iteration_ms"].iloc[0] == pytest.approx(102.270, abs=1e-3)
     assert moe["measured_iteration_ms"].iloc[0] == pytest.approx(120.411, abs=1e-3)
+    # calibrated on each round alone: 97.0 and 107.5 ms; the measured mean lies above both
+    assert (moe["pairs_lo_ms"].iloc[0], moe["pairs_hi_ms"].iloc[0]) == (pytest.approx(97.024, abs=1e-3),
+                                                                      pytest.approx(107.516, abs=1e-3))
+    assert not moe["mean_in_pairs"].iloc[0]
     # FSDP2 over gloo, 2 CPU ranks -> 1 (measured on this machine): from each recording, own and pooled host
     every = pd.read_csv(tables / "fsdp_cpu_whatif.csv")
     assert set(every["source"]) == {"measured on this machine (CPU)"}

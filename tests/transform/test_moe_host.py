@@ -108,6 +108,13 @@ def test_ep_2_to_4_on_the_shipped_recordings(pinned):
     assert doc["target"]["moe"] == {"experts": 4, "top_k": 2, "expert_ffn": 256, "ep": 4}
     assert doc["target"]["dp"] == 4 and doc["base_config"]["moe"]["ep"] == 2
     assert doc["host"] == {"mode": "median", "steps": {"0": [3, 2, 4]}}
+    # calibrated on r2 alone and on r3 alone: 8.6% apart, and the two-pair prediction between them
+    pairs = doc["calibration_pairs"]
+    assert pairs["iteration_us"] == [183762.795, 200294.936] and pairs["recordings"] == ["ep2_r2 vs ep4_r2",
+                                                                                          "ep2_r3 vs ep4_r3"]
+    assert pairs["lo_us"] < doc["predicted"]["iteration_us"] < pairs["hi_us"]
+    assert doc["notes"][-2] == ("calibrated on each pair alone: 183.8, 200.3 ms (the rounds disagree by 8.6% of the "
+                                "prediction; a recording of the target can land outside that)")
 
 
 def test_ep_4_to_2_on_the_shipped_recordings(pinned):

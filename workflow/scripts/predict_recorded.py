@@ -18,7 +18,7 @@ with logged(smk):
 
     def predictions(pooled: bool) -> tuple[dict, dict]:
         """The first base's `lumos predict` document, and predicted_by_base, clock_by_base,
-        steps_by_base (and interval_by_base) from each base, with the other bases' profiled steps
+        steps_by_base (and interval_by_base, pairs_by_base) from each base, with the other bases' profiled steps
         (host work and kernels) where `pooled`."""
         first, out = None, {}
         for b in smk.params.bases:
@@ -31,6 +31,8 @@ with logged(smk):
             out.setdefault("steps_by_base", {})[name] = d["host"]["steps"]
             if samples:
                 out.setdefault("interval_by_base", {})[name] = d["interval"]
+            if "calibration_pairs" in d:
+                out.setdefault("pairs_by_base", {})[name] = d["calibration_pairs"]
         return first, out
 
     first, own = predictions(pooled=False)
