@@ -185,8 +185,8 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
 
 
 def memory_overrides(args) -> dict:
-    return {k: getattr(args, k) for k in ("bytes_per_param", "distributed_optimizer", "sharding", "recompute", "ac_every",
-                                          "sequence_parallel", "flash_attention", "activation_bytes",
+    return {k: getattr(args, k) for k in ("bytes_per_param", "distributed_optimizer", "sharding", "recompute",
+                                          "ac_every", "sequence_parallel", "flash_attention", "activation_bytes",
                                           "workspace_gib", "gpu_memory_gib")}
 
 

@@ -72,8 +72,8 @@ def granularity_level(settings) -> str:
 
     auto counts the layer passes the emulated ranks run (forward, backward, and the recomputed
     forward: of one layer in `training.ac_every` with per-layer selective AC): above
-    `emulator.auto_coarse_layer_passes` element-wise kernels fold into their GEMMs (coarse), above `auto_stage_layer_passes` all layers of a stage run as one block per
-    micro-batch and direction (stage). Such runs are GPU-bound, where folding moves the iteration
+    `emulator.auto_coarse_layer_passes` element-wise kernels fold into their GEMMs (coarse), above
+    `auto_stage_layer_passes` all layers of a stage run as one block per micro-batch and direction (stage). Such runs are GPU-bound, where folding moves the iteration
     little. `segment` (one kernel per run of compute between two TP collectives) is only ever
     asked for by name: `stage` is faster and as close to `coarse`."""
     g = settings.knobs.granularity

@@ -318,7 +318,7 @@ class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
             fwd, bwd = self._steps(blk)
             self._moe_at = (blk[0], i)
             redo = self._recomputed(blk) if self.recompute else None
-            if redo is not None:   # checkpointed layer: its forward (or SelectiveAC's share) re-runs inside its backward
+            if redo is not None:   # a checkpointed layer: its forward (or SelectiveAC's share) re-runs in its backward
                 self.ann_begin(th, name)
                 self._annotated(th, range_name(self._layers(blk), "recompute", i), redo)
                 self.run_steps(th, bwd)

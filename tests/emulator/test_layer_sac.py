@@ -35,8 +35,8 @@ def test_every_second_block_of_one_stage_is_checkpointed():
 def test_each_pipeline_stage_counts_its_own_blocks():
     """6 layers over 2 stages (3 each), N = 2: stage 0 wraps its second block (layer 1), stage 1 its second
     (layer 4), not the model's every second layer (1, 3, 5); N = 3 on one stage: layers 2 and 5."""
-    piped = emulate([*TINY, "model.num_layers=6", "parallel.pp=2", "parallel.dp=2", "training.recompute=selective_layer",
-                     "training.ac_every=2"], progress=False)
+    piped = emulate([*TINY, "model.num_layers=6", "parallel.pp=2", "parallel.dp=2",
+                     "training.recompute=selective_layer", "training.ac_every=2"], progress=False)
     layers = {r: sorted({n.split("/")[0] for n in ns}) for r, ns in _recomputed(piped).items()}
     assert layers == {piped.ranks[0]: ["layer_1"], piped.ranks[1]: ["layer_4"]}
     third = emulate([*TINY, "model.num_layers=6", "parallel.pp=1", "training.recompute=selective_layer",
@@ -60,7 +60,8 @@ def _recompute_compute_us(result) -> float:
     rec = result.recorders[result.ranks[0]]
     t0, t1, tid = next((a, b, t) for a, b, c, n, t, _ in rec.cpu if n.endswith("/recompute/mb0"))
     corr = {c for a, b, n, t, c, _ in rec.rt if t == tid and t0 <= a and b <= t1}
-    return sum(b - a for a, b, cat, n, _s, c, _e, _ in rec.gpu if c in corr and cat == "kernel" and not n.startswith("nccl"))
+    return sum(b - a for a, b, cat, n, _s, c, _e, _ in rec.gpu
+               if c in corr and cat == "kernel" and not n.startswith("nccl"))
 
 
 def test_stage_granularity_recomputes_the_checkpointed_share_of_a_block():
@@ -78,7 +79,8 @@ def test_stage_granularity_recomputes_the_checkpointed_share_of_a_block():
     (["training.recompute=selective_layer", "training.ac_every=0"], "training.ac_every must be an integer >= 1"),
     (["training.recompute=selective_layer", "training.ac_every=1.5"], "training.ac_every must be an integer >= 1"),
     (["training.recompute=selective_layer", "training.ac_every=two"], "training.ac_every must be an integer >= 1"),
-    (["training.recompute=full", "training.ac_every=2"], "training.ac_every=2 needs training.recompute=selective_layer"),
+    (["training.recompute=full", "training.ac_every=2"],
+     "training.ac_every=2 needs training.recompute=selective_layer"),
 ])
 def test_ac_every_is_refused_where_it_means_nothing(extra, message):
     with pytest.raises(SettingsError, match=message):
