@@ -162,9 +162,17 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
                      help="data-parallel sharding of optimizer state (zero1), + gradients (zero2, FSDP "
                           "SHARD_GRAD_OP), + parameters (zero3, FSDP FULL_SHARD); default: the base's own "
                           "(none for all-reduce DP). Memory only: the step time is that of the base's DP")
-    mem.add_argument("--recompute", choices=("none", "selective", "full"), default=None,
+    mem.add_argument("--recompute", choices=("none", "selective", "full", "selective_op", "selective_layer"),
+                     default=None,
                      help="activation recomputation (Korthikanti et al.): none, selective (attention scores "
-                          "recomputed, not kept) or full (each layer keeps its input only); default: the profile's")
+                          "recomputed, not kept) or full (each layer keeps its input only); torchtitan's "
+                          "selective_op (per-op SelectiveAC: the input, every other matmul's and attention's "
+                          "outputs kept) or selective_layer (every --ac-every-th block of a stage keeps its input "
+                          "only, the others everything); default: selective_layer where the base's recompute "
+                          "ranges show every N-th block (N > 1), else the profile's")
+    mem.add_argument("--ac-every", type=positive_int, default=None,
+                     help="with --recompute selective_layer: every N-th block of a stage checkpointed "
+                          "(default: the base's)")
     mem.add_argument("--sequence-parallel", action="store_true", default=None,
                      help="sequence parallelism: the activations TP would replicate (layer norms, dropout) "
                           "sharded over the TP ranks too")
@@ -180,7 +188,7 @@ def add_memory_flags(p: argparse.ArgumentParser) -> None:
 
 def memory_overrides(args) -> dict:
     return {k: getattr(args, k) for k in ("bytes_per_param", "distributed_optimizer", "sharding", "recompute",
-                                          "sequence_parallel", "flash_attention", "activation_bytes",
+                                          "ac_every", "sequence_parallel", "flash_attention", "activation_bytes",
                                           "workspace_gib", "gpu_memory_gib")}
 
 

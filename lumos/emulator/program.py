@@ -71,9 +71,9 @@ def granularity_level(settings) -> str:
     """fine | coarse | segment | stage, with `auto` picking by the size of the run.
 
     auto counts the layer passes the emulated ranks run (forward, backward, and the recomputed
-    forward): above `emulator.auto_coarse_layer_passes` element-wise kernels fold into their GEMMs
-    (coarse), above `auto_stage_layer_passes` all layers of a stage run as one block per
-    micro-batch and direction (stage). Such runs are GPU-bound, where folding moves the iteration
+    forward: of one layer in `training.ac_every` with per-layer selective AC): above
+    `emulator.auto_coarse_layer_passes` element-wise kernels fold into their GEMMs (coarse), above
+    `auto_stage_layer_passes` all layers of a stage run as one block per micro-batch and direction (stage). Such runs are GPU-bound, where folding moves the iteration
     little. `segment` (one kernel per run of compute between two TP collectives) is only ever
     asked for by name: `stage` is faster and as close to `coarse`."""
     g = settings.knobs.granularity
@@ -85,7 +85,8 @@ def granularity_level(settings) -> str:
         return g
     m = settings.model
     ranks = settings.world_size if settings.ranks == "all" else settings.pp
-    passes = 2 if settings.training.recompute == "none" else 3
+    tr = settings.training
+    passes = 2 if tr.recompute == "none" else 2 + 1 / tr.ac_every if tr.recompute == "selective_layer" else 3
     work = ranks * m.num_microbatches * (m.num_layers // settings.pp) * passes
     if work > settings.knobs.auto_stage_layer_passes:
         return "stage"

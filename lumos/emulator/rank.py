@@ -16,6 +16,7 @@ from .program import BF16, CPComm, CPRing, KSpec, MoEStep, OpSpec, TPAllReduce, 
 from .expert_parallel import ExpertParallel
 from .fsdp_rank import ShardedDataParallel
 from .ring_attention import RingAttention
+from .settings import checkpointed_layers
 
 COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
 # interleaved 1F1B: a batch sends (and receives) both ways at once; the backward direction's p2p gets its own
@@ -75,6 +76,11 @@ class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
         self.grad_bytes = s.knobs.comm.grad_dtype_bytes
         tr = s.training
         self.recompute = tr.recompute != "none"
+        # per-layer selective AC (recompute=selective_layer): the rank's every ac_every-th block, counted over its
+        # chunks in order (torchtitan's process-wide count, `settings.checkpointed_layers`); else all or none
+        self.checkpointed = (checkpointed_layers([l for c in self.chunks for first, n in c
+                                                  for l in range(first, first + n)], tr.ac_every)
+                             if tr.recompute == "selective_layer" else None)
         self.after_backward = tr.dp_allreduce == "after_backward"
         self.bucket = (tr.after_backward_bucket_mparams if self.after_backward else s.knobs.comm.bucket_mparams) * 1e6
         self.root_params = (program.embed_params if self.is_first else 0) + (program.embed_params if self.is_last else 0)
@@ -311,9 +317,10 @@ class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
             name = range_name(self._layers(blk), "backward", i)
             fwd, bwd = self._steps(blk)
             self._moe_at = (blk[0], i)
-            if self.recompute:   # checkpointed layer: its forward (or SelectiveAC's share) re-runs inside its backward
+            redo = self._recomputed(blk) if self.recompute else None
+            if redo is not None:   # a checkpointed layer: its forward (or SelectiveAC's share) re-runs in its backward
                 self.ann_begin(th, name)
-                self._annotated(th, range_name(self._layers(blk), "recompute", i), self._recomputed(blk))
+                self._annotated(th, range_name(self._layers(blk), "recompute", i), redo)
                 self.run_steps(th, bwd)
                 self.op_end(th)
             else:
@@ -343,8 +350,14 @@ class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
             return self.p.layer_fwd, self.p.layer_bwd
         return self.p.stacked(blk[1])[:2]
 
-    def _recomputed(self, blk: tuple) -> tuple:
-        """What a checkpointed block's backward re-runs of its forward (`Program.layer_recompute`)."""
+    def _recomputed(self, blk: tuple) -> tuple | None:
+        """What a checkpointed block's backward re-runs of its forward (`Program.layer_recompute`); with per-layer
+        selective AC the forward of its checkpointed layers (a stacked block: as many layers' forward), None
+        where it holds none."""
+        if self.checkpointed is not None:
+            k = sum(l in self.checkpointed for l in range(blk[0], blk[0] + blk[1]))
+            return None if k == 0 else self.p.layer_fwd if blk[1] == k == self.p.layers_per_block \
+                else self.p.stacked(k)[0]
         if blk[1] == self.p.layers_per_block:
             return self.p.layer_recompute
         stacked = self.p.stacked(blk[1])

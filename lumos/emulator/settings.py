@@ -104,12 +104,15 @@ DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1", "fsdp_default")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
                     "attention": "flash", "dp_sharding": "none", "cp_form": "allgather",
-                    "moe_dispatcher": "alltoall", "moe_grouped_gemm": True}
+                    "moe_dispatcher": "alltoall", "moe_grouped_gemm": True, "ac_every": None}
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 # none; full: every layer's forward re-run in its backward (Megatron's --recompute-granularity full, torchtitan's
 # FullAC); selective_op: torchtitan's SelectiveAC, the forward's outputs of attention and of every other matmul
-# kept, the rest re-run (torchtitan/distributed/activation_checkpoint.py, `SelectiveAC._get_custom_policy`)
-RECOMPUTE = ("none", "full", "selective_op")
+# kept, the rest re-run (torchtitan/distributed/activation_checkpoint.py, `SelectiveAC._get_custom_policy`);
+# selective_layer: torchtitan's per-layer selective AC (activation_checkpoint.py at 1f029641b, `_apply_layer_sac`,
+# `selective_ac_option` a number N, removed upstream in 114151ad4): every N-th block (training.ac_every) of a
+# rank fully checkpointed, the others not (`checkpointed_layers`)
+RECOMPUTE = ("none", "full", "selective_op", "selective_layer")
 CP_FORMS = ("allgather", "ring")
 MOE_IMBALANCE = ("uniform", "dirichlet", "zipf")
 
@@ -118,6 +121,7 @@ def _training(c: dict) -> dict:
     t = {**TRAINING_DEFAULT, **{k: v for k, v in (c.get("training") or {}).items() if k != "emulator"}}
     if t["recompute"] not in RECOMPUTE:
         raise SettingsError(f"training.recompute must be one of {', '.join(RECOMPUTE)}, got {t['recompute']!r}")
+    _check_ac_every(t)
     if t["dp_allreduce"] not in ("bucketed", "after_backward"):
         raise SettingsError(f"training.dp_allreduce must be 'bucketed' or 'after_backward', got {t['dp_allreduce']!r}")
     if t["attention"] not in ("flash", "unfused"):
@@ -138,6 +142,29 @@ def _training(c: dict) -> dict:
     if t["schedule"] != "1f1b":
         raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
     return t
+
+
+def _check_ac_every(t: dict) -> None:
+    """training.ac_every: the N of per-layer selective AC, an integer >= 1, given with recompute=selective_layer
+    and only with it (torchtitan's `selective_ac_option` "0" wraps every block: that is recompute=full here)."""
+    n = t["ac_every"]
+    if t["recompute"] != "selective_layer":
+        if n is not None:
+            raise SettingsError(f"training.ac_every={n!r} needs training.recompute=selective_layer "
+                                f"(got recompute={t['recompute']})")
+        return
+    if n is None:
+        raise SettingsError("training.recompute=selective_layer needs training.ac_every (checkpoint every N-th block)")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SettingsError(f"training.ac_every must be an integer >= 1 (checkpoint every N-th block), got {n!r}")
+
+
+def checkpointed_layers(layers, every: int) -> frozenset:
+    """The layers of `layers` (a rank's, in the order its model parts build them) that torchtitan's per-layer
+    selective AC wraps in checkpoint_wrapper: `_apply_layer_sac` increments a process-wide count before it
+    tests `count % N == 0`, so the N-th, 2N-th, ... block a rank builds, counted from 1 (layer N - 1 of a
+    single stage, not layer 0); with PP each stage counts its own blocks."""
+    return frozenset(l for k, l in enumerate(layers, 1) if k % every == 0)
 
 
 MICROBATCH_RULES = ("tp_x_pp", "fixed")

@@ -33,6 +33,7 @@ from lumos.trace import TraceTable, schema
 from lumos.trace.annotation import ANN as ANN, is_part, parse   # ANN: the layer / embedding / head ranges read as blocks
 from lumos.trace.collectives import DTYPE_BYTES, classify_rows
 
+from .checkpointing import recomputed_layers
 from .launchers import by_correlation, launching_events, runtime_calls
 from .nesting import innermost
 from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
@@ -165,6 +166,7 @@ class RunStructure:
     cp: int = 1                      # context-parallel ranks per sequence (`parallel_layout`); dp counts them
     moe: MoEReading | None = None    # an MoE run: experts, top-k, EP, tokens per expert (`lumos.model.moe`)
     moe_error: str = ""              # an MoE run whose evidence disagrees: the one line that says how
+    recomputed: frozenset = frozenset()   # layers whose backward re-runs their forward (`checkpointing.py`)
 
 
 class StageMismatch(ValueError):
@@ -569,4 +571,5 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
                         op_name=op_name, op_dims=op_dims, proc_role=proc_role, shape=shape,
                         tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),
                         stage_of_rank=stage_of_rank, stage_params=stage_params, chunks=chunks,
-                        stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp, moe=moe, moe_error=moe_error)
+                        stage_layers=stage_layers, chunk_layers=chunk_layers, cp=cp, moe=moe, moe_error=moe_error,
+                        recomputed=recomputed_layers(tables))

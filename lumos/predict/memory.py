@@ -36,6 +36,12 @@ Sources of each term:
   full recomputation       2 s b h                  (the layer's input only)
   A fused (flash / cuDNN) attention kernel keeps no s x s scores, which is the selective
   case: `flash_attention: true` drops the 5 a s / h term.
+- torchtitan's checkpointing (torchtitan/distributed/activation_checkpoint.py; `checkpointed_bytes_per_layer`):
+  `selective_op`, per-op SelectiveAC, keeps the block's input and the outputs of the ops it saves: every
+  other matmul of the forward counted from the first (Llama's wq wk wv wo w1 w3 w2: wq, wv, w1, w2; GPT's
+  fused QKV and FC1) and attention's output with its fp32 log-sum-exp; `selective_layer` with `ac_every` N,
+  per-layer selective AC, keeps a stage's every N-th block's input only (as `full`) and every other block's
+  activations whole (as `none`).
 - Micro-batches in flight under non-interleaved 1F1B (Narayanan et al. 2021): stage s of p
   holds min(p - s, m) micro-batches' activations at its peak.
 - The last stage keeps one micro-batch's fp32 logits for the loss: 4 s b V / t bytes.
@@ -46,17 +52,19 @@ Sources of each term:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GIB = float(1 << 30)
 SHARDING = ("none", "zero1", "zero2", "zero3")
+# Korthikanti's none / selective / full, torchtitan's per-op SelectiveAC and per-layer selective AC
+RECOMPUTE = ("none", "selective", "full", "selective_op", "selective_layer")
 
 
 @dataclass(frozen=True)
 class MemorySettings:
     bytes_per_param: float = 18.0
     distributed_optimizer: bool = False
-    recompute: str = "selective"          # none | selective | full
+    recompute: str = "selective"          # none | selective | full | selective_op | selective_layer (RECOMPUTE)
     sequence_parallel: bool = False
     flash_attention: bool = True
     workspace_gib: float = 1.0
@@ -64,14 +72,20 @@ class MemorySettings:
     activation_bytes: float = 2.0         # bytes per activation element: 2 (bf16/fp16), 4 (fp32)
     workspace_source: str = "profile"     # where workspace_gib came from: profile / flags, or a trace
     sharding: str = "none"                # none | zero1 | zero2 | zero3 (data-parallel sharding)
+    ac_every: int = 0                     # selective_layer: every ac_every-th block of a stage checkpointed
 
     @classmethod
     def from_profile(cls, profile: dict | None, **overrides) -> "MemorySettings":
         base = dict((profile or {}).get("memory", {}))
         base.update({k: v for k, v in overrides.items() if v is not None})
         s = cls(**base)
-        if s.recompute not in ("none", "selective", "full"):
-            raise ValueError(f"recompute must be none, selective or full, got {s.recompute!r}")
+        if s.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {s.recompute!r}")
+        if (s.recompute == "selective_layer") != (s.ac_every >= 1) or isinstance(s.ac_every, bool) \
+                or not isinstance(s.ac_every, int):
+            raise ValueError(f"ac_every (every N-th block checkpointed) must be an integer >= 1 with recompute="
+                             f"selective_layer and 0 otherwise, got ac_every={s.ac_every!r} with "
+                             f"recompute={s.recompute}")
         if s.sharding not in SHARDING:
             raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {s.sharding!r}")
         if s.activation_bytes <= 0:
@@ -90,6 +104,8 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
     sbh = s * b * h * m.activation_bytes / 2.0    # Table 2 counts 2-byte activations
     if m.recompute == "full":
         return 2.0 * sbh
+    if m.recompute == "selective_op":
+        return checkpointed_bytes_per_layer(seq, micro_batch, hidden, heads, tp, m, shape)
     scores = 0.0 if (m.recompute == "selective" or m.flash_attention) else 5.0 * a * s / h
     sharded = 24.0
     if shape is not None and (not shape.gpt_layout or getattr(shape, "moe_experts", 0)):
@@ -101,6 +117,41 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
     if m.sequence_parallel:
         return sbh * (10.0 + sharded + scores) / t
     return sbh * (10.0 + sharded / t + scores / t)
+
+
+def checkpointed_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int, m: MemorySettings,
+                                 shape=None) -> float:
+    """What one layer under torchtitan's per-op SelectiveAC keeps for its backward, on one TP rank
+    (`SelectiveAC._get_custom_policy`, read at b5bcd76): the checkpoint's input (s b h; h / t under sequence
+    parallelism), the output of every other matmul counted from the first (a row-parallel projection's partial
+    sum is h wide), attention's output (h / t) and its fp32 log-sum-exp (a / t per token), and under sequence
+    parallelism the two reduce-scatters' outputs (h / t each). The matmuls in forward order: Llama's wq, wk, wv,
+    wo, w1, w3 (SwiGLU's up projection), w2 (torchtitan's layer); GPT's fused QKV, projection, FC1 and FC2."""
+    s, b, h, a, t = float(seq), float(micro_batch), float(hidden), float(heads), float(tp)
+    if shape is not None and getattr(shape, "moe_experts", 0):
+        raise ValueError("recompute=selective_op: what SelectiveAC keeps of a mixture-of-experts layer is not modelled")
+    if shape is None or shape.gpt_layout:
+        f = float(shape.ffn) if shape is not None else 4.0 * h
+        mms = [3.0 * h / t, h, f / t, h]
+    else:
+        q, kv, f = float(shape.heads * shape.dhead), float(shape.kv * shape.dhead), float(shape.ffn)
+        mms = [q / t, kv / t, kv / t, h] + ([f / t, f / t] if shape.gated else [f / t]) + [h]
+    sp = m.sequence_parallel
+    kept = (h / t if sp else h) + sum(mms[0::2]) + h / t + (2.0 * h / t if sp else 0.0)
+    return s * b * (kept * m.activation_bytes + 4.0 * a / t)
+
+
+def stage_activation_bytes(shape, layers: int, m: MemorySettings) -> float:
+    """Activations of a stage's `layers` for one micro-batch: each layer's, or under per-layer selective AC
+    (`selective_layer`) the input of its every `ac_every`-th block (layers // N of them: each stage counts its
+    own, as torchtitan's `_apply_layer_sac` does) and the whole of every other block."""
+    if m.recompute != "selective_layer":
+        return layers * activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp,
+                                                   m, shape)
+    wrapped = layers // m.ac_every
+    full, none = (activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp,
+                                             replace(m, recompute=r, ac_every=0), shape) for r in ("full", "none"))
+    return wrapped * full + (layers - wrapped) * none
 
 
 def state_bytes(m: MemorySettings) -> tuple[float, float, float]:
@@ -146,11 +197,11 @@ def stage_memory(shape, layers_in_stage: int, stage: int, pp: int, dp: int, micr
     params = layers_in_stage * shape.layer_params() + shape.embed_params() * (first + last)
     experts = layers_in_stage * shape.expert_params() if hasattr(shape, "expert_params") else 0.0   # an MoE's
     inflight = inflight_microbatches(stage, pp, microbatches, chunks)
-    act = activation_bytes_per_layer(shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.tp, m, shape)
+    act = stage_activation_bytes(shape, layers_in_stage, m)
     logits = 4.0 * shape.seq * shape.micro_batch * shape.vocab / shape.tp if last else 0.0
     parts = {"parameters_gib": (param_bytes(params, dp, m, shape.layer_params() if layers_in_stage else 0.0)
                                 + param_bytes(experts, getattr(shape, "moe_edp", 1), m)) / GIB,
-             "activations_gib": act * layers_in_stage * inflight / GIB,
+             "activations_gib": act * inflight / GIB,
              "logits_gib": logits / GIB, "workspace_gib": m.workspace_gib}
     parts["total_gib"] = sum(parts.values())
     parts["inflight_microbatches"] = inflight
@@ -167,4 +218,5 @@ def plan_memory(shape, layers_per_stage: list[int], pp: int, dp: int, microbatch
                             "sharding": m.sharding,
                             "recompute": m.recompute, "sequence_parallel": m.sequence_parallel,
                             "flash_attention": m.flash_attention, "activation_bytes": m.activation_bytes,
-                            "workspace_gib": m.workspace_gib, "workspace_source": m.workspace_source}}
+                            "workspace_gib": m.workspace_gib, "workspace_source": m.workspace_source,
+                            **({"ac_every": m.ac_every} if m.recompute == "selective_layer" else {})}}

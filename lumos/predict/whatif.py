@@ -21,6 +21,7 @@ from lumos.durations.contention import NO_CONTENTION, base_shares, fit_contentio
 from lumos.errors import UserError
 from lumos.graph.model import TaskKind
 from lumos.graph.run_graph import build_run_graph
+from lumos.model.checkpointing import run_ac_period
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
 from lumos.model.host_gaps import host_gaps
 from lumos.model.recover import recover_layers, summary
@@ -345,10 +346,29 @@ def memory_settings(plan: Plan, overrides: dict | None = None):
     overrides = dict(overrides or {})
     if plan.sharding and overrides.get("sharding") is None:   # the base's own sharding, unless told otherwise
         overrides["sharding"] = SHARDED_MEMORY[plan.sharding]
+    _base_checkpointing(plan, overrides)
     settings = MemorySettings.from_profile(plan.profile or load_profile(), **overrides)
     if plan.measured_memory is not None and overrides.get("workspace_gib") is None:
         settings = calibrate(settings, plan.measured_memory)
     return settings
+
+
+def _base_checkpointing(plan: Plan, overrides: dict) -> None:
+    """The base's per-layer selective AC where its recompute ranges show one (`checkpointing.run_ac_period`: every
+    N-th block of each stage, N > 1) and no recompute is given: `selective_layer` with the base's N; an
+    `ac_every` given alone means it; one given with another recompute is refused by `MemorySettings`."""
+    given = overrides.get("recompute")
+    if given not in (None, "selective_layer"):
+        return
+    n = run_ac_period(plan.st)
+    if given is None and overrides.get("ac_every") is None and not (n and n > 1):
+        return
+    overrides["recompute"] = "selective_layer"
+    if overrides.get("ac_every") is None:
+        if not n:
+            raise ValueError("--recompute selective_layer needs --ac-every N: the base's recompute ranges show no "
+                             "every-N-th block")
+        overrides["ac_every"] = n
 
 
 def memory_of(plan: Plan, overrides: dict | None = None) -> dict:

@@ -156,11 +156,17 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
         nl = len({bl.layer for bl in st.blocks if bl.rank == r and bl.kind == "layer"})
         base_stage_params[r] = nl * bsh.layer_params() + bsh.embed_params() * (
             (i == 0) + (i == len(tm.ranks) - 1))
+    recomputed: set = set()     # the target's layers whose backward re-runs their forward
     for s in range(pp):
         rank = ranks[s]
         base_rank = tm.base_rank_for(s, pp)
         my_chunks = chunk_ranges(s, sizes)
         my_layers = [l for c in my_chunks for l in c]
+        ckpt = tm.checkpointed(my_layers)     # per-layer selective AC: the stage's own every-N-th blocks
+        recomputed.update(ckpt if ckpt is not None else (l for l in my_layers if l % tm.base_layers in tm.recomputed))
+
+        def block_of(l: int, phase: str, mb: int) -> int:
+            return tm.layer_block(l, phase, mb, None if ckpt is None else l in ckpt)
         first, last = s == 0, s == pp - 1
         stage_params = len(my_layers) * params_layer + params_embed * (first + last)
         ratio = stage_params / tm.stage_param_count(base_rank, base_stage_params[base_rank])
@@ -208,7 +214,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
                 seq = []
                 if embeds and (bi := tm.role_block(tm.embed, "forward", mb)) is not None:
                     seq.append((bi, None, None))
-                seq += [(tm.layer_block(l, "forward", mb), None, l) for l in my_chunks[chunk]]
+                seq += [(block_of(l, "forward", mb), None, l) for l in my_chunks[chunk]]
                 if heads and (bi := tm.role_block(tm.head, "forward", mb)) is not None:
                     seq.append((bi, None, None))
                 step_blocks("forward", mb, seq, chunk)
@@ -236,7 +242,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
                 seq = []
                 if heads and (bi := tm.role_block(tm.head, "backward", mb)) is not None:
                     seq.append((bi, ready(params_embed), None))
-                seq += [(tm.layer_block(l, "backward", mb), layer_done(l), l) for l in reversed(my_chunks[chunk])]
+                seq += [(block_of(l, "backward", mb), layer_done(l), l) for l in reversed(my_chunks[chunk])]
                 if embeds and (bi := tm.role_block(tm.embed, "backward", mb)) is not None:
                     seq.append((bi, ready(params_embed), None))
                 step_blocks("backward", mb, seq, chunk)
@@ -246,6 +252,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
             emit(bi, scale_params=ratio)
     graph, stt = _assemble(plan, b)
     stt.pp = pp     # the roles of the new collectives (a model-parallel group spans the new stages)
+    stt.recomputed = frozenset(recomputed)
     groups = [v for key, v in pairs.items() if len(v) == (pp if key[0] == "mp" else 2)]
     out = plan.clone()
     out.graph, out.st = graph, stt

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos.graph.model import EdgeClass, TaskKind, WaitKind
+from lumos.model.checkpointing import checkpointed, run_ac_period
 from lumos.model.parallel_layout import chunk_of_layer
 
 from .dp_shard_units import ShardedGlue
@@ -71,6 +72,10 @@ class Templates:
         self.base_mb = 1 + max(k[2] for k in self.layer) if self.layer else 0
         self.ranks = sorted({b.rank for b in st.blocks})
         self.base_chunks = max(plan.chunks, 1)
+        # activation checkpointing: the base layers whose backward re-runs their forward, and the N of torchtitan's
+        # per-layer selective AC that explains them (`lumos.model.checkpointing`; None: no N does)
+        self.recomputed = st.recomputed
+        self.ac_every = run_ac_period(st)
         chunk_of = _chunk_of(st, self.base_chunks, plan.chunk_layers)
         self.host_only = not np.any(g.kind == _GPU)   # a CPU capture: the host does the work
         # per block: tasks, internal edges (local ids), external in-edges (by source processor)
@@ -145,7 +150,7 @@ class Templates:
                 bl = st.blocks[i]
                 if bl.layer in inner:
                     cost = self._cost(i)
-                    cand[(r, bl.phase)].append((cost, bl.layer, i))
+                    cand[self._pool_key(bl)].append((cost, bl.layer, i))
         self.block_cost = {}
         self.cost_pool = {}
         for k, v in cand.items():
@@ -235,13 +240,24 @@ class Templates:
                     return float(d[0][0])
         return fallback
 
-    def layer_block(self, layer: int, phase: str, mb: int) -> int:
-        key = (layer % self.base_layers, phase, mb % self.base_mb)
+    def _pool_key(self, bl) -> tuple:
+        """The pool of blocks a block is typical of: its rank and phase, and in the backward whether it
+        re-runs its forward (a checkpointed layer's backward is not an outlier among plain ones)."""
+        return (bl.rank, bl.phase, bl.phase == "backward" and bl.layer in self.recomputed)
+
+    def layer_block(self, layer: int, phase: str, mb: int, recompute: bool | None = None) -> int:
+        """Template of layer `layer`'s `phase` for micro-batch `mb`: base layer `layer` mod L; where the target
+        says whether the layer is checkpointed (`recompute`) and that base layer differs, the nearest base layer
+        that is as the target's (torchtitan's per-layer selective AC with other stages or layers)."""
+        base = layer % self.base_layers
+        if recompute is not None and (base in self.recomputed) != recompute:
+            base = self._nearest(base, recompute, phase, mb % self.base_mb)
+        key = (base, phase, mb % self.base_mb)
         bi = self.layer[key]
         self.uses[bi] += 1
         if self.uses[bi] > 1:      # a replica: this block again unless it holds a one-off stall
             bl = self.plan.st.blocks[bi]
-            k = (bl.rank, bl.phase)
+            k = self._pool_key(bl)
             if k in self.typical:
                 cost = self.block_cost.get(bi)
                 if cost is None:    # a first/last layer of its base stage: not in the pool
@@ -249,6 +265,23 @@ class Templates:
                 if self._outlier(cost, self.cost_pool[k]):
                     return self.typical[k]
         return bi
+
+    def _nearest(self, base: int, recompute: bool, phase: str, mb: int) -> int:
+        """The base layer nearest `base` (the lower one on a tie) that recomputes as `recompute` says and has a
+        `phase` block for micro-batch `mb`; `base` itself where none does."""
+        for d in range(1, self.base_layers):
+            for l in (base - d, base + d):
+                if 0 <= l < self.base_layers and (l in self.recomputed) == recompute and (l, phase, mb) in self.layer:
+                    return l
+        return base
+
+    def checkpointed(self, layers) -> frozenset | None:
+        """Which of a target stage's `layers` (in build order) recompute, where the base's checkpointing is
+        torchtitan's per-layer selective AC with N > 1 (`ac_period`); None otherwise (each layer keeps base layer
+        l mod L, as it recomputes there)."""
+        if not self.ac_every or self.ac_every == 1:
+            return None
+        return checkpointed(layers, self.ac_every)
 
     def role_block(self, table: dict, phase: str, mb: int) -> int | None:
         return table.get((phase, mb % self.base_mb))

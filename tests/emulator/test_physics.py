@@ -93,7 +93,8 @@ def _compose(overrides):
 
 @pytest.mark.parametrize("overrides,message", [
     (["parallel.tp=3", "model=tiny"], "tp=3 must divide gpus_per_host=8 or be a multiple"),
-    (["training.recompute=selective"], "training.recompute must be one of none, full, selective_op, got 'selective'"),
+    (["training.recompute=selective"],
+     "training.recompute must be one of none, full, selective_op, selective_layer, got 'selective'"),
     (["training.dp_allreduce=sometimes"], "training.dp_allreduce must be"),
     (["++cluster.emulator.comm.nic_efff=0.5"], "cluster.emulator.comm.nic_efff is not an emulator knob"),
     (["emulator.comm.algorithm=magic"], "emulator.comm.algorithm must be one of hier_ring, nccl"),

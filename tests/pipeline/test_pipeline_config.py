@@ -40,6 +40,18 @@ def test_a_torchtitan_run_is_named_with_its_stack():
     assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x1x8-torchtitan")) == ["--tp", "2", "--pp", "1", "--dp", "8"]
 
 
+def test_a_torchtitan_run_with_per_layer_selective_ac_is_named_with_its_stack():
+    run = pc.parse_run("llama3_8b-2x1x4-torchtitan_sac2")
+    assert (run.training, run.name) == ("torchtitan_sac2", "llama3_8b-2x1x4-torchtitan_sac2")
+    assert run.emulate_overrides()[4:] == ["training=torchtitan", "ranks=all", "write_ranks=stage",
+                                           "emulator.granularity=fine", "training.recompute=selective_layer",
+                                           "training.ac_every=2"]
+    assert pc.predict_flags(run, pc.parse_run("llama3_8b-2x2x4-torchtitan_sac2")) == [
+        "--tp", "2", "--pp", "2", "--dp", "4", "--fsdp-strategy", "shard_grad_op"]
+    assert pc.predict_flags(run, pc.parse_run("llama3_8b_l48-2x1x4-torchtitan_sac2")) == [
+        "--tp", "2", "--pp", "1", "--dp", "4", "--layers", "48"]
+
+
 def test_a_ring_cp_run_is_named_with_its_form():
     run = pc.parse_run("llama3_8b-2x2x2c2-ring")
     assert (run.cp, run.training, run.name, run.gpus) == (2, "ring", "llama3_8b-2x2x2c2-ring", 16)

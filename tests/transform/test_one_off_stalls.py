@@ -94,7 +94,7 @@ def test_identity_and_clean_replication_unchanged(tiny_plan):
     for b in out.st.blocks:
         if b.kind == "layer" and b.layer >= 4:
             bi = t.layer[(b.layer % 4, b.phase, b.mb)]
-            k = (blocks[bi].rank, blocks[bi].phase)
+            k = t._pool_key(blocks[bi])    # its rank and phase (in the backward: whether it recomputes)
             cost = t.block_cost.get(bi, t._cost(bi))
             stall = k in t.typical and is_outlier(cost, t.cost_pool[k])
             src = blocks[t.typical[k]] if stall else blocks[bi]

@@ -4,8 +4,9 @@ Imported by the Snakefile (and the tests), never by the package. Two jobs:
 - name the sweep: an emulated run is `{model}-{tp}x{pp}x{dp}` (e.g. `gpt3_15b-2x2x4`), with `v{V}` after it
   where the pipeline interleaves V model chunks per stage (`llama3_8b-2x8x4v2`), then `c{C}` where C
   context-parallel ranks share each sequence (`llama3_8b-2x2x2c2`), then `-torchtitan` for a run trained with
-  `training=torchtitan` (`llama3_8b-2x1x4-torchtitan`) or `-ring` for context parallelism's ring form
-  (`training.cp_form=ring`, `llama3_8b-2x2x2c2-ring`);
+  `training=torchtitan` (`llama3_8b-2x1x4-torchtitan`; `-torchtitan_sac2` with per-layer selective AC, every
+  second block checkpointed) or `-ring` for context parallelism's ring form (`training.cp_form=ring`,
+  `llama3_8b-2x2x2c2-ring`);
 - tell Snakemake which Hydra group files a job's composition reads
   (`hydra_inputs`), so touching `config/simulator/dpro.yaml` re-runs the dPRO
   replays and what depends on them, and nothing else; and which of the
@@ -23,13 +24,17 @@ from pathlib import Path
 from typing import Sequence
 
 RUN_RE = re.compile(r"^(?P<model>[A-Za-z0-9_]+)-(?P<tp>\d+)x(?P<pp>\d+)x(?P<dp>\d+)(?:v(?P<vp>\d+))?(?:c(?P<cp>\d+))?"
-                    r"(?:-(?P<training>torchtitan|ring))?$")
-RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+(?:v\d+)?(?:c\d+)?(?:-torchtitan|-ring)?"
+                    r"(?:-(?P<training>torchtitan_sac2|torchtitan|ring))?$")
+RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+(?:v\d+)?(?:c\d+)?(?:-torchtitan_sac2|-torchtitan|-ring)?"
 # a run trained another way than the default stack: its overrides (an FSDP run emulates every rank, whose
 # collectives then wait for real peers: stand-in peers overstate an FSDP run's waits,
 # docs/notes/2026-12-06-stand-in-peers.md)
 TRAINING_OVERRIDES = {"torchtitan": ["training=torchtitan", "ranks=all", "write_ranks=stage", "emulator.granularity=fine"],
                       "ring": ["training.cp_form=ring"]}   # Transformer Engine's p2p ring (lumos/emulator/ring_attention.py)
+# torchtitan's per-layer selective AC, every second block checkpointed (its configs' selective_ac_option "2")
+TRAINING_OVERRIDES["torchtitan_sac2"] = TRAINING_OVERRIDES["torchtitan"] + ["training.recompute=selective_layer",
+                                                                            "training.ac_every=2"]
+TORCHTITAN = ("torchtitan", "torchtitan_sac2")   # the stacks that keep FSDP2's weights gathered under PP
 # Keys a job sets itself: a pipeline-wide override never selects the Hydra group files for them.
 PER_JOB_KEYS = {"seed", "out", "ranks", "progress", "experiment", "step"}
 
@@ -84,7 +89,7 @@ def predict_flags(base: Run, target: Run) -> list[str]:
         flags += ["--vp", str(target.vp)]
     if target.cp != base.cp:
         flags += ["--cp", str(target.cp)]
-    if target.training == base.training == "torchtitan" and base.pp == 1 < target.pp:
+    if target.training == base.training and base.training in TORCHTITAN and base.pp == 1 < target.pp:
         flags += ["--fsdp-strategy", "shard_grad_op"]   # torchtitan keeps the weights gathered under PP
     if tm.num_layers != bm.num_layers:
         flags += ["--layers", str(tm.num_layers)]

@@ -63,7 +63,9 @@ with logged(smk):
                  "chunks per stage, batched exchange) from an emulated Llama 3 8B base, its chunks per stage (V), its "
                  "schedule to and from 1F1B, and PP, DP and TP changes of an interleaved base; context parallelism (cC: "
                  "C ranks per sequence, Llama 3's all-gather of keys and values), its degree and DP, PP, TP changes of a "
-                 "CP base; DP, TP and PP changes of a torchtitan FSDP2 + TP base (every rank emulated); the CP degree "
+                 "CP base; DP, TP and PP changes of a torchtitan FSDP2 + TP base (every rank emulated), and DP, TP, PP "
+                 "and layer changes of one with per-layer selective AC (-torchtitan_sac2: every 2nd block checkpointed); "
+                 "the CP degree "
                  "and a DP change of a ring-form CP base (-ring: Transformer Engine's p2p ring); predicted vs the "
                  "emulated actual, mean over seeds")
     elif name == "ablation":
