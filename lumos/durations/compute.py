@@ -39,7 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from lumos.model.ops import GEMM_OPS, attention_bshd, attention_keys, elements, gemm_mkn, op_class
+from lumos.model.ops import attention_bshd, attention_keys, elements, gemm_mkn, op_class
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def refusals(plan, target: dict, options) -> list[str]:
     """One line per change asked of `plan`'s base that would change nothing there (`target`: tp, dp, ...;
     None = as the base; `options`: a PredictOptions)."""
     tp, dp = target.get("tp"), target.get("dp")
-    micro_batch, compute, network = options.micro_batch, options.compute_speed, options.network_speed
+    compute, network = options.compute_speed, options.network_speed
     out = []
     if cpu_only(plan):
         host = "the base is a CPU-only trace (no GPU kernel), and {}: the base's CPU ops would keep their time"

@@ -8,7 +8,6 @@ included ranks (one per stage); the four components are that rank's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -20,6 +19,7 @@ from lumos.graph.edges.cross_rank import add_rendezvous
 from lumos.model.recover import summary as structure_summary
 from lumos.sim import simulate
 from lumos.trace import TraceTable
+from lumos.trace.run import read_manifest  # noqa: F401 (imported from here by the commands and the pipeline)
 from lumos.trace.steps import select_step
 from lumos.transform.moe import moe_now
 from lumos.transform.plan import Plan
@@ -341,9 +341,3 @@ def _under_clock(run, setting, compute_speed, first, max_rounds: int = 6):
                                    "step_levels": levels, "note": note}
 
 
-def read_manifest(path: str | Path) -> dict:
-    p = Path(path)
-    m = p / "manifest.json" if p.is_dir() else p.parent / "manifest.json"
-    if m.exists():
-        return json.loads(m.read_text())
-    return {}

@@ -29,6 +29,7 @@ from lumos.durations.experts import fit_expert_cost
 from lumos.durations.routing import fit_routing
 from lumos.model.structure import StageMismatch, find_structure
 from lumos.trace import TraceTable
+from lumos.trace.run import read_manifest
 from lumos.trace.table import devices
 from lumos.transform.add_collectives import add_collectives, missing
 from lumos.transform.cp import change_cp
@@ -58,8 +59,6 @@ def refuse_stage_granularity(path) -> None:
     """An emulated base whose stages ran their layers as one block per micro-batch (`lumos emulate`'s
     `emulator.granularity=stage`, which `auto` picks above 60,000 layer passes) has no layer to read the
     model's shape from or to copy: refused with the way out."""
-    from .prediction import read_manifest
-
     if read_manifest(path).get("granularity") == "stage":
         raise ValueError(f"{path}: emulated at emulator.granularity=stage (each stage's layers one block per "
                          "micro-batch): no layer range to read the model's shape from or to rebuild the run with; "

@@ -19,6 +19,7 @@ each file as its own rank instead, in file-name order, and marks each table
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -171,3 +172,12 @@ def _ranks_from_names(tables: list[TraceTable]) -> None:
         world = worlds.pop() if worlds else max(t.rank for t in tables) + 1
         for t in tables:
             t.world_size = world
+
+
+def read_manifest(path: str | Path) -> dict:
+    """The `manifest.json` beside a run's traces (`lumos emulate` writes one; a capture may not): {} without."""
+    p = Path(path)
+    m = p / "manifest.json" if p.is_dir() else p.parent / "manifest.json"
+    if m.exists():
+        return json.loads(m.read_text())
+    return {}

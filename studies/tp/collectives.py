@@ -64,7 +64,7 @@ def main() -> None:
           f"{ab.level_fixed_us.get('intra_host', 0.0):.1f} us + steps x {ab.alpha_us['intra_host']:.1f} us + "
           f"factor x bytes / {ab.beta_bytes_per_us['intra_host'] / 1e3:.1f} GB/s")
     n, med = emulated_tp_allreduce(base, 2)
-    print(f"\n| layout | TP all-reduces | emulated median us | predicted us | kernel error % | iteration error % |")
+    print("\n| layout | TP all-reduces | emulated median us | predicted us | kernel error % | iteration error % |")
     print("|---|---|---|---|---|---|")
     print(f"| 2x2x4 (base) | {n} | {med:.1f} | (measured) | - | - |")
     for layout in args.targets:

@@ -155,7 +155,7 @@ def test_score_gives_the_exact_error_against_tiny_recordings(prereg, tiny_record
     assert next(r for r in rows if r["config"] == "width_2.5x")["measured"] is None
     text = prereg.score(traces, pred, tmp_path / "scores.md")
     assert (tmp_path / "scores.md").read_text() == text
-    assert f"| ffn_0.5x | base_r0 | 5.000 | " in text and f"| {expected['ffn_0.5x']:+.2f} |" in text
+    assert "| ffn_0.5x | base_r0 | 5.000 | " in text and f"| {expected['ffn_0.5x']:+.2f} |" in text
     assert "| width_2.5x | base_r0 | 7.000 | not recorded |" in text
     assert f"From base_r0: mean |error| {abs(expected['ffn_0.5x']):.2f}% over 1 configurations" in text
     assert f"worst mbcount_3 {expected['mbcount_3']:+.2f}%" in text

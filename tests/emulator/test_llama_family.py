@@ -4,7 +4,6 @@ from an emulated Llama-style base. All EMULATED (`tiny` with the switches on: 4 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from lumos.cli import main as lumos_main

@@ -1,6 +1,5 @@
 """Cross-rank rendezvous on a tiny hand-written 2-rank trace: exact edges, lags, durations, replay."""
 
-import numpy as np
 import pytest
 
 from lumos.analysis.run_replay import replay_run_graph

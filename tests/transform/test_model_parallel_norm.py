@@ -3,14 +3,12 @@ rank whose breakdown stands for the run when the stages end together (EMULATED t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from lumos.analysis.breakdown import Breakdown
 from lumos.predict.prediction import predict, simulate_plan
 from lumos.analysis.run_replay import critical_rank
 from lumos.cli import main as lumos_main
-from lumos.graph.model import TaskKind
 from lumos.trace import load_run
 from lumos.transform.plan import mp_group
 from lumos.predict.whatif import base_plan, transform
