@@ -189,7 +189,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
             if tm.sharded is not None:
                 blocks = _with_shard_glue(tm, st, blocks, base_rank, phase, mb, m, has_root=first or last)
             waits = _overlap_waits(b, state, phase, (first and chunk == 0) if phase == "forward" else
-                                   (last and chunk == chunks - 1)) if overlap else None
+                                   (last and chunk == chunks - 1), cooldown) if overlap else None
             for k, (bi, after, layer, *own_lag) in enumerate(blocks):
                 if k == 0:
                     lead = start
@@ -203,7 +203,10 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
 
         for bi in tm.prologue.get(base_rank, []):
             emit(bi, scale_params=ratio)
-        for act in pipeline_schedule(s, pp, m, chunks, overlap):
+        acts = pipeline_schedule(s, pp, m, chunks, overlap)
+        last_f = max((i for i, a in enumerate(acts) if a[0] == "F"), default=-1)
+        for i_act, act in enumerate(acts):
+            cooldown = i_act > last_f
             if act[0] == "p2p":
                 for ops in _p2p_batches(tm, act[1]):
                     shape = tuple(sorted(k for k, _ in ops))
@@ -265,16 +268,35 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     return out
 
 
-def _overlap_waits(b: _Builder, state, phase: str, leading: bool) -> list[int]:
+def _own_lanes(g, st, b: _Builder, T, coll, p2p_ops) -> dict:
+    """An exchange block's kernels by local index: (base stream role, the lane its op runs on here), paired with
+    the ops as `_emit` pairs them; a kernel of the other direction in the base follows its new lane's order."""
+    ks = sorted([k for k in range(len(T)) if coll[k] in ("send", "recv")], key=lambda k: g.ts[T[k]])
+    avail = {"send": [k for k in ks if coll[k] == "send"], "recv": [k for k in ks if coll[k] == "recv"]}
+    out = {}
+    for op in p2p_ops:
+        if avail[op[0]] and op in b.lanes:
+            k = avail[op[0]].pop(0)
+            out[k] = (int(st.proc_role[g.proc[T[k]]]), b.lanes[op])
+    return out
+
+
+def _overlap_waits(b: _Builder, state, phase: str, leading: bool, cooldown: bool) -> list[int]:
     """The overlapped exchange's waits before a step (Megatron's `pp_pre_forward` / `pp_pre_backward`): the
     compute stream waits for the receive of the step's input, the last posted on its direction's lane (none
-    for the `leading` step, the model's first forward chunk or last backward one); a backward also for the send
-    of the forward before it (freed once sent: `deallocate_pipeline_outputs`). A base step that was not the
-    first of its chunk has no such edge of its own, so the rebuild makes them for every step."""
-    keys = [("recv", "fwd")] if phase == "forward" else [("recv", "bwd"), ("send", "fwd")]
+    for the `leading` step, the model's first forward chunk or last backward one), and for the last forward send
+    (freed once sent: `deallocate_pipeline_outputs`); a cool-down backward also for the last backward send (its
+    exchange waited at once). A base step that was not the first of its chunk has no such edge of its own, and
+    a copied step's own would name the wrong send (a backward send is waited one exchange later), so the rebuild
+    makes every step's (`_emit` drops the copies'); a forward also waits for the backward send before the last
+    (`pp_post_backward` waits for the previous one after posting the next)."""
+    keys = [("recv", "fwd"), ("send", "fwd")] if phase == "forward" else \
+        [("recv", "bwd"), ("send", "fwd")] + ([("send", "bwd")] if cooldown else [])
     if leading:
         keys = keys[1:]
     got = [state["last_on"].get((_GPU, b.lanes[k])) for k in keys if k in b.lanes]
+    if phase == "forward" and ("send", "bwd") in b.lanes:
+        got.append(state.get("before_last", {}).get((_GPU, b.lanes[("send", "bwd")])))
     return [t for t in got if t is not None]
 
 
@@ -379,8 +401,14 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         intra_lead = max(intra_lead or 0.0, lead[1])
     last_on = state["last_on"]
     lane_of = b.lane_of
+    own_lane = _own_lanes(g, st, b, T, lay.coll, p2p_ops) if lane_of and p2p_ops is not None else {}
     for ekind, erole, edst, ecls, lg in lay.external:
-        src = last_on.get((ekind, lane_of.get(erole, erole) if ekind == _GPU else erole))
+        if ekind == _GPU and edst in own_lane and own_lane[edst][0] == erole:   # its stream's order: its new lane's
+            src = last_on.get((ekind, own_lane[edst][1]))
+        elif ekind == _GPU and erole in lane_of and p2p_ops is None:   # a step's waits: `_overlap_waits` makes them
+            continue
+        else:
+            src = last_on.get((ekind, lane_of.get(erole, erole) if ekind == _GPU else erole))
         if src is not None:
             if lead is not None and edst == 0 and ecls == _INTRA and intra_lead is not None:
                 lg = intra_lead
@@ -521,8 +549,11 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         if not (lane_of and p2p_ops is not None and key[0] == _GPU and key[1] in lane_of):
             last_on[key] = first_id + k
     if lane_of and p2p_ops is not None:
+        before = state.setdefault("before_last", {})    # the kernel posted before the last, per lane
         for k in sorted((k for k in comm_k if coll[k] in ("send", "recv")), key=lambda k: g.ts[T[k]]):
-            last_on[(_GPU, b.procs[procs[k]][4])] = first_id + k
+            key = (_GPU, b.procs[procs[k]][4])
+            before[key] = last_on.get(key)
+            last_on[key] = first_id + k
     b.n += n
 
 
