@@ -3,7 +3,7 @@
 Overlapped, a stage's sends and receives are top-level c10d calls (no batch op) and a step waits for the receive
 of its input just before it starts, which may be long after the receive was posted. The predictor reads each
 exchange as one block (`lumos.model.p2p_exchange`) and, on a PP or V change, makes every step's wait for its
-receive again (`rebuild._overlap_waits`): a base step that was not the first of its chunk had no such edge.
+receive again (`p2p_overlap.overlap_waits`): a base step that was not the first of its chunk had no such edge.
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ with logged(smk):
                  "schedule to and from 1F1B, and PP, DP and TP changes of an interleaved base; context parallelism (cC: "
                  "C ranks per sequence, Llama 3's all-gather of keys and values), its degree and DP, PP, TP changes of a "
                  "CP base; DP, TP and PP changes of a torchtitan FSDP2 + TP base (every rank emulated); the CP degree "
-                 "and a DP change of a ring-form CP base (-ring: Transformer Engine's p2p ring); predicted vs the "
+                 "and a DP change of a ring-form CP base (-ring: Transformer Engine's p2p ring); V, PP and DP changes "
+                 "of an interleaved base with Megatron's overlapped exchange (-overlap: --overlap-p2p-communication); "
+                 "predicted vs the "
                  "emulated actual, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
