@@ -15,14 +15,15 @@ from .engine import Thread, COMM, COMPUTE, CP_STREAM, MP_STREAM, WAIT, Comm, Ite
 from .program import BF16, CPComm, CPRing, KSpec, MoEStep, OpSpec, TPAllReduce, TPWait
 from .expert_parallel import ExpertParallel
 from .fsdp_rank import ShardedDataParallel
+from .pipeline_overlap import RECV_BWD_S, RECV_S, SEND_BWD_S, SEND_S, OverlappedPipeline
 from .ring_attention import RingAttention
 from .settings import checkpointed_layers
 
-COMPUTE_S, TP_S, DP_S, SEND_S, RECV_S = 7, 20, 24, 28, 32
-# interleaved 1F1B: a batch sends (and receives) both ways at once; the backward direction's p2p gets its own
-# streams, else each rank's second send queues behind its first around the ring and no batch completes (NCCL
-# runs one group's sends and receives together)
-SEND_BWD_S, RECV_BWD_S = 29, 33
+COMPUTE_S, TP_S, DP_S = 7, 20, 24
+# the pipeline's p2p streams, SEND_S, RECV_S = 28, 32; interleaved 1F1B: a batch sends (and receives) both ways
+# at once; the backward direction's p2p gets its own streams (SEND_BWD_S, RECV_BWD_S = 29, 33), else each rank's
+# second send queues behind its first around the ring and no batch completes (NCCL runs one group's sends and
+# receives together)
 
 
 def _chunks(sizes, stage: int, per_block: int) -> list[list[tuple]]:
@@ -39,7 +40,7 @@ def _chunks(sizes, stage: int, per_block: int) -> list[list[tuple]]:
     return out
 
 
-class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
+class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention, OverlappedPipeline):
     def __init__(self, emu, rank: int, device, rand, recorder, program, progress):
         self.emu, self.rank, self.dev, self.rand, self.rec = emu, rank, device, rand, recorder
         self.env = device.env
@@ -513,6 +514,9 @@ class RankProgram(ExpertParallel, ShardedDataParallel, RingAttention):
         def sends_bwd(c: int) -> bool:
             return not (self.is_first and c == 0)
 
+        if self.emu.settings.training.overlap_p2p:   # Megatron's --overlap-p2p-communication (pipeline_overlap.py)
+            yield from self._interleaved_overlap(chunk, receives, sends_fwd, sends_bwd, table, warm, rem, total)
+            return
         if not self.is_first:
             yield from self.p2p(recv_fwd=True)
         for k in range(warm):

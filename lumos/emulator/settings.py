@@ -104,7 +104,7 @@ DP_SHARDING = ("none", "fsdp", "fsdp_grad_op", "zero1", "fsdp_default")
 TRAINING_DEFAULT = {"name": "megatron_lm", "recompute": "none", "dp_allreduce": "bucketed",
                     "after_backward_bucket_mparams": 500.0, "schedule": "1f1b", "ffn_ratio": None,
                     "attention": "flash", "dp_sharding": "none", "cp_form": "allgather",
-                    "moe_dispatcher": "alltoall", "moe_grouped_gemm": True, "ac_every": None}
+                    "moe_dispatcher": "alltoall", "moe_grouped_gemm": True, "ac_every": None, "overlap_p2p": False}
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 # none; full: every layer's forward re-run in its backward (Megatron's --recompute-granularity full, torchtitan's
 # FullAC); selective_op: torchtitan's SelectiveAC, the forward's outputs of attention and of every other matmul
@@ -139,6 +139,8 @@ def _training(c: dict) -> dict:
                             f"got {t['moe_dispatcher']!r}")
     if not isinstance(t["moe_grouped_gemm"], bool):
         raise SettingsError(f"training.moe_grouped_gemm must be true or false, got {t['moe_grouped_gemm']!r}")
+    if not isinstance(t["overlap_p2p"], bool):
+        raise SettingsError(f"training.overlap_p2p must be true or false, got {t['overlap_p2p']!r}")
     if t["schedule"] != "1f1b":
         raise SettingsError(f"training.schedule {t['schedule']!r} is not emulated (only 1f1b)")
     return t
@@ -253,6 +255,11 @@ def from_config(cfg: DictConfig) -> Settings:
     nmb, gbs = _microbatches(m, mbs, tp, pp, dp)
     if vp > 1:
         _check_interleaved(nmb, pp, training)
+    elif training["overlap_p2p"]:   # megatron/training/arguments.py turns it off without the interleaved schedule
+        raise SettingsError(f"training.overlap_p2p=true needs the interleaved schedule (parallel.vp > 1), got vp={vp}")
+    if training["overlap_p2p"] and knobs["schedule"]["p2p_scatter_gather"]:
+        raise SettingsError("training.overlap_p2p=true with emulator.schedule.p2p_scatter_gather is not emulated "
+                            "(the overlapped exchange posts whole activations)")
     ranks = str(c.get("ranks", "stage"))
     if ranks not in ("stage", "all"):
         raise SettingsError(f"ranks must be 'stage' or 'all', got {ranks!r}")

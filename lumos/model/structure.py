@@ -40,6 +40,7 @@ from .layer_shape import RMS_NORM_OPS, ShapeDisagreement, read_layer
 from .moe import MoEDisagreement, MoEReading
 from .moe_blocks import read_moe_blocks
 from .ops import GEMM_OPS, GROUPED_GEMM_OPS, attention_bshd, expert_gemms, gemm_mkn, grouped_mkn, is_batched
+from .p2p_exchange import join_exchanges
 from .parallel_layout import context_parallel, layer_chunks
 
 BUCKET = re.compile(r"^grad_bucket_(\d+)/reduce$")   # lumos capture gpt: one layer's gradient reduction
@@ -60,6 +61,7 @@ class Block:
     thread_role: int = 0  # 0 main thread, 1 autograd thread, ...
     tasks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     start: float = 0.0
+    overlapped: bool = False   # p2p: Megatron's overlapped exchange, no batch op (`p2p_exchange`)
 
     @property
     def key(self) -> tuple:
@@ -254,6 +256,7 @@ def _rank_blocks(graph: Graph, table: TraceTable, tasks: np.ndarray, first_proc:
             b.shape = tuple(coll[t] for t in gt)
         elif comm_kinds and all(k == "allreduce" for k in comm_kinds):
             b.kind = "dp"
+    blocks, _ = join_exchanges(blocks, names, graph, coll)    # Megatron's overlapped exchange: no batch op
     blocks = [part for b in blocks for part in _one_bucket_each(b, graph, coll, corr_to_cpu, table, top_of)]
     return sorted(blocks, key=lambda b: b.start)
 

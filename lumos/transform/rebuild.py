@@ -26,8 +26,10 @@ import numpy as np
 
 from lumos.durations import CollectiveSpec, ComputeSpec
 from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
+from lumos.model.p2p_exchange import overlapped
 from lumos.model.structure import Block, RunStructure
 
+from .p2p_overlap import own_lanes as _own_lanes, overlap_waits as _overlap_waits
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
 from .schedule import check_interleaved, chunk_ranges, pipeline_schedule, stage_split
 from .templates import Templates
@@ -36,6 +38,7 @@ from .templates import Templates
 # protocols, which costs more than the comparison itself (millions of times in one rebuild)
 _GPU, _CPU = int(TaskKind.GPU), int(TaskKind.CPU)
 _INTRA, _INTER, _CROSS = int(EdgeClass.INTRA_THREAD), int(EdgeClass.INTER_THREAD), int(EdgeClass.CROSS_RANK)
+_WAIT_EVENT = int(EdgeClass.INTER_STREAM)
 _STREAM_WAIT, _DEVICE_WAIT = int(WaitKind.STREAM), int(WaitKind.DEVICE)
 
 MULTI_TENSOR_OPS = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
@@ -62,6 +65,7 @@ class _Builder:
         self.blocks: list[Block] = []
         self.n = 0
         self.lanes: dict | None = None          # (kind, direction) -> stream role of a p2p kernel (`_p2p_lanes`)
+        self.lane_of: dict = {}                 # a base p2p stream's role -> the lane of its direction
 
     def proc(self, rank: int, kind: int, role: int) -> int:
         key = (rank, int(kind), int(role))
@@ -144,7 +148,10 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     st = plan.st
     b = _Builder(plan)
     if chunks > 1 or plan.chunks > 1:
-        b.lanes = _p2p_lanes(plan, both_ways=chunks > 1)
+        b.lanes, b.lane_of = _p2p_lanes(plan, both_ways=chunks > 1)
+    overlap = chunks > 1 and overlapped(st)     # Megatron's --overlap-p2p-communication (`p2p_exchange`)
+    if not overlap:     # a batched exchange synchronizes: no step waits for a receive across blocks
+        b.lane_of = {}
     ranks = stage_ranks(pp, plan.tp, plan.dp)
     pairs: dict[tuple, list] = defaultdict(list)
     shape = plan.shape
@@ -174,9 +181,9 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
                  "clock": 0.0, "base_rank": base_rank}
 
         def emit(bi: int, scale_params: float | None = None, p2p_ops=None, dp_bytes=None, lead=None,
-                 layer=None, mb=None):
+                 layer=None, mb=None, waits=None):
             _emit(plan, tm, b, state, bi, rank, s, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes, lead,
-                  layer, mb)
+                  layer, mb, waits)
 
         def step_blocks(phase: str, mb: int, blocks: list, chunk: int) -> None:
             """Emit one forward/backward step: base step-start lags first, interior lags after."""
@@ -188,6 +195,8 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
             start = tm.lead(src_rank, phase, mb, replica=not own, chunk=chunk)
             if tm.sharded is not None:
                 blocks = _with_shard_glue(tm, st, blocks, base_rank, phase, mb, m, has_root=first or last)
+            waits = _overlap_waits(b, state, phase, (first and chunk == 0) if phase == "forward" else
+                                   (last and chunk == chunks - 1), cooldown) if overlap else None
             for k, (bi, after, layer, *own_lag) in enumerate(blocks):
                 if k == 0:
                     lead = start
@@ -195,13 +204,16 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
                     lead = None
                 else:
                     lead = (tm.interior_lag.get(phase), None)
-                emit(bi, lead=lead, layer=layer, mb=mb)
+                emit(bi, lead=lead, layer=layer, mb=mb, waits=waits if k == 0 else None)
                 if after is not None:
                     after()
 
         for bi in tm.prologue.get(base_rank, []):
             emit(bi, scale_params=ratio)
-        for act in pipeline_schedule(s, pp, m, chunks):
+        acts = pipeline_schedule(s, pp, m, chunks, overlap)
+        last_f = max((i for i, a in enumerate(acts) if a[0] == "F"), default=-1)
+        for i_act, act in enumerate(acts):
+            cooldown = i_act > last_f
             if act[0] == "p2p":
                 for ops in _p2p_batches(tm, act[1]):
                     shape = tuple(sorted(k for k, _ in ops))
@@ -286,14 +298,16 @@ def _p2p_batches(tm: Templates, ops: tuple) -> list[tuple]:
     return out
 
 
-def _p2p_lanes(plan: Plan, both_ways: bool) -> dict:
+def _p2p_lanes(plan: Plan, both_ways: bool) -> tuple[dict, dict]:
     """(kind, direction) -> the stream role a copied send / receive kernel runs on, when the base or the
     target is interleaved: sends on the base's first send stream, receives on its first receive stream,
     and with `both_ways` (an interleaved target) the backward direction on a stream of its own beside
     each. Megatron's four-way exchange sends (and receives) both ways at once; with one stream per kind a
-    rank's second send would queue behind its first around the ring."""
+    rank's second send would queue behind its first around the ring. Also: each base p2p stream's role ->
+    the lane of its direction (an interleaved base's first stream of a kind forward, the others backward),
+    for the edges of a step that waits for a receive posted before it (the overlapped exchange)."""
     g, st = plan.graph, plan.st
-    lanes = {}
+    lanes, lane_of = {}, {}
     for kind in ("send", "recv"):
         tasks = np.flatnonzero(st.coll == kind)
         roles = sorted({int(st.proc_role[g.proc[t]]) % BWD_LANE for t in tasks.tolist()})
@@ -301,7 +315,10 @@ def _p2p_lanes(plan: Plan, both_ways: bool) -> dict:
             continue
         lanes[(kind, "fwd")] = roles[0]
         lanes[(kind, "bwd")] = roles[0] + (BWD_LANE if both_ways else 0)
-    return lanes
+        pipe = sorted({int(st.proc_role[g.proc[t]]) for t in tasks.tolist() if plan.role[t] != "cp"})
+        for r in pipe:
+            lane_of[r] = lanes[(kind, "fwd")] if r % BWD_LANE == roles[0] else lanes[(kind, "bwd")]
+    return lanes, lane_of
 
 
 def _with_shard_glue(tm: Templates, st: RunStructure, blocks: list, base_rank: int, phase: str, mb: int,
@@ -333,7 +350,7 @@ def _grads(state, params: float, tm: Templates, emit, flush: bool = False) -> No
 
 
 def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale_params, p2p_ops, dp_bytes,
-          lead=None, layer=None, mb=None):
+          lead=None, layer=None, mb=None, waits=None):
     g, st = plan.graph, plan.st
     blk = st.blocks[bi]
     layer = blk.layer if layer is None else layer
@@ -359,8 +376,15 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
         # that host time follows the thread's own last task
         intra_lead = max(intra_lead or 0.0, lead[1])
     last_on = state["last_on"]
+    lane_of = b.lane_of
+    own_lane = _own_lanes(g, st, b, T, lay.coll, p2p_ops) if lane_of and p2p_ops is not None else {}
     for ekind, erole, edst, ecls, lg in lay.external:
-        src = last_on.get((ekind, erole))
+        if ekind == _GPU and edst in own_lane and own_lane[edst][0] == erole:   # its stream's order: its new lane's
+            src = last_on.get((ekind, own_lane[edst][1]))
+        elif ekind == _GPU and erole in lane_of and p2p_ops is None:   # a step's waits: `_overlap_waits` makes them
+            continue
+        else:
+            src = last_on.get((ekind, lane_of.get(erole, erole) if ekind == _GPU else erole))
         if src is not None:
             if lead is not None and edst == 0 and ecls == _INTRA and intra_lead is not None:
                 lg = intra_lead
@@ -467,6 +491,12 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             for k, role in lay.stream_waits:
                 if role in moved:
                     wt[k] = moved[role]
+    if waits:   # the overlapped exchange: the step's first kernel waits for its receive (`_overlap_waits`)
+        gk = [k for k in range(n) if g.kind[T[k]] == _GPU and coll[k] is None]
+        if gk:
+            k0 = min(gk, key=lambda k: lay.rel_ts[k])
+            for src in waits:
+                b.edge(src, first_id + k0, _WAIT_EVENT, 0.0)
     b.base_tasks.append(T)
     parts = b.t_parts
     parts["proc"].append(procs)
@@ -486,11 +516,20 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
     mp["op_dims"].append(dims)
     nb = Block(kind=blk.kind, phase=blk.phase, layer=layer, mb=mb, shape=blk.shape, rank=rank,
                thread_role=blk.thread_role, tasks=np.arange(first_id, first_id + n, dtype=np.int64),
+               overlapped=blk.overlapped,
                start=float(clock + lay.rel_first) if n else 0.0)
     b.blocks.append(nb)
-    # the block's last task on each processor becomes "last on" for the next block
+    # the block's last task on each processor becomes "last on" for the next block (a pipeline kernel: on
+    # the lane it runs on now)
     for key, k in lay.last:
-        last_on[key] = first_id + k
+        if not (lane_of and p2p_ops is not None and key[0] == _GPU and key[1] in lane_of):
+            last_on[key] = first_id + k
+    if lane_of and p2p_ops is not None:
+        before = state.setdefault("before_last", {})    # the kernel posted before the last, per lane
+        for k in sorted((k for k in comm_k if coll[k] in ("send", "recv")), key=lambda k: g.ts[T[k]]):
+            key = (_GPU, b.procs[procs[k]][4])
+            before[key] = last_on.get(key)
+            last_on[key] = first_id + k
     b.n += n
 
 

@@ -46,13 +46,18 @@ def _ring(*ops) -> list:
     return [("p2p", keep)] if keep else []
 
 
-def interleaved(stage: int, pp: int, chunks: int, microbatches: int) -> list[tuple]:
+def interleaved(stage: int, pp: int, chunks: int, microbatches: int, overlap: bool = False) -> list[tuple]:
     """Actions of `stage` under the interleaved schedule: ('F', mb, chunk), ('B', mb, chunk),
     ('p2p', ops). Step k's micro-batch and chunk come from groups of `pp` micro-batches, each run
     through every chunk before the next group; backward k runs the same micro-batch through the chunks
     in reverse. A stage that a step's input comes from (the previous stage, wrapping around) sends it
     unless it holds the model's last chunk; the leading stage (first forward, last backward) receives
-    only once the ring behind it has had pp - 1 steps to fill."""
+    only once the ring behind it has had pp - 1 steps to fill.
+
+    `overlap` (Megatron's --overlap-p2p-communication, schedules.py `pp_post_forward` / `pp_post_backward`):
+    the last warm-up step posts its forward exchange, then the first backward's receive apart, and each
+    steady pair exchanges after its forward (send it, receive the next forward's input) and again after its
+    backward, not once after both. Which step waits for which receive is the base's (`rebuild`)."""
     v, m = chunks, microbatches
     order = []
     for g in range(0, m, pp):
@@ -85,15 +90,21 @@ def interleaved(stage: int, pp: int, chunks: int, microbatches: int) -> list[tup
         ops = out_fwd(c) + ((RECV_FWD,) if feeds(k, True) and k < total - 1 else ())
         if k == warm - 1 and warm < total and not last:
             ops += (RECV_BWD,)
+        if overlap and RECV_BWD in ops:
+            acts += _ring(*ops[:-1]) + _ring(RECV_BWD)
+            continue
         acts += _ring(*ops)
     steady = total - warm
     for j in range(steady):
         k = warm + j
         cf, cb = chunk_of(k, True), chunk_of(j, False)
+        fwd = out_fwd(cf) + ((RECV_FWD,) if feeds(k, True) and j < steady - 1 else ())
+        bwd = out_bwd(cb) + ((RECV_BWD,) if feeds(j, False) else ())
+        if overlap:
+            acts += [("F", order[k][0], cf)] + _ring(*fwd) + [("B", order[j][0], cb)] + _ring(*bwd)
+            continue
         acts += [("F", order[k][0], cf), ("B", order[j][0], cb)]
-        ops = out_fwd(cf) + out_bwd(cb) + ((RECV_FWD,) if feeds(k, True) and j < steady - 1 else ()) \
-            + ((RECV_BWD,) if feeds(j, False) else ())
-        acts += _ring(*ops)
+        acts += _ring(*(fwd + bwd))
     if not steady and not last:
         acts += _ring(RECV_BWD)
     for k in range(steady, total):
@@ -103,10 +114,11 @@ def interleaved(stage: int, pp: int, chunks: int, microbatches: int) -> list[tup
     return acts
 
 
-def pipeline_schedule(stage: int, pp: int, microbatches: int, chunks: int = 1) -> list[tuple]:
-    """The stage's actions: non-interleaved 1F1B for one chunk per stage, interleaved for more."""
+def pipeline_schedule(stage: int, pp: int, microbatches: int, chunks: int = 1, overlap: bool = False) -> list[tuple]:
+    """The stage's actions: non-interleaved 1F1B for one chunk per stage, interleaved for more (`overlap`:
+    with Megatron's overlapped exchange)."""
     if chunks > 1:
-        return interleaved(stage, pp, chunks, microbatches)
+        return interleaved(stage, pp, chunks, microbatches, overlap)
     return one_f_one_b(stage, pp, microbatches)
 
 

@@ -6,7 +6,8 @@ Imported by the Snakefile (and the tests), never by the package. Two jobs:
   context-parallel ranks share each sequence (`llama3_8b-2x2x2c2`), then `-torchtitan` for a run trained with
   `training=torchtitan` (`llama3_8b-2x1x4-torchtitan`; `-torchtitan_sac2` with per-layer selective AC, every
   second block checkpointed) or `-ring` for context parallelism's ring form (`training.cp_form=ring`,
-  `llama3_8b-2x2x2c2-ring`);
+  `llama3_8b-2x2x2c2-ring`) or `-overlap` for Megatron's overlapped pipeline exchange
+  (`training.overlap_p2p=true`, `llama3_8b-2x8x4v2-overlap`);
 - tell Snakemake which Hydra group files a job's composition reads
   (`hydra_inputs`), so touching `config/simulator/dpro.yaml` re-runs the dPRO
   replays and what depends on them, and nothing else; and which of the
@@ -24,13 +25,15 @@ from pathlib import Path
 from typing import Sequence
 
 RUN_RE = re.compile(r"^(?P<model>[A-Za-z0-9_]+)-(?P<tp>\d+)x(?P<pp>\d+)x(?P<dp>\d+)(?:v(?P<vp>\d+))?(?:c(?P<cp>\d+))?"
-                    r"(?:-(?P<training>torchtitan_sac2|torchtitan|ring))?$")
-RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+(?:v\d+)?(?:c\d+)?(?:-torchtitan_sac2|-torchtitan|-ring)?"
+                    r"(?:-(?P<training>torchtitan_sac2|torchtitan|ring|overlap))?$")
+RUN_WILDCARD = r"[A-Za-z0-9_]+-\d+x\d+x\d+(?:v\d+)?(?:c\d+)?(?:-torchtitan_sac2|-torchtitan|-ring|-overlap)?"
 # a run trained another way than the default stack: its overrides (an FSDP run emulates every rank, whose
 # collectives then wait for real peers: stand-in peers overstate an FSDP run's waits,
 # docs/notes/2026-12-06-stand-in-peers.md)
 TRAINING_OVERRIDES = {"torchtitan": ["training=torchtitan", "ranks=all", "write_ranks=stage", "emulator.granularity=fine"],
-                      "ring": ["training.cp_form=ring"]}   # Transformer Engine's p2p ring (lumos/emulator/ring_attention.py)
+                      "ring": ["training.cp_form=ring"],   # Transformer Engine's p2p ring (lumos/emulator/ring_attention.py)
+                      # Megatron's --overlap-p2p-communication, interleaved runs (lumos/emulator/pipeline_overlap.py)
+                      "overlap": ["training.overlap_p2p=true"]}
 # torchtitan's per-layer selective AC, every second block checkpointed (its configs' selective_ac_option "2")
 TRAINING_OVERRIDES["torchtitan_sac2"] = TRAINING_OVERRIDES["torchtitan"] + ["training.recompute=selective_layer",
                                                                             "training.ac_every=2"]

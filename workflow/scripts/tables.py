@@ -66,7 +66,9 @@ with logged(smk):
                  "CP base; DP, TP and PP changes of a torchtitan FSDP2 + TP base (every rank emulated), and DP, TP, PP "
                  "and layer changes of one with per-layer selective AC (-torchtitan_sac2: every 2nd block checkpointed); "
                  "the CP degree "
-                 "and a DP change of a ring-form CP base (-ring: Transformer Engine's p2p ring); predicted vs the "
+                 "and a DP change of a ring-form CP base (-ring: Transformer Engine's p2p ring); V, PP and DP changes "
+                 "of an interleaved base with Megatron's overlapped exchange (-overlap: --overlap-p2p-communication); "
+                 "predicted vs the "
                  "emulated actual, mean over seeds")
     elif name == "ablation":
         df = T.ablation_summary(data[name])
