@@ -23,7 +23,7 @@ def seeds_of(config):
 
 def test_the_default_fig7_data_set_scores_the_sweeps_own_predictions():
     config = load("config.yaml")
-    plan, one_gpu, one_host, sc21, sc21_host = ep.plans(config, seeds_of(config))
+    plan, one_gpu, one_host, sc21, sc21_host, sc21_gpu = ep.plans(config, seeds_of(config))
     # Fig. 7 from a single-GPU and a single-host base: their own route, three seeds each
     assert [(p.name, p.base.name, p.from_sweep, p.own_base) for p in (one_gpu, one_host)] == [
         ("fig7_one_gpu", "gpt3_15b-1x1x1", False, False), ("fig7_one_host", "gpt3_15b-2x1x4", False, False)]
@@ -51,6 +51,11 @@ def test_the_default_fig7_data_set_scores_the_sweeps_own_predictions():
     assert {"cluster=a100_selene", "model.num_layers=8", "model.global_batch_size=8"} <= set(sc21_host.base_overrides)
     assert sc21_host.predict_flags == ("--global-batch", "1536", "--layers", "96", "--cluster", "a100_ib")
     assert [sc21_host.shape(t) for t in sc21_host.targets] == ["8x12x16", "8x12x8", "8x12x4"]
+    # ... and from a single GPU: 2 layers, TP 1 (its TP all-reduces inserted by the prediction too)
+    assert (sc21_gpu.name, sc21_gpu.base.name, sc21_gpu.predict_flags) == ("sc21_one_gpu", "gpt3_175b-1x1x1",
+                                                                           sc21_host.predict_flags)
+    assert "model.num_layers=2" in sc21_gpu.base_overrides and [sc21_gpu.shape(t) for t in sc21_gpu.targets] == [
+        "8x12x16", "8x12x8", "8x12x4"]
 
 
 def test_the_tiny_profile_runs_its_own_base_and_predictions():
