@@ -27,6 +27,8 @@ Example (the pipeline's tables must exist):
 
 from __future__ import annotations
 
+import re
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,7 +252,8 @@ def moe(src: Sources) -> Cells:
 
 
 def fsdp_cpu(src: Sources) -> Cells:
-    """fsdp_cpu_whatif.csv, per target (in the table's order; the direction from its flags' --dp): error_pct
+    """fsdp_cpu_whatif.csv, per target (in the table's order; the direction from its flags' --dp, the base's
+    ranks from its name, whether N -> 1 was calibrated from calibration_pairs): error_pct
     per base and steps_from (own rows by base; STEPS_POOLED rows, one value where they agree) and
     spread_pct of the measured target (the same on every row of a target)."""
     df = _read(src.tables / "fsdp_cpu_whatif.csv")
@@ -259,7 +262,11 @@ def fsdp_cpu(src: Sources) -> Cells:
         own = rows[rows["steps_from"] != STEPS_POOLED]
         pooled = rows[rows["steps_from"] == STEPS_POOLED]
         dp = str(rows["flags"].iloc[0]).split()[-1]
-        way = "2 ranks -> 1" if dp == "1" else f"1 -> {dp} ranks, calibrated on other model sizes"
+        ranks = re.search(r"(\d+)rank", str(rows["base"].iloc[0]))
+        calibrated = "calibration_pairs" in rows and rows["calibration_pairs"].iloc[0] > 0
+        way = (f"{ranks.group(1) if ranks else 2} ranks -> 1"
+               + (", the shared host's slowdown calibrated on other model sizes" if calibrated else "")
+               if dp == "1" else f"1 -> {dp} ranks, calibrated on other model sizes")
         text = f"{target} ({way}) from {' / '.join(own['base'])}: {' / '.join(signed(e) for e in own['error_pct'])}"
         if len(pooled):
             text += f", all recordings' host work {' / '.join(dict.fromkeys(signed(e) for e in pooled['error_pct']))}"
@@ -464,7 +471,7 @@ CLAIMS: tuple[tuple[str, Callable[[Sources], Cells], str], ...] = (
      "torchtitan 2x1x4)", schedules, "schedules"),
     ("Mixture-of-experts what-ifs (EP, experts, top-k, expert width, capacity, DP) from Mixtral-style bases",
      moe, "moe"),
-    ("FSDP2 over gloo, real CPU captures (2 ranks <-> 1)", fsdp_cpu, "fsdp_cpu_whatif"),
+    ("FSDP2 and DDP over gloo, real CPU captures (1, 2 and 4 ranks)", fsdp_cpu, "fsdp_cpu_whatif"),
     ("H200 what-ifs (layers, width, micro-batch size and count)", h200, "h200_whatif"),
     ("Emulator realism, per published data set", realism, "emulator_realism"),
     ("Prediction vs hardware (published runs)", endtoend, "endtoend"),

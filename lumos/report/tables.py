@@ -148,7 +148,9 @@ def recorded_whatif_table(docs: list[dict], calibration: list[str] | tuple = ())
                    "ffn": doc["target"]["ffn"], "n_measured": len(runs),
                    "role": ("clock calibration" if doc["label"] in calibration else
                             "what-if" if doc["flags"] else "unchanged"),
-                   "clock_factor": clock}
+                   "clock_factor": clock,
+                   # recordings of other sizes or rounds the CPU routes were calibrated on (--dp/--ep-calibration)
+                   "calibration_pairs": len((doc.get("calibration") or {}).get("recordings", []))}
             for p in PARTS:
                 row[f"predicted_{p}_ms"] = pred[f"{p}_us"] / 1e3
                 row[f"measured_{p}_ms"] = float(runs[f"{p}_us"].mean()) / 1e3

@@ -105,11 +105,13 @@ def write_fixture(d: Path, h200_interval: bool = False) -> H.Sources:
                   "abs_error_pct_mean": [2.0, 5.0, 1.0, 2.0], "component_l1_pct_mean": [10.0, 20.0, 3.0, 7.0]}
                  ).to_csv(tables / "sharded_dp.csv", index=False)
     # CPU captures, per target: two bases' own host work, then both pooled (the same value twice: said once)
-    pd.DataFrame({"target": ["one"] * 4 + ["two"] * 4, "flags": ["--dp 1"] * 4 + ["--dp 2"] * 4,
-                  "base": ["r0", "r1", "r0", "r1", "s0", "s1", "s0", "s1"],
-                  "steps_from": (["own steps"] * 2 + [T.STEPS_POOLED] * 2) * 2,
-                  "error_pct": [4.0, 14.0, 8.0, 8.0, -7.0, 3.0, 3.5, 3.5],
-                  "spread_pct": [39.0] * 4 + [75.0] * 4, "run_to_run_pct": 32.0}
+    # (and a 4-rank base taken to one rank, calibrated: its ranks from the base's name)
+    pd.DataFrame({"target": ["one"] * 4 + ["two"] * 4 + ["four"], "flags": ["--dp 1"] * 4 + ["--dp 2"] * 4 + ["--dp 1"],
+                  "base": ["r0", "r1", "r0", "r1", "s0", "s1", "s0", "s1", "x_4rank_r0"],
+                  "steps_from": (["own steps"] * 2 + [T.STEPS_POOLED] * 2) * 2 + ["own steps"],
+                  "error_pct": [4.0, 14.0, 8.0, 8.0, -7.0, 3.0, 3.5, 3.5, -5.0],
+                  "spread_pct": [39.0] * 4 + [75.0] * 4 + [20.0], "run_to_run_pct": 32.0,
+                  "calibration_pairs": [0] * 4 + [6] * 4 + [6]}
                  ).to_csv(tables / "fsdp_cpu_whatif.csv", index=False)
     pd.DataFrame({"row": ["summary", "summary", "configuration"], "dataset": ["d1", "d2", "d1"],
                   "n": [2, 10, None], "mean_abs_error_pct": [1.26, 10.04, None]}
@@ -190,10 +192,12 @@ EXPECTED = {
         "independent runs",
         "- (SimAI, Charon and Phantora claim MoE; none predicts an EP, expert or top-k change from a trace of the "
         "user's own job)"),
-    "FSDP2 over gloo, real CPU captures (2 ranks <-> 1)": (
+    "FSDP2 and DDP over gloo, real CPU captures (1, 2 and 4 ranks)": (
         "one (2 ranks -> 1) from r0 / r1: +4.00% / +14.00%, all recordings' host work +8.00% (measured steps span "
         "39.0% of their mean); two (1 -> 2 ranks, calibrated on other model sizes) from s0 / s1: -7.00% / +3.00%, "
-        "all recordings' host work +3.50% (measured steps span 75.0% of their mean)", H.NO_SHARDED),
+        "all recordings' host work +3.50% (measured steps span 75.0% of their mean); four (4 ranks -> 1, the shared "
+        "host's slowdown calibrated on other model sizes) from x_4rank_r0: -5.00% (measured steps span 20.0% of "
+        "their mean)", H.NO_SHARDED),
     "H200 what-ifs (layers, width, micro-batch size and count)": (
         "from b0 / b1: mean \\|error\\| 1.50% / 4.00% over 2 what-ifs, worst 2.00% / 5.00%; every part within "
         "5.0 points of the iteration (worst: w2 from b1, exposed compute); host-bound mbs_2: +40.00% / -20.00%",
@@ -233,7 +237,7 @@ def test_every_headline_number_is_computed_from_its_column(tmp_path):
     rests = {c.claim: c.rests_on for c in got}
     assert rests["Prediction vs hardware (published runs)"] == RESTS   # parentheses dropped, one value
     assert rests["TP changes from 15B 2x2x4"] == "emulated"
-    assert rests["FSDP2 over gloo, real CPU captures (2 ranks <-> 1)"] == "measured on this machine (CPU captures)"
+    assert rests["FSDP2 and DDP over gloo, real CPU captures (1, 2 and 4 ranks)"] == "measured on this machine (CPU captures)"
     assert rests["Prediction intervals: do they hold?"] == "emulated; real traces: measured on hardware"
 
 
