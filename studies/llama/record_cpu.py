@@ -2,6 +2,7 @@
 two layer counts, each variant of one base, recorded twice (r0, r1) in interleaved rounds.
 
     python studies/llama/record_cpu.py --out resources/traces/llama_cpu     # about 1 minute on 2 idle cores
+    python studies/llama/record_cpu.py --out resources/traces/llama_cpu --first-round 2   # rounds r2, r3
 
 Measured on this machine: the bundled Llama-style model (`lumos.capture.llama`, `lumos capture llama`) on
 the CPU, annotated like `capture gpt`, 3 profiled steps after one skipped and one warm-up, 2 micro-batches
@@ -28,8 +29,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=2, help="recordings of each variant (r0, r1, ...)")
+    ap.add_argument("--first-round", type=int, default=0, help="the first round's number (and seed)")
     a = ap.parse_args(argv)
-    for r in range(a.rounds):
+    for r in range(a.first_round, a.first_round + a.rounds):
         for name, change in VARIANTS.items():
             cfg = {**BASE, **change}
             out = a.out / f"{name}_r{r}"
