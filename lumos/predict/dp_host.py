@@ -182,6 +182,7 @@ def predict_one_rank(base_tables: Sequence[TraceTable], options: PredictOptions 
     if calibration:
         alone = alone_slowdown(calibration, dp, flavours[table.rank].kind, options, table.path)
         target = alone_on_host(target, found, alone["slowdown"])
+        notes = [n.replace(", and every op's time as it ran beside the other ranks on this host", "") for n in notes]
         notes.append(f"the kept host work / {alone['slowdown']:.3f}: the base's {dp} ranks shared this host's "
                      f"cores, one rank runs alone (this prediction made from each calibration pair's DP {dp} "
                      f"recording, over its one-rank recording's measured iteration, mean of "

@@ -97,6 +97,9 @@ def test_two_ranks_to_one_calibrated_runs_the_kept_work_as_one_rank_alone(tmp_pa
     assert cal["per_pair"] == [1.5967, 2.148, 1.0509, 0.9796, 1.1781, 0.7167]
     assert cal["recordings"][0] == "ddp_h32_2rank_r0 vs ddp_h32_1rank_r0"
     assert doc["notes"][-2].startswith("the kept host work / 1.278: the base's 2 ranks shared this host's cores")
+    # the ops no longer keep "their time as they ran beside the other ranks": the note that said so is cut
+    assert doc["notes"][1].endswith("the optimizer step (it then updates every parameter)")
+    assert before["notes"][1].endswith("and every op's time as it ran beside the other ranks on this host")
 
 
 def test_ddp_hook_range_is_the_finalize_holding_every_bucket():
