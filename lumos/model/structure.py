@@ -90,6 +90,8 @@ class ModelShape:
     moe_top_k: int = 0
     moe_shared_ffn: int = 0
     moe_edp: int = 1
+    # context-parallel ranks sharing each sequence (`seq` is one rank's part of it); set with the run's CP degree
+    cp: int = field(default=1, compare=False)
 
     @property
     def kv(self) -> int:
@@ -139,7 +141,11 @@ class ModelShape:
         return self.moe_local * (3 if self.gated else 2) * self.hidden * self.ffn if self.moe_experts else 0.0
 
     def embed_params(self) -> float:
-        return self.vocab * self.hidden / self.tp + self.seq * self.hidden
+        """Word embedding (split over TP) and GPT's learned position embedding, one row per position of the whole
+        sequence: Megatron-Core's `LanguageModelEmbedding` sizes it `max_sequence_length` x hidden, which context
+        parallelism does not split (each CP rank holds every position's row; its tokens are s / cp of them), so the
+        gradients a CP rank all-reduces count `seq` x `cp` rows, not its `seq`."""
+        return self.vocab * self.hidden / self.tp + self.seq * self.cp * self.hidden
 
 
 @dataclass
@@ -570,6 +576,7 @@ def find_structure(graph: Graph, tables: list[TraceTable], dp_hint: int = 1) -> 
     stage_of_rank = {r: i for i, r in enumerate(ranks)}
     chunks, stage_layers, chunk_layers = layer_chunks(blocks, ranks)
     cp = context_parallel(blocks, task_block, coll, group, shape.tp)
+    shape = dataclasses.replace(shape, cp=cp)
     return RunStructure(blocks=blocks, task_block=task_block, coll=coll, group=group, nbytes=nbytes,
                         op_name=op_name, op_dims=op_dims, proc_role=proc_role, shape=shape,
                         tp=shape.tp, pp=pp, dp=dp, layers=len(layers), microbatches=len(mbs),

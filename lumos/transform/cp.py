@@ -83,7 +83,7 @@ def change_cp(plan: Plan, cp: int | None, dp: int | None = None) -> Plan:
         st.group[t] = tuple(first + c * out.tp for c in range(cp))
         g.dur[t] = 0.0 if cp == 1 else out.collectives.retime(g.dur[t], old, CollectiveSpec(st.coll[t], st.nbytes[t],
                                                                                                st.group[t]))
-    out.shape = dataclasses.replace(sh, seq=local)
+    out.shape = dataclasses.replace(sh, seq=local, cp=cp)
     out.st.shape = out.shape
     out.st.cp = out.cp = cp
     out.notes.append(f"context parallelism {plan.cp} -> {cp}: each rank's {sh.seq} of every sequence's {whole} "
@@ -100,7 +100,7 @@ def _change_ring(plan: Plan, cp: int, local: int, params, dp: int) -> Plan:
     out = reshape_micro_batches(out, local / sh.seq, lambda op, d: rewrite_seq(
         op, d, sh.micro_batch, sh.seq, local, params, heads_per_rank=sh.heads // sh.tp), keep=compute)
     ring_scale(out, compute, exchanges, plan.cp / cp, cp, dp)
-    out.shape = dataclasses.replace(sh, seq=local)
+    out.shape = dataclasses.replace(sh, seq=local, cp=cp)
     out.st.shape = out.shape
     out.st.cp = out.cp = cp
     out.notes.append(f"context parallelism (ring) {plan.cp} -> {cp}: each layer's attention in {cp} steps "

@@ -99,6 +99,22 @@ def test_at_cp_1_one_flash_kernel_is_left(runs):
     assert {st.op_dims[t][0][1] for t in live} == {8192}
 
 
+@pytest.mark.parametrize("base,target", [(2, 4), (4, 2)])
+def test_the_gradient_buckets_keep_the_whole_sequences_position_rows(runs, base, target):
+    """A CP rank holds every position's row of the embedding (Megatron-Core's `LanguageModelEmbedding`:
+    `max_sequence_length` x hidden, not split by CP), so a CP change moves no gradient: the re-issued buckets of
+    stage 0 are the emulated target's, 12 of 80 MB and the rest 68.7 MB. Counting only the rank's part of the
+    sequence (8,192 / CP position rows) had left the last bucket at 18.4 MB from CP 2 to 4."""
+    out, act = transform(base_plan(load_run(runs[base])), cp=target), base_plan(load_run(runs[target]))
+
+    def buckets(plan):
+        mine = np.flatnonzero((plan.role == "dp") & (plan.graph.rank[:len(plan.role)] == min(plan.ranks)))
+        return sorted(float(plan.st.nbytes[t]) for t in mine)
+    assert buckets(out) == buckets(act) == [68_685_824.0] + [80_000_000.0] * 12
+    assert out.shape.embed_params() == act.shape.embed_params() == 128_256 * 4096 / 2 + 8192 * 4096
+    assert (out.shape.seq, out.shape.cp) == (8192 // target, target)
+
+
 def test_the_other_form_is_refused(runs, capsys):
     assert lumos_main(["predict", str(runs[2]), "--cp", "4", "--cp-form", "allgather"]) == 2
     assert "the base ran the ring form" in capsys.readouterr().err
