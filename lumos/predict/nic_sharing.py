@@ -14,7 +14,11 @@ The model, a fluid share per GPU (each transfer in flight gets 1/n of the NIC):
   task takes beyond it (latency, the base's peer waiting) runs first, at full rate;
 - the transfers that share are those of one rank whose process group spans hosts in the target;
   only those whose (role, kind) stayed inside a host in the base are slowed: a transfer that
-  crossed hosts in the base has its own sharing in its measured time, so it only takes a share;
+  crossed hosts in the base has its own sharing in its measured time, so it only takes a share, unless
+  the rebuild moved it and took that sharing out (`Plan.reshared`: the overlapped pipeline exchange,
+  `lumos.transform.p2p_overlap.unshared`), where it is slowed as a new one;
+- a moved pipeline transfer (`Plan.reshared`) is one transfer at both ends: the send and its receive
+  take the longer of the two ends' shared times (each end is shared on its own rank's NIC);
 - the starts come from a replay, the shared durations change the replay, so it is replayed again
   until no duration moves by more than half a microsecond, together with the compute slowed under
   communication (`fixed_point.py`), which moves the starts this reads.
@@ -37,7 +41,8 @@ __all__ = ["crossing", "shared_durations", "nic_effect"]
 
 def crossing(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tasks, transfer_us, slowed) of the plan's inter-host transfers: each one's bandwidth term, and
-    whether it crosses hosts only in this plan (not in the base it was derived from)."""
+    whether it crosses hosts only in this plan (not in the base it was derived from) or had its base
+    sharing taken out (`Plan.reshared`)."""
     g, st = plan.graph, plan.st
     gph = plan.collectives.gpus_per_host
     tasks, transfer, slowed = [], [], []
@@ -47,7 +52,8 @@ def crossing(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             continue
         tasks.append(t)
         transfer.append(plan.collectives.transfer_us(CollectiveSpec(st.coll[t], st.nbytes[t], group)))
-        slowed.append((plan.role[t], st.coll[t]) not in plan.base_crossing)
+        key = (plan.role[t], st.coll[t])
+        slowed.append(key not in plan.base_crossing or key in plan.reshared)
     return (np.asarray(tasks, dtype=np.int64), np.asarray(transfer, dtype=np.float64),
             np.asarray(slowed, dtype=bool))
 
@@ -109,6 +115,18 @@ def shared_durations(start: np.ndarray, dur: np.ndarray, transfer: np.ndarray, s
     return out
 
 
+def _pair_ends(plan: Plan, tasks: np.ndarray) -> np.ndarray:
+    """(n, 2) positions in `tasks` of the two ends of each moved point-to-point transfer (`Plan.pairs` whose
+    ends are both of `Plan.reshared`): the emulator and NCCL move its bytes once, at the pace of the busier
+    of the two NICs, where the fluid share above times each end on its own rank's NIC alone."""
+    if not plan.reshared:
+        return np.zeros((0, 2), dtype=np.int64)
+    role, coll = plan.role, plan.st.coll
+    pos = {int(t): i for i, t in enumerate(tasks.tolist()) if (role[t], coll[t]) in plan.reshared}
+    out = [(pos[a], pos[b]) for g in plan.pairs if len(g) == 2 and (a := int(g[0])) in pos and (b := int(g[1])) in pos]
+    return np.asarray(out, dtype=np.int64).reshape(-1, 2)
+
+
 def nic_effect(plan: Plan, graph):
     """The newly crossing transfers as a schedule-dependent effect (`fixed_point.Effect`), or None
     where no transfer of the plan crosses hosts only in the target."""
@@ -120,17 +138,24 @@ def nic_effect(plan: Plan, graph):
     base = graph.dur[tasks]
     ranks = graph.rank[tasks]
     procs = graph.proc[tasks]
+    ends = _pair_ends(plan, tasks)
 
     def durations(sched) -> np.ndarray:
         new = base.copy()
         for r in np.unique(ranks):
             m = ranks == r
             new[m] = shared_durations(sched.start[tasks[m]], base[m], transfer[m], slowed[m], procs[m])
+        if len(ends):   # a send and its receive are one transfer: it lasts as long as the busier NIC lets it
+            both = np.maximum(new[ends[:, 0]], new[ends[:, 1]])
+            new[ends[:, 0]] = new[ends[:, 1]] = both
         return new
 
     def summary(shared: np.ndarray) -> dict:
-        return {"slowed": int(np.count_nonzero(shared > base + 1e-9)), "of": int(slowed.sum()),
-                "added_ms": round(float(np.sum(shared - base)) / 1e3, 3)}
+        out = {"slowed": int(np.count_nonzero(shared > base + 1e-9)), "of": int(slowed.sum()),
+               "added_ms": round(float(np.sum(shared - base)) / 1e3, 3)}
+        if plan.reshared:   # of them, the moved ones whose base sharing the rebuild took out
+            out["reshared"] = int(sum((plan.role[t], plan.st.coll[t]) in plan.reshared for t in tasks.tolist()))
+        return out
 
     return Effect("nic_sharing", tasks, base, durations, summary)
 

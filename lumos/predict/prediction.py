@@ -159,7 +159,7 @@ def predict(base_tables: Sequence[TraceTable], target: dict, options: PredictOpt
     if graph.summary.get("nic_sharing"):
         doc["nic_sharing"] = ns = graph.summary["nic_sharing"]
         doc["notes"].append(f"NIC sharing: {ns['slowed']} of the {ns['of']} transfers that cross hosts only in the "
-                            f"target ran beside another on their GPU's NIC, {ns['added_ms']} ms longer in all "
+                            f"target{_reshared(ns)} ran beside another on their GPU's NIC, {ns['added_ms']} ms longer in all "
                             f"({ns['replays']} replays{'' if ns['settled'] else ', not settled'}; "
                             "lumos.predict.nic_sharing)")
     doc["contention"] = {**plan.contention.as_dict(), **{k: v for k, v in graph.summary.get("contention", {}).items()
@@ -254,6 +254,13 @@ def _peer_waits(plan: Plan, mode: str, engine: str):
         _, sched, _ = simulate_plan(plan, engine=engine)
         plan.memo["peer_waits"] = read_peer_waits(plan, sched.start, sched.end)
     return plan.memo["peer_waits"]
+
+
+def _reshared(ns: dict) -> str:
+    """The NIC sharing note's words for the moved pipeline exchange (`Plan.reshared`), if any."""
+    n = ns.get("reshared")
+    return (f" or were moved by the rebuild ({n} of them the overlapped pipeline exchange's, their base sharing taken "
+            "out: lumos.transform.p2p_overlap)") if n else ""
 
 
 def median_notes(profiled_steps: dict, host: str, kernels: str) -> list[str]:

@@ -2,13 +2,34 @@
 kernels each rebuilt step waits for, and the lane a moved exchange kernel follows (`rebuild.py` calls these;
 the exchange blocks are read by `lumos.model.p2p_exchange`). `b` is the rebuild's builder (its `lanes`: (kind,
 direction) -> the stream role of that direction's kernels), `state` a stage's emission state (`last_on`: the
-last task on each processor; `before_last`: the kernel posted before the last on each p2p lane)."""
+last task on each processor; `before_last`: the kernel posted before the last on each p2p lane).
+
+A moved exchange kernel also leaves its NIC sharing behind: overlapped, a stage's send and receive run beside
+each other on its GPU's NIC whenever the schedule posts them together (after every steady step, with their
+waits deferred), and which ones meet is the schedule's. Shorter steps (V 4 from V 2: one layer a chunk, not
+two) put more of them together, each then at half the NIC, so a kernel keeps the base's time only up to its
+time alone (`unshared`) and the target's replay shares the NIC again (`lumos.predict.nic_sharing`,
+`Plan.reshared`)."""
 
 from __future__ import annotations
 
+from lumos.durations import CollectiveSpec
+from lumos.durations.collectives import level_of
 from lumos.graph.model import TaskKind
 
 _GPU = int(TaskKind.GPU)
+# (role, kind) of the moved exchange kernels, shared again in the target's replay (`Plan.reshared`)
+RESHARED = frozenset({("pp", "send"), ("pp", "recv")})
+
+
+def unshared(collectives, dur: float, spec: CollectiveSpec) -> float:
+    """A moved inter-host send / receive's time without the base's NIC sharing: the base's time, at most the
+    collective model's for the transfer alone (what it took beyond that was the NIC shared with the transfers
+    the base's schedule ran beside it, which the target's replay puts back with its own: `nic_sharing`); an
+    intra-host one keeps its time (NVLink is not shared there)."""
+    if level_of(spec.group, collectives.gpus_per_host) != "inter_host":
+        return dur
+    return min(dur, collectives.time_us(spec))
 
 
 def own_lanes(g, st, b, T, coll, p2p_ops) -> dict:

@@ -43,6 +43,9 @@ class Plan:
     # (role, kind) of the collectives whose group spanned hosts in the base: their measured times
     # hold their share of the NIC (lumos.predict.nic_sharing)
     base_crossing: frozenset = frozenset()
+    # (role, kind) of those whose base sharing the rebuild took out, to be shared again in the target's
+    # replay: the overlapped pipeline exchange moved to another schedule (lumos.transform.p2p_overlap.unshared)
+    reshared: frozenset = frozenset()
     # compute kernels' slowdown under communication, fitted on the base (durations/contention.py);
     # the graph's compute durations are then their time alone, put back by lumos.predict.contention
     contention: Contention = NO_CONTENTION

@@ -29,7 +29,7 @@ from lumos.graph.model import EdgeClass, Graph, TaskKind, WaitKind
 from lumos.model.p2p_exchange import overlapped
 from lumos.model.structure import Block, RunStructure
 
-from .p2p_overlap import own_lanes as _own_lanes, overlap_waits as _overlap_waits
+from .p2p_overlap import RESHARED, own_lanes as _own_lanes, overlap_waits as _overlap_waits, unshared as _unshared
 from .plan import Plan, comm_roles, dp_group, mp_group, stage_ranks
 from .schedule import check_interleaved, chunk_ranges, pipeline_schedule, stage_split
 from .templates import Templates
@@ -66,6 +66,7 @@ class _Builder:
         self.n = 0
         self.lanes: dict | None = None          # (kind, direction) -> stream role of a p2p kernel (`_p2p_lanes`)
         self.lane_of: dict = {}                 # a base p2p stream's role -> the lane of its direction
+        self.reshare = False                    # the overlapped exchange: its kernels unshared (`rebuild`)
 
     def proc(self, rank: int, kind: int, role: int) -> int:
         key = (rank, int(kind), int(role))
@@ -152,6 +153,7 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     overlap = chunks > 1 and overlapped(st)     # Megatron's --overlap-p2p-communication (`p2p_exchange`)
     if not overlap:     # a batched exchange synchronizes: no step waits for a receive across blocks
         b.lane_of = {}
+    b.reshare = overlap     # a moved exchange kernel's base NIC sharing taken out (`p2p_overlap.unshared`)
     ranks = stage_ranks(pp, plan.tp, plan.dp)
     pairs: dict[tuple, list] = defaultdict(list)
     shape = plan.shape
@@ -273,6 +275,8 @@ def rebuild(plan: Plan, pp: int | None = None, layers: int | None = None,
     out.chunks, out.stage_layers = chunks, tuple(split)
     out.chunk_layers = tuple(tuple(c) for c in sizes) if chunks > 1 else ()
     out.pairs = groups
+    if overlap:
+        out.reshared = RESHARED
     return out
 
 
@@ -484,7 +488,10 @@ def _emit(plan, tm, b: _Builder, state, bi, rank, stage, pp, ranks, pairs, scale
             c[(kind, direction)] += 1
             old = CollectiveSpec(kind, nbytes[k], group[k])
             group[k] = (min(rank, ranks[peer_stage]), max(rank, ranks[peer_stage]))
-            dur[k] = plan.collectives.retime(dur[k], old, CollectiveSpec(kind, nbytes[k], group[k]))
+            new = CollectiveSpec(kind, nbytes[k], group[k])
+            dur[k] = plan.collectives.retime(dur[k], old, new)
+            if b.reshare:
+                dur[k] = _unshared(plan.collectives, dur[k], new)
             pairs[key].append(first_id + k)
         if moved:   # a synchronize of a stream whose kernel moved waits for it on its lane
             wt = wt.copy()
