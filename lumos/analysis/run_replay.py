@@ -20,7 +20,7 @@ from lumos.trace import TraceTable
 
 from .breakdown import breakdown, relative_error_pct
 
-__all__ = ["RunBreakdown", "critical_rank", "occupancy", "measured_times", "run_breakdown", "replay_run_graph",
+__all__ = ["RunBreakdown", "critical_rank", "occupancy", "measured_times", "run_breakdown", "replayed", "replay_run_graph",
            "replay_joined", "JointParts"]
 
 
@@ -90,6 +90,12 @@ def run_breakdown(graph: Graph, start: np.ndarray, end: np.ndarray, measured: bo
         per[int(r)] = breakdown(start[mine], end[mine], gpu[mine], graph.comm[mine], graph.in_step[mine])
     crit = critical_rank(per)
     return RunBreakdown(critical_rank=crit, per_rank=per, iteration=per[crit])
+
+
+def replayed(graph: Graph, engine: str = "auto") -> RunBreakdown:
+    """`graph` replayed as it is: its run-level breakdown (`.iteration` is the critical rank's)."""
+    sched = simulate(graph, engine=engine)
+    return run_breakdown(graph, sched.start, sched.end)
 
 
 def replay_run_graph(tables: Sequence[TraceTable], step=None, engine: str = "auto", **kw) -> dict:

@@ -244,7 +244,8 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from lumos.predict.prediction import predict, read_manifest
+    from lumos.predict.prediction import predict
+    from lumos.trace.run import read_manifest
     from lumos.trace import load_run
 
     try:

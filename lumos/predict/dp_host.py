@@ -20,11 +20,10 @@ from typing import Sequence
 
 import numpy as np
 
-from lumos.analysis.run_replay import run_breakdown
+from lumos.analysis.run_replay import replayed
 from lumos.durations.dp_host import HostCollectiveCosts, fit_host_collective_costs
 from lumos.graph.profiled_steps import host_median_step_graph
 from lumos.model.dp_flavour import find_dp_flavour, host_dp_degree
-from lumos.sim import simulate
 from lumos.trace import TraceTable, find_steps
 from lumos.transform.dp_host import alone_on_host, from_one_rank, to_one_rank
 
@@ -67,15 +66,13 @@ def replay_unchanged(base_tables: Sequence[TraceTable], options: PredictOptions 
     predictions from it take it (`options.step`, `options.host`, `recordings`)."""
     table = min(base_tables, key=lambda t: t.rank)
     graph, _ = host_median_step_graph(table, options.step, options.host, recordings)
-    sched = simulate(graph)
-    return round(float(run_breakdown(graph, sched.start, sched.end).iteration.iteration_us), 3)
+    return round(float(replayed(graph).iteration.iteration_us), 3)
 
 
 def _document(table: TraceTable, target, base_dp: int, base_sharding: str, dp: int, sharding: str,
               notes: list, graph_counts: dict, host: str, steps: list, base_name: str) -> dict:
     """The `lumos predict` JSON of a host-DP prediction, without memory, interval or rebuild."""
-    sched = simulate(target)
-    predicted = round_metrics(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
+    predicted = round_metrics(replayed(target).iteration.as_dict())
     cfg = (table.metadata.get("lumosCapture") or {}).get("config") or {}
     microbatches = (table.metadata.get("lumosCapture") or {}).get("microbatches")
     shape = {"layers": cfg.get("layers"), "hidden": cfg.get("hidden"), "ffn": cfg.get("ffn"),
@@ -124,7 +121,7 @@ def _calibration(table: TraceTable, pairs, dp: int, base_kind: str, why: str) ->
     if costs.dp != dp:
         raise ValueError(f"{table.path}: {why}, but the calibration recordings ran at DP {costs.dp}: "
                          f"record them at DP {dp} and at one rank")
-    if (base_kind == "fsdp") != costs.sharding.startswith("fsdp"):
+    if _family(base_kind) != _family(costs.sharding):
         raise ValueError(f"{table.path}: the base trains with {base_kind}, the calibration "
                          f"recordings with {costs.sharding}: give recordings of the base's program")
     return costs
@@ -151,9 +148,7 @@ def alone_slowdown(pairs, dp: int, base_kind: str, options: PredictOptions, wher
                              f"({' and '.join(sorted(kinds))} at DP {host_dp_degree(at_dp)} and "
                              f"{host_dp_degree(at_one)}): give recordings of the base's program")
         graph, _ = host_median_step_graph(table, options.step, options.host)
-        target, _, _ = to_one_rank(graph, table)
-        sched = simulate(target)
-        predicted = run_breakdown(target, sched.start, sched.end).iteration.iteration_us
+        predicted = replayed(to_one_rank(graph, table)[0]).iteration.iteration_us
         measured = np.mean([measure_run(at_one, step=s.number)["iteration_us"] for s in find_steps(one)])
         ratios.append(float(predicted / measured))
         names.append(pair)
@@ -177,12 +172,11 @@ def predict_one_rank(base_tables: Sequence[TraceTable], options: PredictOptions 
     if dp <= 1:
         raise ValueError(f"{table.path}: the base runs at DP 1 already (its host collectives span a group of one)")
     graph, steps = host_median_step_graph(table, step, host, recordings)
-    target, found, notes = to_one_rank(graph, table)
+    target, found, notes = to_one_rank(graph, table, shared_host=not calibration)
     alone = None
     if calibration:
         alone = alone_slowdown(calibration, dp, flavours[table.rank].kind, options, table.path)
         target = alone_on_host(target, found, alone["slowdown"])
-        notes = [n.replace(", and every op's time as it ran beside the other ranks on this host", "") for n in notes]
         notes.append(f"the kept host work / {alone['slowdown']:.3f}: the base's {dp} ranks shared this host's "
                      f"cores, one rank runs alone (this prediction made from each calibration pair's DP {dp} "
                      f"recording, over its one-rank recording's measured iteration, mean of "

@@ -15,14 +15,13 @@ from typing import Sequence
 
 import numpy as np
 
-from lumos.analysis.run_replay import run_breakdown
+from lumos.analysis.run_replay import replayed
 from lumos.durations.compute import ComputeSpec, fit_compute
 from lumos.durations.moe_host import fit_host_moe_costs
 from lumos.graph.model import TaskKind
 from lumos.graph.profiled_steps import host_median_step_graph
 from lumos.model.host_gaps import host_gaps
 from lumos.model.moe_host import is_host_moe, read_host_moe_step
-from lumos.sim import simulate
 from lumos.trace import TraceTable
 from lumos.trace.steps import select_step
 from lumos.transform.moe_host import EPChange, change_ep_host
@@ -118,16 +117,14 @@ def predict_host_ep(base_tables: Sequence[TraceTable], ep: int,
     reading = read_host_moe_step(table, chosen, ((f, h), (h, f)) if h else ())
     change = EPChange(base_ep=base_ep, target_ep=ep, experts=E, rows=target_rows(moe, ep))
     target, done, notes = change_ep_host(graph, table, reading, change, comp, gaps, costs)
-    sched = simulate(target)
-    predicted = round_metrics(run_breakdown(target, sched.start, sched.end).iteration.as_dict())
+    predicted = round_metrics(replayed(target).iteration.as_dict())
     pairs = None
     if len(calibration) > 1:     # the same prediction calibrated on each pair alone: how far its rounds disagree
         alone = []
         for pair in calibration:
             one, _, _ = change_ep_host(graph, table, reading, change, comp, gaps,
                                        fit_host_moe_costs([pair], slowdown_from=slowdown_from))
-            s1 = simulate(one)
-            alone.append(round(float(run_breakdown(one, s1.start, s1.end).iteration.iteration_us), 3))
+            alone.append(round(float(replayed(one).iteration.iteration_us), 3))
         pairs = {"iteration_us": alone, "lo_us": min(alone), "hi_us": max(alone), "recordings": costs.recordings}
         notes.append(f"calibrated on each pair alone: {', '.join(f'{x / 1e3:.1f}' for x in alone)} ms (the rounds "
                      f"disagree by {100 * (max(alone) - min(alone)) / predicted['iteration_us']:.1f}% of the "

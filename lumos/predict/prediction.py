@@ -19,7 +19,6 @@ from lumos.graph.edges.cross_rank import add_rendezvous
 from lumos.model.recover import summary as structure_summary
 from lumos.sim import simulate
 from lumos.trace import TraceTable
-from lumos.trace.run import read_manifest  # noqa: F401 (imported from here by the commands and the pipeline)
 from lumos.trace.steps import select_step
 from lumos.transform.moe import moe_now
 from lumos.transform.plan import Plan
@@ -34,7 +33,7 @@ from .options import PredictOptions
 from .peer_waits import apply_peer_waits, holds_base_tasks, read_peer_waits, resolve_mode, settle
 from .whatif import base_plan, memory_of, transform
 
-__all__ = ["predict", "add_actual", "round_metrics", "simulate_plan", "measure_run", "measured_steps", "read_manifest"]
+__all__ = ["predict", "add_actual", "round_metrics", "simulate_plan", "measure_run", "measured_steps"]
 
 KEYS = METRICS
 

@@ -27,9 +27,8 @@ Example (the pipeline's tables must exist):
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable

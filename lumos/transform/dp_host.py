@@ -105,9 +105,10 @@ def find_host_collectives(graph: Graph, table: TraceTable, *, issuing: bool = Tr
                                    "worker": len(worker)})
 
 
-def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives, list[str]]:
+def to_one_rank(graph: Graph, table: TraceTable, shared_host: bool = True) -> tuple[Graph, HostCollectives, list[str]]:
     """`graph` as FSDP2 or DDP would run it on one rank: the host collective work (`find_host_collectives`)
-    of no length, the lags into it and the waits on it zero; the notes say what was kept."""
+    of no length, the lags into it and the waits on it zero; the notes say what was kept (with `shared_host`,
+    every op's time as the base's ranks ran it sharing the host: False where `alone_on_host` follows)."""
     ddp = find_dp_flavour(table, graph.summary.get("step")).ddp
     found = find_host_collectives(graph, table, issuing=not ddp)
     if not found.tasks.any():
@@ -132,8 +133,8 @@ def to_one_rank(graph: Graph, table: TraceTable) -> tuple[Graph, HostCollectives
             f"{found.ranges['worker']} worker-thread collectives")
     notes = [f"DP -> 1 from host collectives (gloo): {int(found.tasks.sum())} CPU ops taken out ({held}) and "
              f"{int(found.waits.sum())} waits on them, {why}",
-             f"kept as measured: {kept}, the optimizer step (it then updates every parameter), and every op's "
-             "time as it ran beside the other ranks on this host"]
+             f"kept as measured: {kept}, the optimizer step (it then updates every parameter)"
+             + (", and every op's time as it ran beside the other ranks on this host" if shared_host else "")]
     return out, found, notes
 
 

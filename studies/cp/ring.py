@@ -21,7 +21,8 @@ from pathlib import Path
 
 from lumos.emulator import emulate, write_result
 from lumos.predict.options import PredictOptions
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.trace import load_run
 
 # (group, base layout, target, target layout): layouts TP x PP x DP x CP

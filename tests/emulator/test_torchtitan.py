@@ -4,7 +4,8 @@ checkpointing; and a DP change predicted from such a base against the emulator."
 from __future__ import annotations
 
 from lumos.emulator import emulate, write_result
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.trace import load_run
 
 QUIET = ["emulator.comm.jitter_sigma=0", "emulator.compute.jitter_sigma=0", "emulator.rank.slowness_sigma=0",

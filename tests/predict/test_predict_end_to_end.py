@@ -15,7 +15,8 @@ import math
 import re
 import shutil
 
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.cli import main as lumos_main
 from lumos.trace import load_run
 

@@ -7,7 +7,8 @@ import pytest
 
 from lumos.cli import main as lumos_main
 from lumos.emulator import emulate, write_result
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.predict.whatif import base_plan, transform
 from lumos.trace import load_run
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as hs
 from lumos.cli import main as lumos_main
 from lumos.emulator import emulate, write_result
 from lumos.predict.memory import inflight_microbatches
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.errors import UserError
 from lumos.predict.whatif import base_plan, transform
 from lumos.trace import load_run

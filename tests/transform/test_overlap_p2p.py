@@ -15,7 +15,8 @@ import pytest
 
 from lumos.emulator import emulate, write_result
 from lumos.graph.model import EdgeClass, TaskKind
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.predict.whatif import base_plan, transform
 from lumos.trace import load_run
 from lumos.transform.schedule import interleaved

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lumos.predict.options import PredictOptions
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 from lumos.cli import main as lumos_main
 from lumos.graph.model import TaskKind
 from lumos.trace import load_run

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from lumos.analysis import COMPONENTS
-from lumos.predict.prediction import predict, read_manifest
+from lumos.predict.prediction import predict
+from lumos.trace.run import read_manifest
 
 SCALE_OUT = [("2x2x8", 2, 2, 8), ("2x2x16", 2, 2, 16), ("2x2x32", 2, 2, 32),
              ("2x4x4", 2, 4, 4), ("2x8x4", 2, 8, 4), ("2x16x4", 2, 16, 4),
